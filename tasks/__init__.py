@@ -1,0 +1,1 @@
+"""Flyte tasks: decorator settings (cache, retries, Elastic, resources) + calls into platform_lib."""

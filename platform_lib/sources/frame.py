@@ -15,6 +15,7 @@ LiDAR of the sweep. Timestamps are seconds (float64, UNIX epoch for real logs).
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 
@@ -38,7 +39,41 @@ LOG_ID_PATTERN = re.compile(r"^[A-Za-z0-9-]{1,64}$")
 
 
 class FrameError(ValueError):
-    """A raw frame is malformed. The message names the source file and what to do."""
+    """A raw frame is malformed. The message names the source file and what to do.
+
+    Attributes:
+        path: the culprit raw file or folder (str), or None when not file-specific.
+        reason: short slug used to count quarantined frames per reason, e.g. "nan_points",
+            "missing_camera", "corrupt_lidar", "missing_column", "bad_cuboid", "count_mismatch".
+        log_id: log of the failing frame, or None.
+        frame_index: 0-based index of the failing frame, or None for log-level errors.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | os.PathLike[str] | None = None,
+        reason: str = "invalid_frame",
+        log_id: str | None = None,
+        frame_index: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.path = None if path is None else str(path)
+        self.reason = reason
+        self.log_id = log_id
+        self.frame_index = frame_index
+
+    def __reduce__(self):  # keep all attributes (also ones set later, e.g. .key) across pickling
+        return (
+            _rebuild_frame_error,
+            (str(self), self.path, self.reason, self.log_id, self.frame_index),
+            dict(self.__dict__),
+        )
+
+
+def _rebuild_frame_error(message, path, reason, log_id, frame_index) -> FrameError:
+    return FrameError(message, path=path, reason=reason, log_id=log_id, frame_index=frame_index)
 
 
 def sample_key(log_id: str, frame_index: int) -> str:
@@ -49,10 +84,14 @@ def sample_key(log_id: str, frame_index: int) -> str:
     """
     if not LOG_ID_PATTERN.match(log_id):
         raise FrameError(
-            f"log id {log_id!r} is not usable in a shard key: use 1-64 characters of [A-Za-z0-9-]"
+            f"log id {log_id!r} is not usable in a shard key: use 1-64 characters of [A-Za-z0-9-]",
+            reason="bad_log_id", log_id=log_id,
         )
     if frame_index < 0:
-        raise FrameError(f"frame index {frame_index} of log {log_id!r} is negative")
+        raise FrameError(
+            f"frame index {frame_index} of log {log_id!r} is negative",
+            reason="bad_frame_index", log_id=log_id, frame_index=frame_index,
+        )
     return f"{log_id}_{frame_index:06d}"
 
 

@@ -1,0 +1,69 @@
+# Drivetrain: `make run` (install + main job on synthetic logs) and `make test` on a fresh clone.
+# torch is pinned to exactly 2.13.0 in pyproject.toml: the CPU wheel of it is on these machines,
+# any other spec pulls a multi-GB CUDA build.
+
+PYTHON3  ?= python3
+VENV     := .venv
+BIN      := $(VENV)/bin
+PANDASET ?= ../shared/data/pandaset/002
+IMAGE    ?= localhost/drivetrain:dev
+OUT      ?= build
+
+# Where MLflow (mlflow.db, mlartifacts/) and the elastic run folders go; see README.md.
+export DRIVETRAIN_HOME ?= $(HOME)/.drivetrain
+
+.PHONY: install dev run run-pandaset test test-all lint package mlflow-ui clean-cache bench-env
+
+$(BIN)/python:
+	$(PYTHON3) -m venv $(VENV)
+
+# Runtime install: torch==2.13.0 + the package (editable, so elastic workers spawned by
+# flytekit import platform_lib/tasks/workflows from this checkout).
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install 'torch==2.13.0' -e .
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed
+	$(BIN)/pip install -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+dev: $(VENV)/.installed-dev
+
+run: install
+	$(BIN)/pyflyte run workflows/training_pipeline.py training_pipeline
+
+run-pandaset: install
+	$(BIN)/pyflyte run workflows/training_pipeline.py training_pipeline \
+		--source pandaset --raw_logs $(PANDASET) --preset pandaset_smoke
+
+test: dev
+	$(BIN)/python -m pytest -m "not slow"
+
+test-all: dev
+	$(BIN)/python -m pytest
+
+lint: dev
+	$(BIN)/ruff check .
+
+# Serialise every Flyte entity (what `pyflyte register` would upload) into $(OUT)/.
+package: install
+	mkdir -p $(OUT)
+	$(BIN)/pyflyte --pkgs workflows package --image $(IMAGE) --output $(OUT)/flyte-package.tgz --force
+
+mlflow-ui: install
+	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(DRIVETRAIN_HOME)/mlflow.db \
+		--default-artifact-root $(DRIVETRAIN_HOME)/mlartifacts --host 127.0.0.1 --port 5000
+
+# Forget flytekit's local task cache (~/.flyte/local-cache): the next run executes every task.
+clean-cache: install
+	$(BIN)/pyflyte local-cache clear
+
+# Loader benchmark environment (not used by CI; ~6.6 GB): a separate venv with the peer
+# libraries, never .venv. Then: .bench-venv/bin/python bench/loader.py (see bench/README.md).
+bench-env:
+	$(PYTHON3) -m venv .bench-venv
+	.bench-venv/bin/pip install 'torch==2.14.1' 'torchvision==0.29.1' 'transformers<5' mosaicml-streaming
+	.bench-venv/bin/pip install pyarrow pandas numpy 'webdataset>=1.0,<2' pandera pillow simplejpeg \
+		fsspec s3fs filelock tqdm tenacity safetensors
+	.bench-venv/bin/pip install --no-deps -e .

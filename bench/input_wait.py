@@ -1,0 +1,115 @@
+"""Input wait of the loader under a simulated accelerator step, and the meter's accuracy.
+
+For each step time T (ms) and worker count, the training loop `time.sleep(T)`s per batch (an
+accelerator step leaves the host CPUs to the loader workers) and `InputWaitMeter` records the
+time blocked on the next batch. Printed: input wait as % of step time, mean and p99 wait,
+excluding the first `--warmup` steps (worker start-up). Then a stall of known length is
+injected before one batch and the meter's reading is compared with it (must be within 10%).
+
+Usage: python bench/input_wait.py [--dataset DIR] [--steps-ms 0 10 50 100] [--workers 1 2 4]
+       [--batch-size 8] [--steps 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from platform_lib.loading import InputWaitMeter, build_loader
+
+
+def ensure_dataset(path: str | None) -> Path:
+    """Use `path`, else the bench/loader.py dataset when built, else build a small synthetic one."""
+    if path:
+        return Path(path)
+    shared = Path(tempfile.gettempdir()) / "drivetrain-bench-loader" / "dataset"
+    if (shared / "manifest.json").exists():
+        return shared
+    from platform_lib.shards import BuildConfig, build_dataset
+    from platform_lib.sources.synthetic import SyntheticConfig, write_synthetic_logs
+
+    work = Path(tempfile.gettempdir()) / "drivetrain-bench-input-wait"
+    dataset = work / "dataset"
+    if not (dataset / "manifest.json").exists():
+        config = SyntheticConfig(num_logs=6, frames_per_log=20, image_width=480, image_height=272)
+        write_synthetic_logs(config, work / "raw")
+        build_dataset("synthetic", work / "raw", dataset,
+                      BuildConfig(shard_size_mb=16, val_fraction=0.0, overwrite=True))
+    return dataset
+
+
+def _epochs(loader) -> Iterator:
+    while True:  # successive epochs, so a small dataset can feed many steps
+        yield from loader
+
+
+def _stalled(batches: Iterable, *, at: int, stall_s: float) -> Iterator:
+    for i, batch in enumerate(batches):
+        if i == at:
+            time.sleep(stall_s)
+        yield batch
+
+
+def measure(dataset: Path, *, step_ms: float, workers: int, batch_size: int, steps: int,
+            warmup: int, stall: tuple[int, float] | None = None) -> dict:
+    loader = build_loader(str(dataset), rank=0, world_size=1, batch_size=batch_size,
+                          num_workers=workers, seed=0, decode="cpu")
+    meter = InputWaitMeter(skip_first=warmup)
+    batches: Iterable = _epochs(loader)
+    if stall is not None:
+        batches = _stalled(batches, at=stall[0], stall_s=stall[1])
+    for i, _ in enumerate(meter.wrap(batches)):
+        time.sleep(step_ms / 1000)
+        if i + 1 >= steps:
+            break
+    return {**meter.summary(), "waits_s": meter.waits_s}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dataset")
+    parser.add_argument("--steps-ms", type=float, nargs="+", default=[0, 10, 50, 100])
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=60, help="steps per measurement")
+    parser.add_argument("--warmup", type=int, default=5, help="leading steps left out (worker start-up)")
+    parser.add_argument("--stall-s", type=float, default=0.5, help="injected stall, in s")
+    parser.add_argument("--json", help="also write the results as JSON here")
+    args = parser.parse_args(argv)
+    dataset = ensure_dataset(args.dataset)
+    print(f"dataset {dataset}, batch {args.batch_size}, {args.steps} steps (first {args.warmup} excluded), "
+          f"{os.cpu_count()} CPUs", flush=True)
+    print(f"{'step ms':>8} {'workers':>8} {'input wait %':>13} {'mean wait ms':>13} {'p99 wait ms':>12}")
+    results = []
+    for step_ms in args.steps_ms:
+        for workers in args.workers:
+            r = measure(dataset, step_ms=step_ms, workers=workers, batch_size=args.batch_size,
+                        steps=args.steps, warmup=args.warmup)
+            results.append({"step_ms": step_ms, "workers": workers, **{k: v for k, v in r.items() if k != "waits_s"}})
+            print(f"{step_ms:8.0f} {workers:8d} {100 * r['input_wait_fraction']:12.2f}% "
+                  f"{1000 * r['mean_wait_s']:13.2f} {1000 * r['p99_wait_s']:12.2f}", flush=True)
+    steps_per_epoch = len(build_loader(str(dataset), rank=0, world_size=1, batch_size=args.batch_size,
+                                       num_workers=0, seed=0))
+    at = max(args.warmup + 1, steps_per_epoch // 2)  # mid-epoch: no worker start-up in the reading
+    if at % steps_per_epoch == 0:
+        at += 1
+    stalled = measure(dataset, step_ms=50, workers=max(args.workers), batch_size=args.batch_size,
+                      steps=at + 10, warmup=args.warmup, stall=(at, args.stall_s))
+    measured = stalled["waits_s"][at]
+    error = abs(measured - args.stall_s) / args.stall_s
+    print(f"injected stall {1000 * args.stall_s:.0f} ms before step {at}: measured {1000 * measured:.1f} ms "
+          f"(error {100 * error:.1f}%, {'within' if error <= 0.10 else 'OUTSIDE'} 10%)")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"grid": results, "stall_s": args.stall_s,
+                                               "stall_measured_s": measured}, indent=2))
+    return 0 if error <= 0.10 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""Node-local cache tier for remote shards.
+
+All ranks and workers of a node share one cache folder. A shard is downloaded once per node
+(one GET of the whole object) under a per-shard file lock, written to a temporary name and
+published with an atomic rename, so a crash never leaves a half shard under the real name.
+Beyond `limit_bytes`, least-recently-used shards (by mtime, touched on every open) are
+evicted. Only folders carrying the cache marker are ever swept, so source data is never
+deleted.
+
+Layout: `<cache_dir>/<dataset_hash[:16]>/<shard path>`, e.g. `.../3fa1.../shards/shard-000000.tar`.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import filelock
+
+from platform_lib.loading.errors import CacheFullError, ShardReadError
+from platform_lib.loading.source import call_with_retries, resolve_fs
+
+__all__ = ["CACHE_MARKER", "CacheStats", "ShardCache", "resolve_cache_dir"]
+
+#: File marking a folder as ours; eviction never walks a folder without it.
+CACHE_MARKER = ".drivetrain-shard-cache"
+_DISK_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+
+def resolve_cache_dir(cache_dir: str | None) -> Path:
+    """Return the cache folder: `cache_dir`, else `$DRIVETRAIN_CACHE`, else ~/.cache/drivetrain/shards."""
+    default = os.environ.get("DRIVETRAIN_CACHE", str(Path.home() / ".cache/drivetrain/shards"))
+    return Path(cache_dir or default)
+
+
+def _remove_if_orphaned(tmp: Path) -> None:
+    """Delete a `.<shard>.tmp-<pid>-<id>` file whose writing process no longer exists."""
+    try:
+        pid = int(tmp.name.rsplit(".tmp-", 1)[1].split("-", 1)[0])
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        tmp.unlink(missing_ok=True)
+    except (ValueError, IndexError, PermissionError):
+        pass
+
+
+@dataclass
+class CacheStats:
+    """Counters of one process's cache use."""
+
+    requests: int = 0
+    """object-store GET requests issued (including retries)"""
+    downloads: int = 0
+    """shards downloaded by this process"""
+    bytes_downloaded: int = 0
+    """bytes downloaded by this process"""
+    hits: int = 0
+    """shard opens served from the cache without a download"""
+    evictions: int = 0
+    """shards this process evicted"""
+
+
+class ShardCache:
+    """Opens shards of one remote dataset through the node-local cache folder."""
+
+    def __init__(
+        self, *, url: str, root: str, storage_options: dict, dataset_hash: str, cache_dir: str | None,
+        limit_bytes: int, max_retries: int, backoff_s: float,
+    ) -> None:
+        self.url, self.root, self.storage_options = url, root, storage_options
+        self.base = resolve_cache_dir(cache_dir)
+        self.folder = self.base / dataset_hash[:16]
+        self.limit_bytes = limit_bytes
+        self.max_retries, self.backoff_s = max_retries, backoff_s
+        self.stats = CacheStats()
+        self._fs = None
+
+    def _filesystem(self):
+        if self._fs is None:  # created lazily: after fork, in the worker that uses it
+            self._fs = resolve_fs(self.url, self.storage_options)[0]
+        return self._fs
+
+    def open(self, shard_path: str, expected_bytes: int) -> int:
+        """Return a read-only file descriptor of the cached shard, downloading it when absent.
+
+        Raises:
+            CacheFullError: the cache disk is full (ENOSPC, EDQUOT, EFBIG).
+            ObjectStoreUnreachableError: the download kept failing after retries.
+            ShardReadError: the object's size differs from the manifest.
+        """
+        local = self.folder / shard_path
+        local.parent.mkdir(parents=True, exist_ok=True)
+        (self.folder / CACHE_MARKER).touch(exist_ok=True)
+        with filelock.FileLock(f"{local}.lock"):
+            if local.exists() and local.stat().st_size == expected_bytes:
+                self.stats.hits += 1
+            else:
+                self._download(shard_path, local, expected_bytes)
+            os.utime(local)
+            fd = os.open(local, os.O_RDONLY)
+        self._evict(keep=local)
+        return fd
+
+    def prefetch(self, shard_path: str, expected_bytes: int) -> None:
+        """Download the shard into the cache if absent (from a background thread); errors are
+        left for the later `open` of the same shard to raise."""
+        try:
+            os.close(self.open(shard_path, expected_bytes))
+        except Exception:  # noqa: BLE001 - the reading path retries and reports
+            pass
+
+    def _download(self, shard_path: str, local: Path, expected_bytes: int) -> None:
+        remote = f"{self.root}/{shard_path}"
+        tmp = local.with_name(f".{local.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+
+        def fetch() -> None:
+            self.stats.requests += 1
+            self._filesystem().get_file(remote, str(tmp))
+
+        try:
+            call_with_retries(fetch, what=f"downloading {self.url}/{shard_path}",
+                              max_retries=self.max_retries, backoff_s=self.backoff_s)
+            size = tmp.stat().st_size
+            if size != expected_bytes:
+                raise ShardReadError(
+                    f"{self.url}/{shard_path}: object has {size} bytes, the manifest says "
+                    f"{expected_bytes} (truncated or replaced); rebuild or re-upload the dataset"
+                )
+            os.replace(tmp, local)
+        except OSError as exc:
+            if exc.errno in _DISK_FULL:
+                raise CacheFullError(
+                    f"cache folder {self.folder} is full ({os.strerror(exc.errno)}) while writing "
+                    f"{shard_path} ({expected_bytes} bytes): free disk space, point "
+                    "LoaderConfig.cache_dir at a larger disk, or lower cache_limit_bytes"
+                ) from exc
+            raise
+        finally:
+            tmp.unlink(missing_ok=True)
+        self.stats.downloads += 1
+        self.stats.bytes_downloaded += expected_bytes
+
+    def _evict(self, *, keep: Path) -> None:
+        """Delete least-recently-used cached shards until the cache holds <= limit_bytes, and
+        temporary files left by crashed downloads."""
+        with filelock.FileLock(str(self.base / ".evict.lock")):
+            cached = []
+            for marker in self.base.glob(f"*/{CACHE_MARKER}"):
+                for path in marker.parent.rglob("*.tar*"):
+                    if path.name.startswith(".") and ".tar.tmp-" in path.name:
+                        _remove_if_orphaned(path)
+                    elif path.name.endswith(".tar") and not path.name.startswith("."):
+                        st = path.stat()
+                        cached.append((st.st_mtime_ns, st.st_size, path))
+            total = sum(size for _, size, _ in cached)
+            for _, size, path in sorted(cached):
+                if total <= self.limit_bytes:
+                    break
+                if path == keep:
+                    continue
+                try:  # a shard being downloaded or opened right now is skipped
+                    with filelock.FileLock(f"{path}.lock", timeout=0):
+                        path.unlink(missing_ok=True)
+                except filelock.Timeout:
+                    continue
+                total -= size
+                self.stats.evictions += 1

@@ -1,0 +1,111 @@
+"""Configuration of the BEV fusion model and its sample preparation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from platform_lib.models.targets import BEVGrid
+
+__all__ = ["BEVFusionConfig"]
+
+
+@dataclass(kw_only=True, frozen=True)
+class BEVFusionConfig:
+    """BEV grid, sensor inputs and channel widths of a `BEVFusion` model.
+
+    Flat scalar fields only (no tuples or nested configs), so the config serialises
+    unchanged as a Flyte / MLflow parameter.
+    """
+
+    name: str = "bev_fusion_small"
+    """preset name, recorded with exported weights"""
+    x_min: float = -25.6
+    """rear edge of the BEV grid, in m (ego x)"""
+    x_max: float = 25.6
+    """front edge of the BEV grid, in m (ego x)"""
+    y_min: float = -25.6
+    """right edge of the BEV grid, in m (ego y)"""
+    y_max: float = 25.6
+    """left edge of the BEV grid, in m (ego y)"""
+    resolution: float = 0.8
+    """BEV cell edge length, in m/cell"""
+    z_min: float = -3.0
+    """lowest LiDAR/radar point kept, in m (ego z; the ego origin is the LiDAR)"""
+    z_max: float = 3.0
+    """highest LiDAR/radar point kept, in m (ego z)"""
+    lidar_z_bins: int = 4
+    """number of height slices with their own LiDAR occupancy channel"""
+    intensity_scale: float = 255.0
+    """LiDAR intensity that maps to 1.0 (sensor units)"""
+    max_cameras: int = 6
+    """camera slots per sample; fewer cameras are zero-padded and masked, more is an error"""
+    camera_height: int = 48
+    """height of the downsampled camera image fed to the CNN, in pixels"""
+    camera_width: int = 80
+    """width of the downsampled camera image fed to the CNN, in pixels"""
+    camera_stride: int = 4
+    """downsampling of the camera CNN (power of 2); image columns per feature column"""
+    lift_depth_bins: int = 4
+    """depth bins per camera feature column in the lift to BEV"""
+    lift_max_depth: float = 40.0
+    """farthest distance along the optical axis that camera features are lifted to, in m"""
+    lift_z: float = -1.0
+    """ego height of the BEV cell centre projected into the cameras, in m"""
+    lidar_channels: int = 32
+    """channels of the LiDAR BEV encoder"""
+    camera_channels: int = 16
+    """channels of the camera features lifted to BEV"""
+    radar_channels: int = 8
+    """channels of the radar BEV encoder"""
+    fusion_channels: int = 48
+    """channels of the fused BEV trunk"""
+    num_classes: int = 3
+    """occupancy heads: vehicle, pedestrian, cyclist"""
+
+    def __post_init__(self) -> None:
+        self.grid  # validates extent and resolution  # noqa: B018
+        bad = [
+            name
+            for name in (
+                "lidar_z_bins", "max_cameras", "camera_height", "camera_width", "camera_stride",
+                "lift_depth_bins", "lidar_channels", "camera_channels", "radar_channels",
+                "fusion_channels", "num_classes",
+            )
+            if getattr(self, name) < 1
+        ]
+        if bad:
+            raise ValueError(f"BEVFusionConfig fields must be >= 1: {', '.join(bad)}")
+        if self.camera_stride & (self.camera_stride - 1):
+            raise ValueError(f"camera_stride must be a power of 2, got {self.camera_stride}")
+        if self.camera_width % self.camera_stride or self.camera_height % self.camera_stride:
+            raise ValueError(
+                f"camera_height/camera_width ({self.camera_height}x{self.camera_width}) must be "
+                f"multiples of camera_stride ({self.camera_stride})"
+            )
+        if not self.z_max > self.z_min:
+            raise ValueError(f"z_max ({self.z_max}) must exceed z_min ({self.z_min})")
+        if not (self.lift_max_depth > 0 and self.intensity_scale > 0):
+            raise ValueError("lift_max_depth and intensity_scale must be > 0")
+        if (self.grid.height % 2) or (self.grid.width % 2):
+            raise ValueError(
+                f"the BEV grid ({self.grid.height}x{self.grid.width} cells from x_min/x_max/"
+                f"y_min/y_max/resolution) must have an even number of rows and columns"
+            )
+
+    @property
+    def grid(self) -> BEVGrid:
+        """The BEV grid (H = rows along ego x, W = columns along ego y)."""
+        return BEVGrid(
+            x_min=self.x_min, x_max=self.x_max, y_min=self.y_min, y_max=self.y_max,
+            resolution=self.resolution,
+        )
+
+    @property
+    def lidar_features(self) -> int:
+        """Input channels of the LiDAR BEV tensor (4 statistics + one per height slice)."""
+        return 4 + self.lidar_z_bins
+
+    @property
+    def camera_columns(self) -> int:
+        """Feature columns per camera after the CNN (camera_width // camera_stride)."""
+        return self.camera_width // self.camera_stride

@@ -1,0 +1,120 @@
+"""BEV fusion network: LiDAR, camera and radar branches fused into per-class occupancy logits.
+
+Shape legend (B batch, N camera slots, H x W BEV cells, h x w camera image,
+K = camera_columns * lift_depth_bins lift slots per camera):
+    lidar_bev      (B, 4 + Z, H, W) float
+    radar_bev      (B, 2, H, W)     float
+    camera_images  (B, N, 3, h, w)  float
+    camera_index   (B, N, H, W)     int64, -1 = not seen
+    logits         (B, 3, H, W)     float, one occupancy logit per class group and cell
+
+Data flow: each branch is a top-level child module (`lidar_encoder`, `camera_encoder`,
+`radar_encoder`, `fusion_down`, `fusion_up`, `head`), so parallelism can be
+applied per block from outside (see `platform_lib.training.parallel.apply_fsdp`). The
+model knows nothing of ranks or devices.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from platform_lib.models.bev_fusion.config import BEVFusionConfig
+
+__all__ = ["BEVFusion", "CameraEncoder", "ConvBlock"]
+
+
+class ConvBlock(nn.Sequential):
+    """3x3 convolution, GroupNorm (batch-size independent) and ReLU."""
+
+    def __init__(self, c_in: int, c_out: int, stride: int = 1) -> None:
+        groups = 8 if c_out % 8 == 0 else 1
+        super().__init__(
+            nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1, bias=False),
+            nn.GroupNorm(groups, c_out),
+            nn.ReLU(inplace=True),
+        )
+
+
+class CameraEncoder(nn.Module):
+    """Image CNN -> per-column features -> lift slots (column x depth bin) -> BEV.
+
+    The CNN reduces the image by `camera_stride`, averages each feature column over the
+    image height and predicts `camera_channels` features for each of the
+    `lift_depth_bins` depth bins of that column. Each BEV cell then gathers the slot that
+    `camera_index` names for it and averages over the cameras that see it.
+    """
+
+    def __init__(self, cfg: BEVFusionConfig) -> None:
+        super().__init__()
+        width = max(8, cfg.camera_channels // 2)
+        layers: list[nn.Module] = [ConvBlock(3, width)]
+        for _ in range(cfg.camera_stride.bit_length() - 1):
+            layers.append(ConvBlock(width, cfg.camera_channels, stride=2))
+            width = cfg.camera_channels
+        self.cnn = nn.Sequential(*layers)
+        self.to_slots = nn.Conv1d(width, cfg.camera_channels * cfg.lift_depth_bins, 1)
+        self.channels = cfg.camera_channels
+        self.depth_bins = cfg.lift_depth_bins
+
+    def forward(self, images: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """Lift camera features to BEV.
+
+        Args:
+            images: (B, N, 3, h, w) float.
+            index: (B, N, H, W) int64 lift slot per cell, -1 = not seen.
+
+        Returns:
+            (B, camera_channels, H, W) mean feature over the cameras that see each cell.
+        """
+        b, n = images.shape[:2]
+        feats = self.cnn(images.flatten(0, 1)).mean(dim=2)  # (B*N, C', w')
+        slots = self.to_slots(feats)  # (B*N, C*D, w')
+        cols = slots.shape[-1]
+        slots = slots.view(b, n, self.channels, self.depth_bins, cols).transpose(3, 4)
+        slots = slots.reshape(b, n, self.channels, cols * self.depth_bins)
+        h, w = index.shape[-2:]
+        seen = (index >= 0).flatten(2)  # (B, N, H*W)
+        gather = index.clamp(min=0).flatten(2).unsqueeze(2).expand(b, n, self.channels, h * w)
+        bev = torch.gather(slots, 3, gather) * seen.unsqueeze(2).to(slots.dtype)
+        count = seen.sum(dim=1).clamp(min=1).to(slots.dtype).view(b, 1, h, w)
+        return bev.sum(dim=1).view(b, self.channels, h, w) / count
+
+
+class BEVFusion(nn.Module):
+    """LiDAR + camera + radar BEV fusion with per-class occupancy heads.
+
+    Trunk: the concatenated branch features are fused at half resolution (stride-2 block,
+    two blocks at H/2 x W/2), upsampled and joined with the full-resolution LiDAR features
+    for the per-cell heads, so small objects keep full-resolution evidence.
+    """
+
+    def __init__(self, cfg: BEVFusionConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        c_l, c_c, c_r, c_f = cfg.lidar_channels, cfg.camera_channels, cfg.radar_channels, cfg.fusion_channels
+        self.lidar_encoder = ConvBlock(cfg.lidar_features, c_l)
+        self.camera_encoder = CameraEncoder(cfg)
+        self.radar_encoder = ConvBlock(2, c_r)
+        self.fusion_down = nn.Sequential(
+            ConvBlock(c_l + c_c + c_r, c_f, stride=2), ConvBlock(c_f, c_f), ConvBlock(c_f, c_f)
+        )
+        self.fusion_up = ConvBlock(c_f + c_l, c_l)
+        self.head = nn.Conv2d(c_l, cfg.num_classes, 1)
+        nn.init.constant_(self.head.bias, -2.0)  # start near the (sparse) occupancy prior
+
+    def forward(
+        self,
+        lidar_bev: torch.Tensor,
+        radar_bev: torch.Tensor,
+        camera_images: torch.Tensor,
+        camera_index: torch.Tensor,
+    ) -> torch.Tensor:
+        """Return (B, num_classes, H, W) occupancy logits; shapes in the module docstring."""
+        lidar = self.lidar_encoder(lidar_bev)
+        fused = torch.cat(
+            [lidar, self.camera_encoder(camera_images, camera_index), self.radar_encoder(radar_bev)], dim=1
+        )
+        coarse = F.interpolate(self.fusion_down(fused), size=lidar.shape[-2:], mode="nearest")
+        return self.head(self.fusion_up(torch.cat([coarse, lidar], dim=1)))

@@ -1,0 +1,161 @@
+"""Turn a decoded sample into the fixed-size tensors of `BEVFusion` (runs in loader workers).
+
+Shape legend (H x W BEV cells, N = cfg.max_cameras, h x w downsampled camera image,
+K = camera_columns * lift_depth_bins lift slots per camera):
+    lidar_bev      (4 + Z, H, W) float32  occupancy, log1p(count), max height in [0, 1],
+                                          mean intensity / intensity_scale, Z height-slice occupancies
+    radar_bev      (2, H, W)     float32  log1p(count), mean radial velocity (m/s); zeros without radar
+    camera_images  (N, 3, h, w)  float32  RGB in [-0.5, 0.5]; zero for empty slots
+    camera_index   (N, H, W)     int64    lift slot in [0, K) that each BEV cell reads from each
+                                          camera, or -1 (cell not seen by that camera / empty slot)
+    target         (3, H, W)     float32  cuboid footprint occupancy (vehicle, pedestrian, cyclist)
+
+Camera lift: the centre of every BEV cell, at ego height `lift_z`, is projected into each
+camera with its extrinsics (ego_from_camera) and intrinsics. The cell reads the camera
+feature column its projection falls into, in the depth bin of its distance along the
+optical axis (`lift_depth_bins` equal bins up to `lift_max_depth`). Every feature of a
+column is thereby splatted along that column's viewing frustum.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import simplejpeg
+import torch
+from PIL import Image
+
+from platform_lib.models.bev_fusion.config import BEVFusionConfig
+from platform_lib.models.targets import rasterise_cuboids
+
+__all__ = ["build_sample_transform", "compute_camera_index", "prepare_sample"]
+
+
+def _scatter_lidar(points: np.ndarray, cfg: BEVFusionConfig) -> np.ndarray:
+    grid = cfg.grid
+    h, w = grid.height, grid.width
+    out = np.zeros((cfg.lidar_features, h, w), dtype=np.float32)
+    pts = np.asarray(points, dtype=np.float32).reshape(-1, 4)
+    rows, cols, inside = grid.cell_index(pts[:, 0], pts[:, 1])
+    keep = inside & (pts[:, 2] >= cfg.z_min) & (pts[:, 2] < cfg.z_max)
+    if not keep.any():
+        return out
+    flat = rows[keep] * w + cols[keep]
+    z01 = (pts[keep, 2] - cfg.z_min) / (cfg.z_max - cfg.z_min)
+    count = np.bincount(flat, minlength=h * w).astype(np.float32)
+    max_z = np.zeros(h * w, dtype=np.float32)
+    np.maximum.at(max_z, flat, z01.astype(np.float32))
+    intensity = np.bincount(flat, weights=pts[keep, 3], minlength=h * w)
+    mean_i = intensity / np.maximum(count, 1.0) / cfg.intensity_scale
+    out[0] = (count > 0).reshape(h, w)
+    out[1] = np.log1p(count).reshape(h, w)
+    out[2] = max_z.reshape(h, w)
+    out[3] = mean_i.reshape(h, w)
+    z_bin = np.minimum((z01 * cfg.lidar_z_bins).astype(np.int64), cfg.lidar_z_bins - 1)
+    occ = np.bincount(z_bin * (h * w) + flat, minlength=cfg.lidar_z_bins * h * w)
+    out[4:] = (occ > 0).reshape(cfg.lidar_z_bins, h, w)
+    return out
+
+
+def _scatter_radar(points: np.ndarray | None, cfg: BEVFusionConfig) -> np.ndarray:
+    grid = cfg.grid
+    h, w = grid.height, grid.width
+    out = np.zeros((2, h, w), dtype=np.float32)
+    if points is None or len(points) == 0:
+        return out
+    pts = np.asarray(points, dtype=np.float32).reshape(-1, 5)
+    rows, cols, inside = grid.cell_index(pts[:, 0], pts[:, 1])
+    keep = inside & (pts[:, 2] >= cfg.z_min) & (pts[:, 2] < cfg.z_max)
+    flat = rows[keep] * w + cols[keep]
+    count = np.bincount(flat, minlength=h * w).astype(np.float32)
+    velocity = np.bincount(flat, weights=pts[keep, 3], minlength=h * w)
+    out[0] = np.log1p(count).reshape(h, w)
+    out[1] = (velocity / np.maximum(count, 1.0)).reshape(h, w)
+    return out
+
+
+def _resize_image(image: np.ndarray | bytes, cfg: BEVFusionConfig) -> np.ndarray:
+    if isinstance(image, bytes | bytearray | memoryview):
+        image = simplejpeg.decode_jpeg(
+            bytes(image), colorspace="RGB", min_height=cfg.camera_height, min_width=cfg.camera_width
+        )
+    pil = Image.fromarray(np.ascontiguousarray(image, dtype=np.uint8))
+    small = pil.resize((cfg.camera_width, cfg.camera_height), Image.Resampling.BILINEAR)
+    return (np.asarray(small, dtype=np.float32) / 255.0 - 0.5).transpose(2, 0, 1)
+
+
+def compute_camera_index(calib: Mapping[str, Any], cfg: BEVFusionConfig) -> np.ndarray:
+    """Return the lift slot each BEV cell reads from one camera.
+
+    Args:
+        calib: one camera of `calib.json`: "width", "height" (pixels), "intrinsics"
+            (3, 3) K in pixels, "extrinsics" (4, 4) ego_from_camera (OpenCV camera axes).
+        cfg: model config (grid, camera_stride, lift_*).
+
+    Returns:
+        (H, W) int64 slot `column * lift_depth_bins + depth_bin` in
+        [0, camera_columns * lift_depth_bins), or -1 where the cell centre (at ego height
+        `lift_z`) projects behind the camera, beyond `lift_max_depth` or outside the image width.
+    """
+    xs, ys = cfg.grid.cell_centres()
+    pts = np.stack([xs.ravel(), ys.ravel(), np.full(xs.size, cfg.lift_z), np.ones(xs.size)])
+    ego_from_camera = np.asarray(calib["extrinsics"], dtype=np.float64).reshape(4, 4)
+    cam = (np.linalg.inv(ego_from_camera) @ pts)[:3]
+    k = np.asarray(calib["intrinsics"], dtype=np.float64).reshape(3, 3)
+    depth = cam[2]
+    in_front = depth > 0.1
+    u = np.where(in_front, (k[0, 0] * cam[0] + k[0, 1] * cam[1]) / np.where(in_front, depth, 1.0) + k[0, 2], -1.0)
+    column = np.floor(u / float(calib["width"]) * cfg.camera_columns).astype(np.int64)
+    depth_bin = np.floor(depth / cfg.lift_max_depth * cfg.lift_depth_bins).astype(np.int64)
+    valid = in_front & (column >= 0) & (column < cfg.camera_columns) & (depth_bin < cfg.lift_depth_bins)
+    slot = np.where(valid, column * cfg.lift_depth_bins + depth_bin, -1)
+    return slot.reshape(cfg.grid.height, cfg.grid.width)
+
+
+def prepare_sample(sample: Mapping[str, Any], cfg: BEVFusionConfig) -> dict[str, torch.Tensor]:
+    """Build the model inputs and the BEV target of one decoded sample.
+
+    Args:
+        sample: a decoded sample (docs/format.md); cameras as (H, W, 3) uint8 RGB arrays
+            or JPEG bytes, points in the ego frame.
+        cfg: model config.
+
+    Returns:
+        dict with "lidar_bev", "radar_bev", "camera_images", "camera_index", "target"
+        (shapes in the module docstring).
+
+    Raises:
+        ValueError: naming the sample key, if it has more cameras than `cfg.max_cameras`
+            or a camera without calibration.
+    """
+    key = sample.get("__key__", "?")
+    cameras = dict(sample.get("cameras") or {})
+    calib = (sample.get("calib") or {}).get("cameras", {})
+    if len(cameras) > cfg.max_cameras:
+        raise ValueError(
+            f"sample {key}: {len(cameras)} cameras but the model has max_cameras="
+            f"{cfg.max_cameras}; raise max_cameras in the model config"
+        )
+    grid = cfg.grid
+    images = np.zeros((cfg.max_cameras, 3, cfg.camera_height, cfg.camera_width), dtype=np.float32)
+    index = np.full((cfg.max_cameras, grid.height, grid.width), -1, dtype=np.int64)
+    for slot, name in enumerate(sorted(cameras)):
+        if name not in calib:
+            raise ValueError(f"sample {key}: camera {name!r} has no entry in calib.json")
+        images[slot] = _resize_image(cameras[name], cfg)
+        index[slot] = compute_camera_index(calib[name], cfg)
+    return {
+        "lidar_bev": torch.from_numpy(_scatter_lidar(sample["lidar"], cfg)),
+        "radar_bev": torch.from_numpy(_scatter_radar(sample.get("radar"), cfg)),
+        "camera_images": torch.from_numpy(images),
+        "camera_index": torch.from_numpy(index),
+        "target": torch.from_numpy(rasterise_cuboids(sample.get("cuboids") or {}, grid)),
+    }
+
+
+def build_sample_transform(cfg: BEVFusionConfig) -> Callable[[Mapping[str, Any]], dict[str, torch.Tensor]]:
+    """Return a picklable `sample -> tensors` callable for loader workers (`prepare_sample` bound to `cfg`)."""
+    return functools.partial(prepare_sample, cfg=cfg)

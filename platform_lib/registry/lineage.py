@@ -1,0 +1,222 @@
+"""Lineage: the content hashes and ids that tie a model version to what produced it.
+
+Every registered model version carries these tags (see `build_lineage`):
+
+    dataset_hash        manifest["dataset_hash"] of the dataset it was trained on
+    val_split_hash      sha256 over the content hashes of the validation samples (`hash_val_split`)
+    raw_logs_hash       content hash of the raw-log location the dataset was built from
+    source_log_hashes   JSON {log_id: content_hash} from manifest["source_logs"]
+    code_version        git commit of the work tree (suffix "+dirty" when it has uncommitted
+                        changes), or "drivetrain==<version>" outside a git work tree
+    config_hash         sha256 of the canonical JSON of the TrainConfig (`hash_config`)
+    seed                training seed
+    flyte_execution_id  Flyte execution name, or "local" outside a Flyte execution
+
+Raw-log content keys (`hash_raw_location`): a local folder hashes its bytes
+(`platform_lib.sources.hashing.hash_raw_log`: sha256 over the sorted `relpath\\0file_sha256\\n`
+lines of every non-hidden file); an object-storage prefix (s3://, gs://, ...) uses each
+object's version id, else its ETag, instead of reading the bytes, so hashing a bucket costs one
+listing (an ETag changes whenever the object's bytes change).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import subprocess
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pyarrow.parquet as pq
+
+from platform_lib.sources.hashing import hash_raw_log, list_raw_files
+
+__all__ = [
+    "Lineage",
+    "build_lineage",
+    "hash_config",
+    "hash_raw_location",
+    "hash_val_split",
+    "resolve_code_version",
+    "resolve_flyte_execution_id",
+    "to_canonical_json",
+]
+
+@dataclass(kw_only=True, frozen=True)
+class Lineage:
+    """What a model version was made from; every field becomes an MLflow tag."""
+
+    dataset_hash: str
+    """manifest dataset_hash of the training dataset"""
+    val_split_hash: str
+    """sha256 over the validation samples' content hashes; identifies the validation set"""
+    raw_logs_hash: str
+    """content hash of the raw-log location (see `hash_raw_location`)"""
+    source_log_hashes: str
+    """JSON object {log_id: raw content hash} from the manifest"""
+    code_version: str
+    """git commit (+dirty) or drivetrain==<version>"""
+    config_hash: str
+    """sha256 of the canonical JSON of the training config"""
+    seed: int
+    """training seed"""
+    flyte_execution_id: str
+    """Flyte execution name, "local" outside Flyte"""
+
+    def to_tags(self) -> dict[str, str]:
+        """Return the lineage as MLflow tags (all values strings)."""
+        return {f.name: str(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+
+def to_canonical_json(obj: Any) -> str:
+    """Return the canonical JSON of a (nested) dataclass or JSON-able value.
+
+    Keys sorted, no whitespace, floats as Python repr; the same config gives the same string.
+    """
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        obj = dataclasses.asdict(obj)
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def hash_config(config: Any) -> str:
+    """Return the sha256 hex of `to_canonical_json(config)`."""
+    return hashlib.sha256(to_canonical_json(config).encode()).hexdigest()
+
+
+def hash_raw_location(location: str) -> str:
+    """Return the content key of a raw-log folder, local or on object storage.
+
+    Args:
+        location: local folder path, `file://` URL, or an fsspec URL such as `s3://bucket/logs/`.
+
+    Returns:
+        sha256 hex. Local files: over sorted `relpath\\0sha256(bytes)\\n`. Remote objects: over
+        sorted `relpath\\0version_id-or-ETag\\n` (no bytes are read).
+
+    Raises:
+        FileNotFoundError: the location does not exist or is not a folder.
+        ValueError: the location holds no files, or a remote object has neither ETag nor
+            version id.
+    """
+    fs, root = fsspec.core.url_to_fs(location)
+    if not fs.isdir(root):
+        raise FileNotFoundError(
+            f"raw_logs {location!r} does not exist or is not a folder: pass a folder of raw logs"
+        )
+    protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
+    if "file" in protocols or "local" in protocols:
+        if not list_raw_files(root):
+            raise ValueError(f"raw_logs {location!r} is an empty folder: it holds no raw log files")
+        return hash_raw_log(root)
+    lines = []
+    for path, info in sorted(fs.find(root, detail=True).items()):
+        rel = os.path.relpath(path, root).replace(os.sep, "/")
+        if rel.startswith(".") or "/." in rel:
+            continue  # hidden tool state, skipped like `list_raw_files` does
+        key = info.get("VersionId") or info.get("version_id") or info.get("ETag") or info.get("etag")
+        if not key:
+            raise ValueError(
+                f"object {path!r} under raw_logs {location!r} has no ETag or version id; "
+                "use a store that reports one or copy the logs to a local folder"
+            )
+        lines.append(f"{rel}\0{str(key).strip(chr(34))}\n")
+    if not lines:
+        raise ValueError(f"raw_logs {location!r} is an empty folder: it holds no raw log files")
+    return hashlib.sha256("".join(lines).encode()).hexdigest()
+
+
+def hash_val_split(dataset_dir: str | Path, split: str = "val") -> str:
+    """Return the identity of a dataset's validation set.
+
+    sha256 over the sorted `key\\0content_hash\\n` of the index rows of `split`, so two datasets
+    whose validation samples are byte-identical share it even if their train splits differ.
+
+    Raises:
+        FileNotFoundError: `index.parquet` is missing.
+        ValueError: the split has no samples.
+    """
+    index_path = Path(dataset_dir) / "index.parquet"
+    if not index_path.is_file():
+        raise FileNotFoundError(f"{index_path} is missing: {dataset_dir} is not a built dataset")
+    table = pq.read_table(index_path, columns=["key", "split", "content_hash"]).to_pydict()
+    rows = sorted(
+        (k, h) for k, s, h in zip(table["key"], table["split"], table["content_hash"], strict=True)
+        if s == split
+    )
+    if not rows:
+        raise ValueError(f"dataset {dataset_dir} has no {split!r} samples in index.parquet")
+    return hashlib.sha256("".join(f"{k}\0{h}\n" for k, h in rows).encode()).hexdigest()
+
+
+def resolve_code_version(root: str | Path | None = None) -> str:
+    """Return the git commit of the package's work tree, or the package version outside git.
+
+    Args:
+        root: folder to ask git about; default: the checkout this module was imported from.
+
+    A work tree with uncommitted changes to tracked files gets the suffix "+dirty".
+    """
+    root = Path(root) if root is not None else Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+            timeout=10, check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.strip()
+        return f"{commit}+dirty" if dirty else commit
+    except (OSError, subprocess.SubprocessError):
+        return f"drivetrain=={metadata.version('drivetrain')}"
+
+
+def resolve_flyte_execution_id() -> str:
+    """Return the current Flyte execution name, or "local" outside a Flyte execution.
+
+    `pyflyte run` without `--remote` reports the placeholder execution id "local" too.
+    """
+    try:
+        import flytekit
+
+        name = flytekit.current_context().execution_id.name
+    except Exception:  # noqa: BLE001 - no Flyte context at all
+        return "local"
+    return name or "local"
+
+
+def build_lineage(
+    *,
+    manifest: dict[str, Any],
+    dataset_dir: str | Path,
+    config: Any,
+    seed: int,
+    raw_logs_hash: str = "",
+    execution_id: str | None = None,
+) -> Lineage:
+    """Collect the lineage of a model trained on `dataset_dir` with `config`.
+
+    Args:
+        manifest: the dataset's manifest dict (`platform_lib.shards.load_manifest`).
+        dataset_dir: local dataset folder (for the validation split hash).
+        config: the training config dataclass.
+        seed: training seed.
+        raw_logs_hash: content hash of the raw-log location ("" when unknown).
+        execution_id: Flyte execution id; resolved from the Flyte context when None.
+    """
+    logs = {log["log_id"]: log["content_hash"] for log in manifest.get("source_logs", [])}
+    return Lineage(
+        dataset_hash=manifest["dataset_hash"],
+        val_split_hash=hash_val_split(dataset_dir),
+        raw_logs_hash=raw_logs_hash or "unknown",
+        source_log_hashes=json.dumps(logs, sort_keys=True, separators=(",", ":")),
+        code_version=resolve_code_version(),
+        config_hash=hash_config(config),
+        seed=int(seed),
+        flyte_execution_id=execution_id or resolve_flyte_execution_id(),
+    )

@@ -1,0 +1,97 @@
+"""Record one finished training run in MLflow and register its model: the pipeline's last step.
+
+`record_training_run` reads only files the earlier steps wrote (run folder of `train()`,
+dataset manifest/index, evaluation table), so it can be re-run on its own for a past run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from platform_lib.registry.lineage import build_lineage
+from platform_lib.registry.mlflow_store import (
+    configure_mlflow,
+    log_eval_table,
+    log_params,
+    log_step_metrics,
+    start_training_run,
+)
+from platform_lib.registry.register import Registration, register_model_version
+from platform_lib.shards import load_manifest
+
+__all__ = ["record_training_run"]
+
+
+def _eval_table(eval_json: Path) -> dict[str, Any]:
+    data = json.loads(eval_json.read_text())
+    return {
+        "iou": data["iou"], "mean_iou": data["mean_iou"], "baseline_iou": data["baseline_iou"],
+        "baseline_mean_iou": data["baseline_mean_iou"], "num_samples": data["num_samples"],
+        "split": data["split"], "table": data.get("table", []),
+    }
+
+
+def record_training_run(
+    *,
+    model_name: str,
+    run_dir: str | Path,
+    dataset_dir: str | Path,
+    eval_json: str | Path,
+    config: Any,
+    raw_logs_hash: str = "",
+    execution_id: str | None = None,
+) -> Registration:
+    """Log params, step metrics, eval table and lineage to a new MLflow run; register the model.
+
+    Args:
+        model_name: registered model name.
+        run_dir: output folder of `platform_lib.training.train` (model.safetensors,
+            metrics.jsonl).
+        dataset_dir: the dataset trained and evaluated on (manifest.json, index.parquet).
+        eval_json: eval_metrics.json written by `platform_lib.training.evaluate`.
+        config: the TrainConfig of the run.
+        raw_logs_hash: content hash of the raw logs the dataset was built from.
+        execution_id: Flyte execution id; resolved from the Flyte context when None.
+
+    Returns:
+        The new model version and the champion decision.
+
+    Raises:
+        FileNotFoundError: a required file is missing (named).
+        ValueError: the evaluation has no mean IoU (empty validation split).
+    """
+    run_dir, dataset_dir, eval_json = Path(run_dir), Path(dataset_dir), Path(eval_json)
+    for path in (run_dir / "model.safetensors", run_dir / "metrics.jsonl", eval_json):
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} is missing: the training/evaluation step did not finish")
+    manifest = load_manifest(dataset_dir)
+    table = _eval_table(eval_json)
+    if table["mean_iou"] is None or not math.isfinite(table["mean_iou"]):
+        raise ValueError(f"{eval_json} has no mean IoU: the validation split has nothing to score")
+    lineage = build_lineage(
+        manifest=manifest, dataset_dir=dataset_dir, config=config, seed=config.seed,
+        raw_logs_hash=raw_logs_hash, execution_id=execution_id,
+    )
+    client = configure_mlflow()
+    tags = lineage.to_tags() | {"model_name": model_name, "source": manifest["source"]}
+    run_id = start_training_run(client, run_name=f"{model_name}-{lineage.config_hash[:8]}", tags=tags)
+    try:
+        log_params(client, run_id, {"train": config.to_dict(), "dataset": {
+            "dataset_hash": manifest["dataset_hash"], "source": manifest["source"],
+            "num_samples": manifest["num_samples"], "splits": manifest["splits"].get("counts", {}),
+        }})
+        log_step_metrics(client, run_id, run_dir / "metrics.jsonl")
+        log_eval_table(client, run_id, table)
+        client.log_artifact(run_id, str(eval_json), "eval")
+        registration = register_model_version(
+            name=model_name, run_id=run_id, weights_path=run_dir / "model.safetensors",
+            train_config=config, lineage=lineage, mean_iou=table["mean_iou"], client=client,
+        )
+    except BaseException:
+        client.set_terminated(run_id, status="FAILED")
+        raise
+    client.set_terminated(run_id, status="FINISHED")
+    return registration

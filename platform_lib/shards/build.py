@@ -1,0 +1,271 @@
+"""Build a dataset: frames -> checked -> encoded -> shards + index -> manifest (last) -> publish.
+
+Publishing: everything is written into a staging folder beside the output
+(`<parent>/.<name>.staging-<pid>/`: shards renamed from `*.tmp-<pid>` after fsync, index via
+temp+rename, manifest.json last via temp+rename), then the staging folder is renamed to the
+output. A crash leaves the output untouched (no manifest, so readers refuse a half-built
+folder) and at most a staging folder that is safe to delete. An output folder that already
+holds a dataset is refused unless `overwrite=True`, which swaps the new dataset in by rename
+and only then deletes the old one; a non-empty folder that is not a dataset is always refused.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import shutil
+import sys
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import pyarrow as pa
+from tqdm import tqdm
+
+from platform_lib.shards.build_report import BadFrames
+from platform_lib.shards.errors import BuildError
+from platform_lib.shards.index import INDEX_NAME, write_index
+from platform_lib.shards.manifest import (
+    FORMAT_VERSION,
+    MANIFEST_NAME,
+    builder_version,
+    compute_dataset_hash,
+    write_manifest,
+)
+from platform_lib.shards.prepare import PreparedFrame, prepare_frame, prepare_log
+from platform_lib.shards.sources import hash_logs, iter_log, list_logs
+from platform_lib.shards.split import SPLIT_METHODS, assign_splits
+from platform_lib.shards.writer import ShardWriter, fsync_dir
+from platform_lib.sources.frame import CLASS_GROUPS, Frame, FrameError
+
+__all__ = ["BuildConfig", "build_dataset", "write_dataset"]
+
+
+@dataclass(kw_only=True, frozen=True)
+class BuildConfig:
+    """How raw frames become a dataset (see docs/format.md and platform_lib/shards/README.md)."""
+
+    shard_size_mb: float = 256.0
+    """target shard size, in MB (10**6 bytes). Tens to hundreds of MB amortise the per-request
+    latency of object stores (~10-100 ms per GET) over a long sequential read and keep the file
+    count low, yet stay small enough to cache on a node-local disk and to spread over many
+    loader workers (one shard per worker at a time)"""
+    split: Literal["by_log", "by_frame_range"] = "by_log"
+    """train/val split method: whole logs, or the last frames of every log"""
+    val_fraction: float = 0.2
+    """by_log: fraction of logs that go to val (ignored when val_logs is given)"""
+    val_logs: tuple[str, ...] = ()
+    """by_log: explicit val log ids"""
+    val_frames_per_log: int = 2
+    """by_frame_range: number of last frames of each log that go to val, in frames"""
+    quarantine: bool = False
+    """leave out bad frames and record them in manifest["quarantine"] instead of failing"""
+    overwrite: bool = False
+    """replace an existing dataset at the output folder (atomically, by rename)"""
+    progress: bool | None = None
+    """show a tqdm bar; None = only when stderr is a terminal"""
+    workers: int = 1
+    """processes that read and encode raw logs (one log per task); output bytes do not
+    depend on it"""
+
+    def __post_init__(self) -> None:
+        if not self.shard_size_mb > 0:
+            raise ValueError(f"shard_size_mb must be > 0, got {self.shard_size_mb}")
+        if self.split not in SPLIT_METHODS:
+            raise ValueError(f"split must be one of {SPLIT_METHODS}, got {self.split!r}")
+        if not 0.0 <= self.val_fraction < 1.0:
+            raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
+        if self.workers < 1:
+            raise ValueError(f"workers must be >= 1, got {self.workers}")
+        if self.val_frames_per_log < 0:
+            raise ValueError(f"val_frames_per_log must be >= 0, got {self.val_frames_per_log}")
+
+    def recorded(self) -> dict[str, Any]:
+        """Fields that shape the dataset bytes (recorded in the manifest; no paths, no flags)."""
+        fields = asdict(self)
+        for name in ("overwrite", "progress", "workers"):
+            fields.pop(name)
+        fields["val_logs"] = sorted(self.val_logs)
+        fields["pyarrow_version"] = pa.__version__
+        return fields
+
+
+def _check_output(output: Path, overwrite: bool) -> None:
+    if not output.exists():
+        return
+    if not output.is_dir():
+        raise BuildError(f"output {output} exists and is not a folder; choose another --output")
+    if (output / MANIFEST_NAME).exists():
+        if not overwrite:
+            raise BuildError(f"output {output} already holds a dataset; pass --overwrite to "
+                             "replace it atomically, or choose another --output")
+    elif any(output.iterdir()):
+        raise BuildError(f"output {output} is a non-empty folder that is not a Drivetrain "
+                         "dataset (no manifest.json); empty it or choose another --output")
+
+
+def _publish(staging: Path, output: Path, overwrite: bool) -> None:
+    _check_output(output, overwrite)
+    old = None
+    if output.exists():
+        if (output / MANIFEST_NAME).exists():
+            old = output.parent / f".{output.name}.old-{os.getpid()}"
+            os.replace(output, old)
+        else:
+            output.rmdir()  # empty folder (checked above)
+    try:
+        os.replace(staging, output)
+    except OSError:
+        if old is not None:  # put the previous dataset back
+            os.replace(old, output)
+        raise
+    fsync_dir(output.parent)
+    if old is not None:
+        shutil.rmtree(old)
+
+
+def write_dataset(frames: Iterable[Frame | FrameError], output_dir: str | Path,
+                  config: BuildConfig, *, source: str, source_logs: list[dict[str, Any]],
+                  input_root: str | Path | None = None, total: int | None = None
+                  ) -> dict[str, Any]:
+    """Write `frames` as a published dataset at `output_dir`; return the manifest.
+
+    Args:
+        frames: frames sorted by (log_id, frame_index), or FrameError for unreadable frames.
+        source: source name recorded in the manifest ("pandaset", "synthetic", ...).
+        source_logs: [{"log_id", "content_hash"}] of the raw logs; num_frames is filled in.
+        input_root: raw input folder; file paths in quarantine entries are made relative to it.
+        total: expected frame count, for the progress bar only.
+
+    Raises:
+        BuildError: bad frames without `config.quarantine` (per-reason counts and example
+            files in the message and `.report`), no samples, unsorted/duplicate frames, or an
+            output folder that may not be written.
+    """
+    items = (prepare_frame(item) for item in frames)
+    return _write_prepared(items, output_dir, config, source=source, source_logs=source_logs,
+                           input_root=input_root, total=total)
+
+
+def _write_prepared(items: Iterable[PreparedFrame | FrameError], output_dir: str | Path,
+                    config: BuildConfig, *, source: str, source_logs: list[dict[str, Any]],
+                    input_root: str | Path | None, total: int | None) -> dict[str, Any]:
+    output = Path(output_dir).absolute()
+    _check_output(output, config.overwrite)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    staging = output.parent / f".{output.name}.staging-{os.getpid()}"
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir()
+    try:
+        manifest = _write_staging(items, staging, config, source=source,
+                                  source_logs=source_logs, input_root=input_root, total=total)
+        _publish(staging, output, config.overwrite)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return manifest
+
+
+def _write_staging(items: Iterable[PreparedFrame | FrameError], staging: Path,
+                   config: BuildConfig, *, source: str, source_logs: list[dict[str, Any]],
+                   input_root: str | Path | None, total: int | None) -> dict[str, Any]:
+    progress = sys.stderr.isatty() if config.progress is None else config.progress
+    bad = BadFrames(input_root=input_root)
+    rows: list[dict[str, Any]] = []
+    cameras: tuple[str, ...] | None = None
+    has_seg = has_radar = False
+    last: tuple[str, int] | None = None
+    frames_per_log: dict[str, int] = {}
+    target = int(config.shard_size_mb * 1_000_000)
+    with ShardWriter(staging, target_bytes=target) as writer:
+        for item in tqdm(items, total=total, disable=not progress, unit="frame", desc="build"):
+            if isinstance(item, FrameError):
+                bad.add(item)
+                continue
+            if cameras is not None and item.cameras != cameras:
+                bad.add(FrameError(
+                    f"frame {item.key}: cameras {list(item.cameras)} differ from the dataset's "
+                    f"{list(cameras)}; every frame needs the same camera rig",
+                    reason="count_mismatch", log_id=item.log_id, frame_index=item.frame_index))
+                continue
+            order = (item.log_id, item.frame_index)
+            if last is not None and order <= last:
+                raise BuildError(f"frame {item.key} arrives after {last}: sources must yield "
+                                 "frames sorted by (log_id, frame_index) without duplicates")
+            last, cameras = order, item.cameras
+            has_seg |= item.has_seg
+            has_radar |= item.has_radar
+            location = writer.add(item.key, item.members)
+            rows.append({**item.summary, **location.as_row()})
+            frames_per_log[item.log_id] = frames_per_log.get(item.log_id, 0) + 1
+        shards = writer.close()
+    if bad.count and not config.quarantine:
+        raise BuildError(bad.describe(), report=bad.report())
+    if not rows:
+        raise BuildError(f"no usable frames ({bad.count} bad); nothing to build"
+                         + (f"\n{bad.describe()}" if bad.count else ""), report=bad.report())
+    splits, split_record = assign_splits(
+        [(r["log_id"], r["frame_index"]) for r in rows], method=config.split,
+        val_fraction=config.val_fraction, val_logs=config.val_logs,
+        val_frames_per_log=config.val_frames_per_log)
+    for row, split in zip(rows, splits, strict=True):
+        row["split"] = split
+    index_sha, index_bytes = write_index(rows, staging / INDEX_NAME)
+    shard_entries = [asdict(s) for s in shards]
+    class_counts = {g: sum(r[f"num_{g}"] for r in rows) for g in (*CLASS_GROUPS, "other")}
+    quarantined_per_log = bad.count_per_log()
+    logs = []
+    for entry in sorted(source_logs, key=lambda e: e["log_id"]):
+        logs.append({**entry, "num_frames": frames_per_log.get(entry["log_id"], 0),
+                     "num_quarantined": quarantined_per_log.get(entry["log_id"], 0)})
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "builder_version": builder_version(),
+        "dataset_hash": compute_dataset_hash(index_sha, shard_entries),
+        "source": source,
+        "num_samples": len(rows),
+        "num_shards": len(shards),
+        "total_bytes": index_bytes + sum(s.bytes for s in shards),
+        "sensors": {"cameras": list(cameras or ()), "lidar": True, "lidar_seg": has_seg,
+                    "radar": has_radar},
+        "shards": shard_entries,
+        "index": {"path": INDEX_NAME, "sha256": index_sha, "bytes": index_bytes},
+        "source_logs": logs,
+        "splits": split_record,
+        "class_counts": class_counts,
+        "quarantine": bad.entries() if config.quarantine else [],
+        "build_config": config.recorded(),
+    }
+    fsync_dir(staging / "shards")
+    write_manifest(staging, manifest)
+    return manifest
+
+
+def build_dataset(source: str, input_path: str | Path, output_dir: str | Path,
+                  config: BuildConfig) -> dict[str, Any]:
+    """Build a dataset from raw logs of `source` ("pandaset" | "synthetic") at `input_path`.
+
+    With `config.workers > 1`, logs are read and encoded in that many processes (one log per
+    task); samples are still written in (log, frame) order, so the bytes are the same.
+
+    Returns:
+        The manifest (also written to `<output_dir>/manifest.json`).
+
+    Raises:
+        BuildError: see `write_dataset`; also when `input_path` holds no logs of `source`.
+    """
+    log_dirs = list_logs(source, Path(input_path))
+    source_logs = hash_logs(log_dirs)
+    if config.workers == 1:
+        items: Iterable[PreparedFrame | FrameError] = (
+            prepare_frame(item) for log_dir in log_dirs for item in iter_log(source, log_dir))
+        return _write_prepared(items, output_dir, config, source=source,
+                               source_logs=source_logs, input_root=input_path, total=None)
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(min(config.workers, len(log_dirs))) as pool:
+        per_log = pool.imap(prepare_log, [(source, str(d)) for d in log_dirs])
+        items = (item for log_items in per_log for item in log_items)
+        return _write_prepared(items, output_dir, config, source=source,
+                               source_logs=source_logs, input_root=input_path, total=None)

@@ -1,0 +1,81 @@
+"""Per-reason accounting of bad frames in a build (the failure report and the quarantine table)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from platform_lib.sources.frame import FrameError
+
+__all__ = ["BadFrames"]
+
+_EXAMPLES = 3
+
+
+class BadFrames:
+    """Collects FrameErrors; nothing is dropped silently, every one is counted by reason."""
+
+    def __init__(self, *, input_root: str | Path | None = None) -> None:
+        self._root = None if input_root is None else os.path.abspath(input_root)
+        self._items: list[dict[str, Any]] = []
+
+    def _relative(self, text: str) -> str:
+        if self._root and text:
+            return text.replace(self._root + os.sep, "")
+        return text
+
+    def add(self, error: FrameError, *, key: str | None = None) -> None:
+        """Record `error` (uses its `.reason`, `.path` and `.key` attributes when present)."""
+        key = key or getattr(error, "key", None)
+        if key is None and getattr(error, "log_id", None) is not None:
+            frame_index = getattr(error, "frame_index", None)
+            if frame_index is not None:
+                key = f"{error.log_id}_{int(frame_index):06d}"
+        path = getattr(error, "path", None)
+        self._items.append({
+            "key": key or "",
+            "reason": str(getattr(error, "reason", None) or type(error).__name__),
+            "detail": self._relative(str(error)),
+            "path": self._relative(str(path)) if path else "",
+            "abs_path": str(path) if path else "",
+        })
+
+    @property
+    def count(self) -> int:
+        return len(self._items)
+
+    def report(self) -> dict[str, dict[str, Any]]:
+        """Return reason -> {"count", "examples": [file or key, ...]} in sorted reason order."""
+        out: dict[str, dict[str, Any]] = {}
+        for item in self._items:
+            entry = out.setdefault(item["reason"], {"count": 0, "examples": []})
+            entry["count"] += 1
+            if len(entry["examples"]) < _EXAMPLES:
+                entry["examples"].append(item["abs_path"] or item["key"] or item["detail"])
+        return dict(sorted(out.items()))
+
+    def describe(self) -> str:
+        """Return the human report: counts per reason, first files, and what to do."""
+        lines = [f"{self.count} bad frame(s); the build was stopped. Per reason:"]
+        for reason, entry in self.report().items():
+            lines.append(f"  {reason}: {entry['count']} (e.g. {', '.join(entry['examples'])})")
+        first = self._items[0]["detail"] if self._items else ""
+        lines.append(f"first error: {first}")
+        lines.append("Fix or remove the files, or rebuild with --quarantine to leave these frames "
+                     "out (they are then listed in manifest['quarantine']).")
+        return "\n".join(lines)
+
+    def entries(self) -> list[dict[str, str]]:
+        """Return quarantine rows {key, reason, detail, path} (paths relative to the input)."""
+        rows = [{k: v for k, v in item.items() if k != "abs_path"} for item in self._items]
+        return sorted(rows, key=lambda r: (r["key"], r["reason"], r["path"], r["detail"]))
+
+    def count_per_log(self) -> dict[str, int]:
+        """Return log_id -> bad frames, for keys of the form `<log_id>_<frame>`."""
+        counts: dict[str, int] = {}
+        for item in self._items:
+            if item["key"]:
+                log_id = item["key"].rsplit("_", 1)[0]
+                counts[log_id] = counts.get(log_id, 0) + 1
+        return counts

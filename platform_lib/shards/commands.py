@@ -1,0 +1,163 @@
+"""`drivetrain data {build,inspect,validate}`: the dataset command group of the CLI."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from platform_lib.shards.errors import BuildError, DatasetError
+from platform_lib.shards.sources import SOURCE_NAMES
+from platform_lib.shards.split import SPLIT_METHODS
+
+# Heavy modules (pyarrow, pandera, numpy) are imported inside the commands so that
+# `drivetrain --help` and other command groups start fast.
+
+__all__ = ["add_data_commands", "ensure_synthetic_logs", "summarize_manifest"]
+
+
+def ensure_synthetic_logs(input_path: Path, *, num_logs: int | None, frames_per_log: int | None,
+                          seed: int | None) -> str:
+    """Generate synthetic raw logs into `input_path` unless it already holds some.
+
+    Returns:
+        A one-line note of what was done (for the terminal).
+    """
+    from platform_lib.sources.synthetic import (
+        SyntheticConfig,
+        list_synthetic_logs,
+        write_synthetic_logs,
+    )
+
+    try:
+        existing = list_synthetic_logs(input_path)
+    except (FileNotFoundError, NotADirectoryError):
+        existing = []
+    if existing:
+        return (f"using {len(existing)} existing synthetic logs in {input_path} "
+                "(--num-logs/--frames-per-log/--seed only apply when it holds none)")
+    overrides = {name: value for name, value in (
+        ("num_logs", num_logs), ("frames_per_log", frames_per_log), ("seed", seed))
+        if value is not None}
+    config = SyntheticConfig(**overrides)
+    write_synthetic_logs(config, input_path)
+    return (f"generated {config.num_logs} synthetic raw logs x {config.frames_per_log} frames "
+            f"(seed {config.seed}) into {input_path}")
+
+
+def summarize_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
+    """Return the `data inspect` summary of a manifest."""
+    return {
+        "dataset_hash": manifest["dataset_hash"],
+        "source": manifest.get("source"),
+        "num_samples": manifest["num_samples"],
+        "num_shards": manifest["num_shards"],
+        "total_bytes": manifest["total_bytes"],
+        "sensors": manifest["sensors"],
+        "class_counts": manifest.get("class_counts", {}),
+        "splits": manifest.get("splits", {}).get("counts", {}),
+        "num_logs": len(manifest.get("source_logs", [])),
+        "num_quarantined": len(manifest.get("quarantine", [])),
+        "builder_version": manifest.get("builder_version"),
+    }
+
+
+def _run_build(args: argparse.Namespace) -> int:
+    from platform_lib.shards.build import BuildConfig, build_dataset
+
+    try:
+        config = BuildConfig(
+            shard_size_mb=args.shard_size_mb, split=args.split, val_fraction=args.val_fraction,
+            val_logs=tuple(v for v in (args.val_logs or "").split(",") if v),
+            val_frames_per_log=args.val_frames_per_log, quarantine=args.quarantine,
+            overwrite=args.overwrite, workers=args.workers)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    input_path = Path(args.input)
+    try:
+        if args.source == "synthetic":
+            print(ensure_synthetic_logs(input_path, num_logs=args.num_logs,
+                                        frames_per_log=args.frames_per_log, seed=args.seed),
+                  file=sys.stderr)
+        manifest = build_dataset(args.source, input_path, args.output, config)
+    except (BuildError, DatasetError) as exc:
+        print(f"error: build failed: {exc}", file=sys.stderr)
+        return 1
+    print(f"built {args.output}: {manifest['num_samples']} samples in {manifest['num_shards']} "
+          f"shards, {manifest['total_bytes'] / 1e6:.1f} MB, dataset_hash "
+          f"{manifest['dataset_hash']}")
+    if manifest["quarantine"]:
+        counts: dict[str, int] = {}
+        for entry in manifest["quarantine"]:
+            counts[entry["reason"]] = counts.get(entry["reason"], 0) + 1
+        detail = ", ".join(f"{r}: {n}" for r, n in sorted(counts.items()))
+        print(f"quarantined {len(manifest['quarantine'])} frame(s) ({detail}); "
+              "see manifest.json 'quarantine'")
+    return 0
+
+
+def _run_inspect(args: argparse.Namespace) -> int:
+    from platform_lib.shards.manifest import load_manifest
+
+    try:
+        summary = summarize_manifest(load_manifest(args.dataset))
+    except DatasetError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(summary, indent=2, sort_keys=True))
+        return 0
+    width = max(len(k) for k in summary)
+    for name, value in summary.items():
+        print(f"{name:<{width}}  {json.dumps(value, sort_keys=True)}")
+    return 0
+
+
+def _run_validate(args: argparse.Namespace) -> int:
+    from platform_lib.shards.validate import validate_dataset
+
+    report = validate_dataset(args.dataset)
+    print(report.describe(), file=sys.stdout if report.ok else sys.stderr)
+    return 0 if report.ok else 1
+
+
+def add_data_commands(groups: argparse._SubParsersAction) -> None:
+    """Add `data build`, `data inspect` and `data validate` to the top-level subparsers."""
+    data = groups.add_parser("data", help="build, inspect and validate datasets")
+    commands = data.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    build = commands.add_parser("build", help="build a dataset from raw logs")
+    build.add_argument("--source", choices=SOURCE_NAMES, required=True)
+    build.add_argument("--input", required=True, help="raw log folder (synthetic: generated "
+                       "here when it holds no logs)")
+    build.add_argument("--output", required=True, help="dataset folder to publish")
+    build.add_argument("--shard-size-mb", type=float, default=256.0,
+                       help="target shard size in MB (default 256)")
+    build.add_argument("--num-logs", type=int, help="synthetic: logs to generate")
+    build.add_argument("--frames-per-log", type=int, help="synthetic: frames per log")
+    build.add_argument("--seed", type=int, help="synthetic: generator seed")
+    build.add_argument("--quarantine", action="store_true",
+                       help="leave bad frames out and list them in the manifest")
+    build.add_argument("--overwrite", action="store_true",
+                       help="replace an existing dataset at --output (atomically)")
+    build.add_argument("--workers", type=int, default=1,
+                       help="processes reading/encoding raw logs (same output bytes)")
+    build.add_argument("--split", choices=SPLIT_METHODS, default="by_log")
+    build.add_argument("--val-fraction", type=float, default=0.2,
+                       help="by_log: fraction of logs for val (default 0.2)")
+    build.add_argument("--val-logs", help="by_log: comma-separated val log ids")
+    build.add_argument("--val-frames-per-log", type=int, default=2,
+                       help="by_frame_range: last frames of each log for val (default 2)")
+    build.set_defaults(func=_run_build)
+
+    inspect = commands.add_parser("inspect", help="print a dataset's manifest summary")
+    inspect.add_argument("dataset", help="dataset folder or URL")
+    inspect.add_argument("--json", action="store_true", help="print JSON")
+    inspect.set_defaults(func=_run_inspect)
+
+    validate = commands.add_parser("validate", help="re-hash shards and check every member")
+    validate.add_argument("dataset", help="dataset folder or URL")
+    validate.set_defaults(func=_run_validate)

@@ -1,0 +1,278 @@
+"""Validate a published dataset end to end: manifest, index schema + values, every shard byte.
+
+Checks, collecting every problem (with shard, member and byte offset where determinable):
+manifest keys and dataset_hash; index.parquet sha256/size, Arrow schema, pandera rules,
+content hashes; each shard's size and sha256; a tar scan of each shard (member names safe,
+regular files, header checksums, zero padding) compared member by member with the index
+(offset, size, sha256, sample ranges) and the manifest's per-shard sample counts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import sys
+import tarfile
+from dataclasses import dataclass, field
+from typing import Any
+
+import fsspec
+from pandera.errors import SchemaErrors
+from tqdm import tqdm
+
+from platform_lib.shards.errors import DatasetError
+from platform_lib.shards.index import INDEX_NAME, read_index
+from platform_lib.shards.manifest import compute_dataset_hash, load_manifest
+from platform_lib.shards.tar import BLOCK_SIZE, check_member_name, padded_size
+from schemas.index import validate_index_frame
+
+__all__ = ["Problem", "ValidationReport", "validate_dataset"]
+
+_MAX_SCHEMA_LINES = 20
+
+
+@dataclass(kw_only=True, frozen=True)
+class Problem:
+    """One violation of docs/format.md."""
+
+    message: str
+    """what is wrong and what to do"""
+    shard: str | None = None
+    """shard path relative to the dataset root, or None for manifest/index problems"""
+    member: str | None = None
+    """tar member name (`<key>.<ext>`), or None"""
+    offset: int | None = None
+    """byte offset in the shard (header or data start), or None"""
+
+    def __str__(self) -> str:
+        where = [p for p in (self.shard and f"shard {self.shard}",
+                             self.member and f"member {self.member!r}",
+                             self.offset is not None and f"byte offset {self.offset}") if p]
+        return f"{', '.join(where)}: {self.message}" if where else self.message
+
+
+@dataclass(kw_only=True)
+class ValidationReport:
+    """Outcome of `validate_dataset`; `ok` when no problem was found."""
+
+    root: str
+    """dataset folder or URL"""
+    dataset_hash: str | None = None
+    """manifest dataset_hash (None when the manifest is unreadable)"""
+    num_samples: int = 0
+    """index rows checked"""
+    num_shards: int = 0
+    """shards checked"""
+    problems: list[Problem] = field(default_factory=list)
+    """every violation found, in check order"""
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def describe(self) -> str:
+        """Return a human summary listing every problem."""
+        if self.ok:
+            return (f"OK {self.root}: {self.num_samples} samples in {self.num_shards} shards, "
+                    f"dataset_hash {self.dataset_hash}")
+        lines = [f"INVALID {self.root}: {len(self.problems)} problem(s)"]
+        lines += [f"  {p}" for p in self.problems]
+        lines.append("Rebuild the dataset (or re-download the named shards) and validate again.")
+        return "\n".join(lines)
+
+
+def _scan_shard(data: bytes, shard: str, problems: list[Problem]) -> dict[str, dict[str, Any]]:
+    """Scan tar bytes; return member name -> {header, offset, size, sha256}; record problems."""
+    found: dict[str, dict[str, Any]] = {}
+    view = memoryview(data)
+    tar = tarfile.open(fileobj=io.BytesIO(data), mode="r:")
+    end = 0
+    while True:
+        try:
+            info = tar.next()
+        except tarfile.TarError as exc:
+            problems.append(Problem(message=f"unreadable tar header ({exc})", shard=shard,
+                                    offset=tar.offset))
+            return found
+        if info is None:
+            break
+        problem = check_member_name(info.name)
+        if problem:
+            problems.append(Problem(message=f"{problem}; refuse this shard", shard=shard,
+                                    member=info.name, offset=info.offset))
+        elif not info.isreg():
+            problems.append(Problem(message="member is not a regular file", shard=shard,
+                                    member=info.name, offset=info.offset))
+        stop = info.offset_data + info.size
+        if stop > len(data):
+            problems.append(Problem(message=f"member data needs bytes up to {stop} but the shard "
+                                    f"has {len(data)} (truncated)", shard=shard,
+                                    member=info.name, offset=info.offset_data))
+            return found
+        padding = view[stop:info.offset_data + padded_size(info.size)]
+        if any(padding):
+            problems.append(Problem(message="non-zero bytes in member padding (tampered)",
+                                    shard=shard, member=info.name, offset=stop))
+        found[info.name] = {
+            "header": info.offset, "offset": info.offset_data, "size": info.size,
+            "sha256": hashlib.sha256(view[info.offset_data:stop]).hexdigest(),
+        }
+        end = info.offset_data + padded_size(info.size)
+    tail = view[end:]
+    # tarfile ends the scan silently at a corrupt header after the first member: detect it.
+    if len(tail) < 2 * BLOCK_SIZE:
+        problems.append(Problem(message=f"shard ends {len(tail)} bytes after the last member, "
+                                "before the end-of-archive blocks (truncated)", shard=shard,
+                                offset=len(data)))
+    elif any(tail):
+        first = end + next(i for i, b in enumerate(tail) if b)
+        header = bytes(view[end:end + BLOCK_SIZE])
+        try:
+            tarfile.TarInfo.frombuf(header, "utf-8", "surrogateescape")
+            why = "non-zero bytes after the end of the archive"
+        except tarfile.HeaderError as exc:
+            why = f"corrupt tar header ({exc}); the members from here on are unreadable"
+        problems.append(Problem(message=why, shard=shard, offset=first))
+    return found
+
+
+def _check_index_rows(rows: list[dict[str, Any]], shards: list[dict[str, Any]],
+                      problems: list[Problem]) -> None:
+    for row in rows:
+        key = row["key"]
+        expected_key = f"{row['log_id']}_{row['frame_index']:06d}"
+        if key != expected_key:
+            problems.append(Problem(message=f"index key {key} != {expected_key} (log_id, frame)"))
+        sid = row["shard_id"]
+        if not 0 <= sid < len(shards) or shards[sid]["path"] != row["shard"]:
+            problems.append(Problem(message=f"sample {key}: shard_id {sid} does not point to "
+                                    f"{row['shard']} in the manifest", shard=row["shard"]))
+        digest = hashlib.sha256()
+        for m in row["members"]:
+            digest.update(f"{m['name']}\0{m['sha256']}\n".encode())
+        if digest.hexdigest() != row["content_hash"]:
+            problems.append(Problem(message=f"sample {key}: content_hash does not match its "
+                                    "member hashes", shard=row["shard"]))
+
+
+def _compare_shard(shard: str, found: dict[str, dict[str, Any]], rows: list[dict[str, Any]],
+                   problems: list[Problem]) -> None:
+    expected_names = set()
+    for row in rows:
+        key = row["key"]
+        start = None
+        last_end = None
+        for m in row["members"]:
+            name = f"{key}.{m['name']}"
+            expected_names.add(name)
+            actual = found.get(name)
+            if actual is None:
+                problems.append(Problem(message=f"index row {key} lists this member, the tar "
+                                        "scan did not find it", shard=shard, member=name,
+                                        offset=m["offset"]))
+                continue
+            start = actual["header"] if start is None else start
+            last_end = actual["offset"] + padded_size(actual["size"])
+            for field_name in ("offset", "size"):
+                if actual[field_name] != m[field_name]:
+                    problems.append(Problem(
+                        message=f"index says {field_name} {m[field_name]}, tar has "
+                        f"{actual[field_name]}", shard=shard, member=name, offset=m["offset"]))
+            if actual["sha256"] != m["sha256"]:
+                problems.append(Problem(
+                    message=f"sha256 of member data [{actual['offset']}, "
+                    f"{actual['offset'] + actual['size']}) differs from the index (tampered or "
+                    "corrupt bytes)", shard=shard, member=name, offset=actual["offset"]))
+        if start is not None and (start != row["sample_offset"]
+                                  or last_end - start != row["sample_size"]):
+            problems.append(Problem(message=f"sample {key}: index range [{row['sample_offset']}, "
+                                    f"+{row['sample_size']}) != tar range [{start}, "
+                                    f"+{last_end - start})", shard=shard, offset=start))
+    for name in sorted(set(found) - expected_names):
+        problems.append(Problem(message="tar member is not in the index", shard=shard,
+                                member=name, offset=found[name]["header"]))
+
+
+def validate_dataset(root: str, *, progress: bool | None = None) -> ValidationReport:
+    """Check the dataset at `root` (local path or fsspec URL) against docs/format.md.
+
+    Returns:
+        A report whose `problems` list every violation; `ok` when there is none. Never raises
+        for bad data (only for I/O errors other than missing files).
+    """
+    root = str(root).rstrip("/")
+    report = ValidationReport(root=root)
+    problems = report.problems
+    try:
+        manifest = load_manifest(root)
+    except DatasetError as exc:
+        problems.append(Problem(message=str(exc)))
+        return report
+    report.dataset_hash = manifest["dataset_hash"]
+    fs, base = fsspec.core.url_to_fs(root)
+    shards = manifest["shards"]
+    index_entry = manifest["index"]
+    if compute_dataset_hash(index_entry["sha256"], shards) != manifest["dataset_hash"]:
+        problems.append(Problem(message="manifest dataset_hash does not match its index and "
+                                "shard hashes (manifest edited?)"))
+    if manifest["num_shards"] != len(shards):
+        problems.append(Problem(message=f"manifest num_shards {manifest['num_shards']} != "
+                                f"{len(shards)} shard entries"))
+    try:
+        index_bytes = fs.cat_file(f"{base}/{INDEX_NAME}")
+    except FileNotFoundError:
+        problems.append(Problem(message=f"{INDEX_NAME} is missing; rebuild the dataset"))
+        return report
+    if (hashlib.sha256(index_bytes).hexdigest() != index_entry["sha256"]
+            or len(index_bytes) != index_entry["bytes"]):
+        problems.append(Problem(message=f"{INDEX_NAME} sha256/size differ from the manifest "
+                                "(replaced or corrupt); rebuild the dataset"))
+    try:
+        table = read_index(io.BytesIO(index_bytes), where=f"{root}/{INDEX_NAME}")
+    except Exception as exc:  # pyarrow raises several types for corrupt Parquet
+        problems.append(Problem(message=f"{INDEX_NAME} is unreadable or off-schema: {exc}"))
+        return report
+    try:
+        validate_index_frame(table.to_pandas())
+    except SchemaErrors as exc:
+        cases = exc.failure_cases.head(_MAX_SCHEMA_LINES)
+        for case in cases.itertuples():
+            problems.append(Problem(message=f"{INDEX_NAME} column {case.column}: check "
+                                    f"{case.check} fails at row {case.index} "
+                                    f"(value {case.failure_case!r})"))
+    rows = table.to_pylist()
+    report.num_samples = len(rows)
+    if manifest["num_samples"] != len(rows):
+        problems.append(Problem(message=f"manifest num_samples {manifest['num_samples']} != "
+                                f"{len(rows)} index rows"))
+    _check_index_rows(rows, shards, problems)
+    rows_of: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        rows_of.setdefault(row["shard"], []).append(row)
+    show = sys.stderr.isatty() if progress is None else progress
+    for entry in tqdm(shards, disable=not show, unit="shard", desc="validate"):
+        path = entry["path"]
+        report.num_shards += 1
+        try:
+            data = fs.cat_file(f"{base}/{path}")
+        except FileNotFoundError:
+            problems.append(Problem(message="shard file is missing; rebuild or re-download it",
+                                    shard=path))
+            continue
+        if len(data) != entry["bytes"]:
+            problems.append(Problem(message=f"shard has {len(data)} bytes, manifest says "
+                                    f"{entry['bytes']} (truncated or extended)", shard=path,
+                                    offset=min(len(data), entry["bytes"])))
+        if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+            problems.append(Problem(message="shard sha256 differs from the manifest (corrupt "
+                                    "or tampered bytes)", shard=path))
+        shard_rows = rows_of.get(path, [])
+        if len(shard_rows) != entry["num_samples"]:
+            problems.append(Problem(message=f"index has {len(shard_rows)} samples in this "
+                                    f"shard, manifest says {entry['num_samples']}", shard=path))
+        found = _scan_shard(data, path, problems)
+        _compare_shard(path, found, shard_rows, problems)
+    for path in sorted(set(rows_of) - {s["path"] for s in shards}):
+        problems.append(Problem(message="index rows point to a shard the manifest does not list",
+                                shard=path))
+    return report

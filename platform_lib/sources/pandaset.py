@@ -1,0 +1,278 @@
+"""PandaSet reader: sequence folders -> canonical `Frame`s in the ego frame of each sweep.
+
+Frames: ego = PandaSet LiDAR pose frame re-axed to x forward, y left, z up
+(x_e = y_lidar, y_e = -x_lidar); on this sample the road lies ~0.3 m below its origin.
+    world_from_ego  = world_from_lidar (lidar/poses.json) @ lidar_from_ego
+    ego_from_camera = inv(world_from_ego) @ world_from_camera (camera/<name>/poses.json), both of
+                      the same frame index; PandaSet camera axes are already OpenCV.
+Cuboids: PandaSet `yaw` = 0 points the box's length side along world +y (devkit docs), so the
+heading angle in world is yaw + pi/2; `dimensions.y` is the length, `dimensions.x` the width
+(verified on sequence 002: the footprint that puts length on `dimensions.x` along the same heading
+holds 2.6x fewer LiDAR points). Boxes annotated twice for the overlap of the two LiDARs
+(`cuboids.sensor_id` 0 and 1, linked by `cuboids.sibling_id`) are kept once: the sensor 0 (360
+mechanical) copy wins; then one row per uuid, preferring sensor_id -1, then 0, then 1
+(see `pandaset_cuboids`).
+
+Error handling: `iter_pandaset_frames` yields a `FrameError` in place of a bad frame and goes on;
+`read_pandaset_log` / `read_pandaset` raise on the first one. Log-level problems (missing
+poses/intrinsics, missing camera folder) raise `FrameError` with `frame_index=None`.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+
+from platform_lib.sources.frame import CameraImage, Cuboids, Frame, FrameError
+from platform_lib.sources.geometry import (
+    EGO_FROM_PANDASET_LIDAR,
+    invert_transform,
+    transform_points,
+)
+from platform_lib.sources.hashing import hash_raw_log
+from platform_lib.sources.pandaset_cuboids import map_pandaset_label, read_pandaset_cuboids
+from platform_lib.sources.pandaset_files import (
+    index_numbered_files,
+    load_json,
+    load_pickled_frame,
+    parse_pose,
+    require_columns,
+)
+from platform_lib.sources.validation import check_jpeg_bytes, validate_frame
+
+__all__ = [
+    "CAMERA_NAMES",
+    "PandasetLog",
+    "hash_raw_log",
+    "iter_pandaset_frames",
+    "list_pandaset_logs",
+    "load_pandaset_log",
+    "map_pandaset_label",
+    "read_pandaset",
+    "read_pandaset_frame",
+    "read_pandaset_log",
+]
+
+#: The six PandaSet cameras, sorted by name (the member order of the shards).
+CAMERA_NAMES: tuple[str, ...] = (
+    "back_camera", "front_camera", "front_left_camera", "front_right_camera", "left_camera",
+    "right_camera",
+)
+_LIDAR_COLUMNS = ("x", "y", "z", "i")
+_LIDAR_FROM_EGO = invert_transform(EGO_FROM_PANDASET_LIDAR)
+
+
+@dataclass(kw_only=True, frozen=True)
+class PandasetLog:
+    """Per-sequence metadata loaded once by `load_pandaset_log`."""
+
+    log_dir: Path
+    """sequence folder"""
+    log_id: str
+    """sequence folder name, e.g. "002\""""
+    frame_indices: tuple[int, ...]
+    """0..max index seen in lidar/, cameras or annotations"""
+    lidar_poses: list
+    """raw lidar/poses.json list (world_from_lidar per frame)"""
+    lidar_timestamps: list
+    """raw lidar/timestamps.json list, s"""
+    cameras: dict
+    """name -> {"intrinsics": (3, 3), "poses": list, "timestamps": list, "files": {i: Path}}"""
+    has_semseg: bool
+    """annotations/semseg/ exists"""
+    has_cuboids: bool
+    """annotations/cuboids/ exists"""
+    num_lidar_files: int
+    """number of lidar/NN.pkl.gz sweeps present"""
+
+
+def list_pandaset_logs(root: str | os.PathLike[str]) -> list[Path]:
+    """Return the sorted sequence folders under a PandaSet root, or [root] if it is one.
+
+    A sequence folder is recognised by holding `lidar/poses.json`.
+
+    Raises:
+        FileNotFoundError: if `root` does not exist or holds no sequence folder.
+    """
+    root = Path(root)
+    if (root / "lidar" / "poses.json").is_file():
+        return [root]
+    logs = sorted(p for p in root.iterdir() if (p / "lidar" / "poses.json").is_file()) \
+        if root.is_dir() else []
+    if not logs:
+        raise FileNotFoundError(
+            f"{root}: no PandaSet sequence found (expected <root>/<seq>/lidar/poses.json or "
+            "<root>/lidar/poses.json); pass the PandaSet root or one sequence folder"
+        )
+    return logs
+
+
+def load_pandaset_log(log_dir: str | os.PathLike[str]) -> PandasetLog:
+    """Load the per-sequence metadata (poses, timestamps, intrinsics, file lists).
+
+    Raises:
+        FrameError: (frame_index None) reasons "missing_file", "corrupt_metadata",
+            "missing_camera" (a camera folder is absent), "bad_calibration".
+    """
+    log_dir = Path(log_dir)
+    log_id = log_dir.name
+    lidar_files = index_numbered_files(log_dir / "lidar", ".pkl.gz")
+    indices = set(lidar_files)
+    cameras = {}
+    for name in CAMERA_NAMES:
+        folder = log_dir / "camera" / name
+        if not folder.is_dir():
+            raise FrameError(
+                f"{folder}: camera folder is missing; a PandaSet sequence has all of "
+                f"{list(CAMERA_NAMES)}: re-copy the sequence", path=folder,
+                reason="missing_camera", log_id=log_id,
+            )
+        intr_path = folder / "intrinsics.json"
+        intr = load_json(intr_path, log_id=log_id)
+        try:
+            k = np.array([[intr["fx"], 0.0, intr["cx"]], [0.0, intr["fy"], intr["cy"]],
+                          [0.0, 0.0, 1.0]], dtype=np.float64)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise FrameError(f"{intr_path}: expected {{fx, fy, cx, cy}} ({exc!r})", path=intr_path,
+                             reason="bad_calibration", log_id=log_id) from exc
+        files = index_numbered_files(folder, ".jpg")
+        indices |= set(files)
+        cameras[name] = {
+            "intrinsics": k, "files": files, "folder": folder,
+            "poses": load_json(folder / "poses.json", log_id=log_id),
+            "timestamps": load_json(folder / "timestamps.json", log_id=log_id),
+        }
+    for sub in ("cuboids", "semseg"):
+        indices |= set(index_numbered_files(log_dir / "annotations" / sub, ".pkl.gz"))
+    return PandasetLog(
+        log_dir=log_dir, log_id=log_id,
+        frame_indices=tuple(range(max(indices) + 1)) if indices else (),
+        lidar_poses=load_json(log_dir / "lidar" / "poses.json", log_id=log_id),
+        lidar_timestamps=load_json(log_dir / "lidar" / "timestamps.json", log_id=log_id),
+        cameras=cameras,
+        has_semseg=(log_dir / "annotations" / "semseg").is_dir(),
+        has_cuboids=(log_dir / "annotations" / "cuboids").is_dir(),
+        num_lidar_files=len(lidar_files),
+    )
+
+
+def _read_camera(log: PandasetLog, name: str, i: int,
+                 ego_from_world: np.ndarray) -> tuple[CameraImage, Path]:
+    cam = log.cameras[name]
+    path = cam["folder"] / f"{i:02d}.jpg"
+    if not path.is_file():
+        raise FrameError(
+            f"{path}: camera image of frame {i} is missing (camera folder {cam['folder']} holds "
+            f"{len(cam['files'])} images, lidar folder {log.log_dir / 'lidar'} holds "
+            f"{log.num_lidar_files} sweeps); re-copy the image from the original download or quarantine the frame",
+            path=path, reason="missing_camera", log_id=log.log_id, frame_index=i,
+        )
+    data = path.read_bytes()
+    check_jpeg_bytes(data, str(path), log_id=log.log_id, frame_index=i)
+    try:
+        with Image.open(io.BytesIO(data)) as img:  # parses the header only, no pixel decode
+            width, height = img.size
+    except (UnidentifiedImageError, OSError, SyntaxError) as exc:
+        raise FrameError(f"{path}: unreadable JPEG header ({exc}); re-copy the image",
+                         path=path, reason="corrupt_camera", log_id=log.log_id,
+                         frame_index=i) from exc
+    world_from_camera = parse_pose(cam["poses"], i, cam["folder"] / "poses.json",
+                                   log_id=log.log_id, frame_index=i)
+    stamps = cam["timestamps"]
+    if not isinstance(stamps, list) or i >= len(stamps):
+        raise FrameError(f"{cam['folder'] / 'timestamps.json'}: no timestamp for frame {i}",
+                         path=cam["folder"] / "timestamps.json", reason="count_mismatch",
+                         log_id=log.log_id, frame_index=i)
+    image = CameraImage(
+        jpeg=data, width=int(width), height=int(height), intrinsics=cam["intrinsics"].copy(),
+        extrinsics=ego_from_world @ world_from_camera, timestamp=float(stamps[i]),
+    )
+    return image, path
+
+
+def read_pandaset_frame(log: PandasetLog, frame_index: int) -> Frame:
+    """Read and validate one frame of a loaded sequence.
+
+    Returns:
+        Frame with lidar (N, 4) float32 (x, y, z in m, ego frame; intensity 0..255), lidar_seg
+        (N,) int32 PandaSet class ids (annotations/semseg/classes.json) when labelled, the six
+        cameras and cuboids in the ego frame; radar None (PandaSet has none).
+
+    Raises:
+        FrameError: naming the culprit file; see `validate_frame` for the reasons, plus
+            "missing_lidar", "corrupt_lidar", "missing_column", "missing_camera",
+            "corrupt_camera", "missing_cuboids", "corrupt_cuboids", "missing_semseg",
+            "corrupt_semseg", "count_mismatch", "bad_pose".
+    """
+    i, log_id, lidar_dir = frame_index, log.log_id, log.log_dir / "lidar"
+    lidar_path = lidar_dir / f"{i:02d}.pkl.gz"
+    df = load_pickled_frame(lidar_path, reason="corrupt_lidar", log_id=log_id, frame_index=i)
+    require_columns(df, _LIDAR_COLUMNS, lidar_path, log_id=log_id, frame_index=i)
+    world_from_ego = parse_pose(log.lidar_poses, i, lidar_dir / "poses.json", log_id=log_id,
+                                frame_index=i) @ _LIDAR_FROM_EGO
+    ego_from_world = invert_transform(world_from_ego)
+    if not isinstance(log.lidar_timestamps, list) or i >= len(log.lidar_timestamps):
+        raise FrameError(f"{lidar_dir / 'timestamps.json'}: no timestamp for frame {i}",
+                         path=lidar_dir / "timestamps.json", reason="count_mismatch",
+                         log_id=log_id, frame_index=i)
+    points = np.empty((len(df), 4), dtype=np.float32)
+    points[:, :3] = transform_points(ego_from_world, df[["x", "y", "z"]].to_numpy(np.float64))
+    points[:, 3] = df["i"].to_numpy(np.float64)
+    files = {"lidar": str(lidar_path), "lidar_pose": str(lidar_dir / "poses.json"),
+             "timestamps": str(lidar_dir / "timestamps.json")}
+    lidar_seg = None
+    if log.has_semseg:
+        seg_path = log.log_dir / "annotations" / "semseg" / f"{i:02d}.pkl.gz"
+        seg = load_pickled_frame(seg_path, reason="corrupt_semseg", log_id=log_id, frame_index=i)
+        require_columns(seg, ("class",), seg_path, log_id=log_id, frame_index=i)
+        lidar_seg = seg["class"].to_numpy().astype(np.int32)
+        files["lidar_seg"] = str(seg_path)
+    cuboids = Cuboids.empty()
+    if log.has_cuboids:
+        cub_path = log.log_dir / "annotations" / "cuboids" / f"{i:02d}.pkl.gz"
+        cuboids = read_pandaset_cuboids(cub_path, log_id, i, ego_from_world)
+        files["cuboids"] = str(cub_path)
+    cameras = {}
+    for name in CAMERA_NAMES:
+        cameras[name], cam_path = _read_camera(log, name, i, ego_from_world)
+        files[f"camera/{name}"] = str(cam_path)
+    frame = Frame(
+        log_id=log_id, frame_index=i, timestamp=float(log.lidar_timestamps[i]),
+        ego_pose=world_from_ego, cameras=cameras, lidar=points, lidar_seg=lidar_seg,
+        radar=None, cuboids=cuboids, source_files=files,
+    )
+    return validate_frame(frame)
+
+
+def iter_pandaset_frames(log_dir: str | os.PathLike[str]) -> Iterator[Frame | FrameError]:
+    """Yield each frame of a sequence in index order, or the `FrameError` of a bad frame.
+
+    Raises:
+        FrameError: for log-level problems (see `load_pandaset_log`), before any frame.
+    """
+    log = load_pandaset_log(log_dir)
+    for i in log.frame_indices:
+        try:
+            yield read_pandaset_frame(log, i)
+        except FrameError as exc:
+            yield exc
+
+
+def read_pandaset_log(log_dir: str | os.PathLike[str]) -> Iterator[Frame]:
+    """Yield the frames of one sequence; raise the first `FrameError`."""
+    for item in iter_pandaset_frames(log_dir):
+        if isinstance(item, FrameError):
+            raise item
+        yield item
+
+
+def read_pandaset(root: str | os.PathLike[str]) -> Iterator[Frame]:
+    """Yield the frames of every sequence under `root` (sorted by sequence, then frame)."""
+    for log_dir in list_pandaset_logs(root):
+        yield from read_pandaset_log(log_dir)

@@ -1,0 +1,141 @@
+"""Low-level access to PandaSet raw files, with errors that name the file and what to do.
+
+Layout of one sequence folder (as published by the PandaSet devkit):
+    camera/<name>/NN.jpg, intrinsics.json {fx,fy,cx,cy}, poses.json, timestamps.json
+    lidar/NN.pkl.gz (DataFrame x,y,z,i,t,d in world coords), poses.json, timestamps.json
+    annotations/cuboids/NN.pkl.gz, annotations/semseg/NN.pkl.gz (+ classes.json), meta/
+
+Poses are lists of {"position": {x,y,z}, "heading": {w,x,y,z}} = world_from_sensor, per frame.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import re
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from platform_lib.sources.frame import FrameError
+from platform_lib.sources.geometry import make_transform, quaternion_to_matrix
+
+__all__ = [
+    "index_numbered_files",
+    "load_json",
+    "load_pickled_frame",
+    "parse_pose",
+    "require_columns",
+]
+
+_NUMBERED = re.compile(r"^(\d+)\.(jpg|pkl\.gz)$")
+
+
+def index_numbered_files(folder: Path, suffix: str) -> dict[int, Path]:
+    """Return {frame index: path} for files `NN<suffix>` in `folder` (empty if it is absent)."""
+    out: dict[int, Path] = {}
+    if not folder.is_dir():
+        return out
+    for path in folder.iterdir():
+        match = _NUMBERED.match(path.name)
+        if match and path.name.endswith(suffix):
+            out[int(match.group(1))] = path
+    return out
+
+
+def load_json(path: Path, *, log_id: str | None = None):
+    """Load a JSON metadata file.
+
+    Raises:
+        FrameError: reason "missing_file" if absent, "corrupt_metadata" if not valid JSON.
+    """
+    if not path.is_file():
+        raise FrameError(
+            f"{path}: required PandaSet metadata file is missing; re-copy the sequence folder "
+            "from the original download", path=path, reason="missing_file", log_id=log_id,
+        )
+    try:
+        return json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise FrameError(
+            f"{path}: not valid JSON ({exc}); re-copy it from the original download",
+            path=path, reason="corrupt_metadata", log_id=log_id,
+        ) from exc
+
+
+def parse_pose(poses: list, index: int, path: Path, *, log_id: str | None = None,
+               frame_index: int | None = None) -> np.ndarray:
+    """Return the (4, 4) world_from_sensor transform of entry `index` of a poses.json list.
+
+    Raises:
+        FrameError: reason "count_mismatch" if the list is too short, "bad_pose" if malformed.
+    """
+    if not isinstance(poses, list) or index >= len(poses):
+        count = len(poses) if isinstance(poses, list) else "no"
+        raise FrameError(
+            f"{path}: holds {count} poses but frame {index} needs one; the poses file and the "
+            "sensor data disagree on the number of frames: re-export the sequence or quarantine "
+            "the frame", path=path, reason="count_mismatch", log_id=log_id,
+            frame_index=frame_index,
+        )
+    try:
+        heading, position = poses[index]["heading"], poses[index]["position"]
+        rotation = quaternion_to_matrix(heading["w"], heading["x"], heading["y"], heading["z"])
+        translation = np.array([position["x"], position["y"], position["z"]], dtype=np.float64)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise FrameError(
+            f"{path}: pose {index} is malformed ({exc!r}); expected "
+            '{"position": {x,y,z}, "heading": {w,x,y,z}}', path=path, reason="bad_pose",
+            log_id=log_id, frame_index=frame_index,
+        ) from exc
+    if not np.all(np.isfinite(translation)):
+        raise FrameError(f"{path}: pose {index} has a non-finite position", path=path,
+                         reason="bad_pose", log_id=log_id, frame_index=frame_index)
+    return make_transform(rotation, translation)
+
+
+def load_pickled_frame(path: Path, *, reason: str, log_id: str, frame_index: int) -> pd.DataFrame:
+    """Load a gzip-pickled pandas DataFrame (PandaSet lidar/annotation file).
+
+    Only open files from a trusted source: unpickling can run code.
+
+    Raises:
+        FrameError: "missing_<what>" if absent; `reason` (e.g. "corrupt_lidar") if the gzip
+            stream or the pickle is truncated/corrupt or does not hold a DataFrame.
+    """
+    if not path.is_file():
+        what = reason.removeprefix("corrupt_")
+        raise FrameError(
+            f"{path}: {what} file of frame {frame_index} is missing; re-copy it from the original "
+            "download or quarantine the frame", path=path, reason=f"missing_{what}",
+            log_id=log_id, frame_index=frame_index,
+        )
+    try:
+        df = pd.read_pickle(path, compression="gzip")  # pandas' compat unpickler for old files
+    except (EOFError, OSError, zlib.error, pickle.UnpicklingError, AttributeError, ImportError,
+            IndexError, TypeError, ValueError) as exc:
+        raise FrameError(
+            f"{path}: cannot decompress/unpickle ({type(exc).__name__}: {exc}); the file is "
+            "truncated or corrupt: re-copy it from the original download or quarantine the frame",
+            path=path, reason=reason, log_id=log_id, frame_index=frame_index,
+        ) from exc
+    if not isinstance(df, pd.DataFrame):
+        raise FrameError(
+            f"{path}: holds a {type(df).__name__}, expected a pandas DataFrame; re-copy it",
+            path=path, reason=reason, log_id=log_id, frame_index=frame_index,
+        )
+    return df
+
+
+def require_columns(df: pd.DataFrame, columns: tuple[str, ...], path: Path, *, log_id: str,
+                    frame_index: int) -> None:
+    """Raise `FrameError` (reason "missing_column") naming the first absent column and the file."""
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise FrameError(
+            f"{path}: missing column(s) {missing} (has {list(df.columns)}); the file does not "
+            "follow the PandaSet schema: re-export it or quarantine the frame", path=path,
+            reason="missing_column", log_id=log_id, frame_index=frame_index,
+        )

@@ -1,0 +1,111 @@
+"""Process group setup: one backend switch (gloo on CPU, nccl on CUDA) and device selection.
+
+`init_distributed` reads the torchrun / torch elastic environment (RANK, WORLD_SIZE,
+LOCAL_RANK, MASTER_ADDR, MASTER_PORT). Without it, it starts a single-process group
+(world size 1) in the calling process, so `train()` also runs directly in a test or notebook.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+__all__ = [
+    "DistContext",
+    "destroy_distributed",
+    "init_distributed",
+    "resolve_backend",
+    "resolve_device",
+]
+
+
+@dataclass(kw_only=True, frozen=True)
+class DistContext:
+    """Where this process sits in the job."""
+
+    rank: int
+    """global rank, 0 .. world_size - 1"""
+    local_rank: int
+    """rank on this node (selects the CUDA device)"""
+    world_size: int
+    """number of processes in the job"""
+    backend: str
+    """process group backend, "gloo" or "nccl"."""
+    device: torch.device
+    """device of this rank's model and batches"""
+    owns_group: bool
+    """True when `init_distributed` created the process group (and must destroy it)"""
+
+    @property
+    def is_main(self) -> bool:
+        """True on rank 0, the rank that writes metrics and returns results."""
+        return self.rank == 0
+
+
+def resolve_backend(backend: str = "auto") -> str:
+    """Return the process group backend for `backend` ("auto", "gloo" or "nccl").
+
+    "auto" picks nccl when CUDA is available and gloo otherwise.
+
+    Raises:
+        ValueError: for an unknown name, or "nccl" without a CUDA device.
+    """
+    if backend == "auto":
+        return "nccl" if torch.cuda.is_available() else "gloo"
+    if backend not in ("gloo", "nccl"):
+        raise ValueError(f"backend must be 'auto', 'gloo' or 'nccl', got {backend!r}")
+    if backend == "nccl" and not torch.cuda.is_available():
+        raise ValueError("backend 'nccl' needs a CUDA device; use backend='gloo' or 'auto' on CPU")
+    return backend
+
+
+def resolve_device(backend: str, local_rank: int) -> torch.device:
+    """Return cuda:<local_rank> for nccl, cpu for gloo."""
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def init_distributed(backend: str = "auto") -> DistContext:
+    """Join (or create) the default process group and pick this rank's device.
+
+    Reuses an already initialised default group. Otherwise uses the torchrun environment
+    when RANK and WORLD_SIZE are set, else creates a world-size-1 group in this process.
+
+    Raises:
+        ValueError: from `resolve_backend`.
+    """
+    name = resolve_backend(backend)
+    if dist.is_initialized():
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        return DistContext(
+            rank=dist.get_rank(), local_rank=local_rank, world_size=dist.get_world_size(),
+            backend=dist.get_backend(), device=resolve_device(dist.get_backend(), local_rank),
+            owns_group=False,
+        )
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        device = resolve_device(name, local_rank)
+        dist.init_process_group(
+            name, rank=rank, world_size=world_size,
+            device_id=device if device.type == "cuda" else None,
+        )
+    else:
+        rank, world_size, local_rank = 0, 1, 0
+        device = resolve_device(name, local_rank)
+        dist.init_process_group(name, store=dist.HashStore(), rank=0, world_size=1)
+    return DistContext(
+        rank=rank, local_rank=local_rank, world_size=world_size, backend=name, device=device,
+        owns_group=True,
+    )
+
+
+def destroy_distributed(ctx: DistContext) -> None:
+    """Destroy the default process group if `init_distributed` created it."""
+    if ctx.owns_group and dist.is_initialized():
+        dist.destroy_process_group()

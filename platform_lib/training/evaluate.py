@@ -1,0 +1,183 @@
+"""Evaluation: per-class BEV IoU of a trained model next to the training-set occupancy prior.
+
+IoU of class c over a split = sum over samples of |pred_c AND target_c| divided by the sum of
+|pred_c OR target_c| (cells pooled over the whole split, not averaged per sample). A model
+cell is predicted occupied when its logit is > 0 (sigmoid > 0.5). IoU is None for a class
+whose union is empty (absent from the split and never predicted); mean IoU averages the
+classes that have an IoU.
+
+Baseline ("prior"): the per-cell mean occupancy of each class over the training split,
+thresholded per class at the value in {0.05, 0.10, ..., 0.95} that maximises that class's
+IoU on the training split itself. It knows where objects usually are (e.g. the lane ahead)
+and nothing about the current frame.
+
+Deterministic: fp32 on CPU, samples in index order, no shuffling, so reloading the same
+weights reproduces the numbers exactly.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from platform_lib.models import (
+    build_model,
+    build_model_transform,
+    get_model_config,
+    rasterise_cuboids,
+)
+from platform_lib.shards.reader import open_dataset
+from platform_lib.sources.frame import CLASS_GROUPS
+from platform_lib.training.checkpoint import load_weights
+from platform_lib.training.config import TrainConfig
+from platform_lib.training.data import build_eval_loader, split_keys
+from platform_lib.training.loop import run_model
+
+__all__ = ["EvalResult", "compute_prior", "evaluate"]
+
+PRIOR_THRESHOLDS = tuple(round(0.05 * i, 2) for i in range(1, 20))
+
+
+@dataclass(kw_only=True, frozen=True)
+class EvalResult:
+    """Validation metrics of one model and of the prior baseline (plain numbers and paths)."""
+
+    split: str
+    """split evaluated"""
+    num_samples: int
+    """samples evaluated"""
+    iou: dict[str, float | None]
+    """model IoU per class group (None: empty union)"""
+    mean_iou: float
+    """model mean IoU over classes with an IoU"""
+    baseline_iou: dict[str, float | None]
+    """prior baseline IoU per class group"""
+    baseline_mean_iou: float
+    """prior baseline mean IoU"""
+    baseline_thresholds: dict[str, float]
+    """prior threshold per class, chosen on the training split"""
+    metrics_json: str
+    """path of the metrics table as JSON"""
+    metrics_csv: str
+    """path of the metrics table as CSV (one row per class + "mean")"""
+
+
+def _iou(inter: np.ndarray, union: np.ndarray) -> list[float | None]:
+    return [float(i) / float(u) if u > 0 else None for i, u in zip(inter, union, strict=True)]
+
+
+def _mean(values: list[float | None]) -> float:
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else math.nan
+
+
+def compute_prior(dataset_dir: str | os.PathLike[str], split: str, grid) -> tuple[np.ndarray, dict[str, float]]:
+    """Return the (3, H, W) mean occupancy over `split` and the per-class IoU-maximising thresholds."""
+    reader = open_dataset(dataset_dir)
+    targets = np.stack([
+        rasterise_cuboids(json.loads(reader.read_member(key, "cuboids.json")), grid)
+        for key in split_keys(reader, split)
+    ])
+    prior = targets.mean(axis=0)
+    thresholds = {}
+    for c, name in enumerate(CLASS_GROUPS):
+        best = (-1.0, PRIOR_THRESHOLDS[-1])
+        for t in PRIOR_THRESHOLDS:
+            pred = prior[c] >= t
+            union = np.logical_or(pred, targets[:, c] > 0).sum()
+            iou = np.logical_and(pred, targets[:, c] > 0).sum() / union if union else 0.0
+            best = max(best, (float(iou), -t))
+        thresholds[name] = -best[1] if best[0] > 0 else PRIOR_THRESHOLDS[-1]
+    return prior, thresholds
+
+
+def evaluate(
+    weights_path: str,
+    cfg: TrainConfig,
+    dataset_dir: str,
+    split: str = "val",
+    output_dir: str | None = None,
+) -> EvalResult:
+    """Evaluate safetensors weights of `cfg.model` on `split` and write the metrics table.
+
+    Args:
+        weights_path: safetensors file written by `train()` (loaded without unpickling).
+        cfg: the training config (model preset, train split for the prior, threads).
+        dataset_dir: published dataset folder.
+        split: split to evaluate.
+        output_dir: where eval_metrics.json/.csv go; default: the folder of `weights_path`.
+
+    Raises:
+        FileNotFoundError: missing weights. ValueError: empty split. RuntimeError: weights
+            that do not fit the model (message lists missing / unexpected keys).
+    """
+    model_cfg = get_model_config(cfg.model)
+    model = build_model(model_cfg)
+    model.load_state_dict(load_weights(weights_path), strict=True)
+    model.eval()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(cfg.num_threads)
+    n = len(CLASS_GROUPS)
+    inter, union = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    b_inter, b_union = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    prior, thresholds = compute_prior(dataset_dir, cfg.train_split, model_cfg.grid)
+    prior_pred = np.stack([prior[c] >= thresholds[g] for c, g in enumerate(CLASS_GROUPS)])
+    count = 0
+    try:
+        loader = build_eval_loader(dataset_dir, split, build_model_transform(model_cfg))
+        with torch.no_grad():
+            for batch in loader:
+                pred = (run_model(model, batch) > 0).numpy()
+                target = batch["target"].numpy() > 0
+                inter += np.logical_and(pred, target).sum(axis=(0, 2, 3))
+                union += np.logical_or(pred, target).sum(axis=(0, 2, 3))
+                b_inter += np.logical_and(prior_pred[None], target).sum(axis=(0, 2, 3))
+                b_union += np.logical_or(prior_pred[None], target).sum(axis=(0, 2, 3))
+                count += len(batch["__key__"])
+    finally:
+        torch.set_num_threads(threads)
+    iou, b_iou = _iou(inter, union), _iou(b_inter, b_union)
+    out = Path(output_dir) if output_dir else Path(weights_path).parent
+    out.mkdir(parents=True, exist_ok=True)
+    result = EvalResult(
+        split=split, num_samples=count, iou=dict(zip(CLASS_GROUPS, iou, strict=True)),
+        mean_iou=_mean(iou), baseline_iou=dict(zip(CLASS_GROUPS, b_iou, strict=True)),
+        baseline_mean_iou=_mean(b_iou), baseline_thresholds=thresholds,
+        metrics_json=str(out / "eval_metrics.json"), metrics_csv=str(out / "eval_metrics.csv"),
+    )
+    _write_table(result, inter, union, b_inter, b_union)
+    return result
+
+
+def _write_table(result: EvalResult, inter, union, b_inter, b_union) -> None:
+    rows = [
+        {"class": g, "iou": result.iou[g], "baseline_iou": result.baseline_iou[g],
+         "baseline_threshold": result.baseline_thresholds[g], "intersection": int(inter[c]),
+         "union": int(union[c]), "baseline_intersection": int(b_inter[c]), "baseline_union": int(b_union[c])}
+        for c, g in enumerate(CLASS_GROUPS)
+    ]
+    rows.append({"class": "mean", "iou": result.mean_iou, "baseline_iou": result.baseline_mean_iou})
+    with open(result.metrics_csv, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    payload = {**asdict(result), "table": rows}
+    Path(result.metrics_json).write_text(json.dumps(_finite(payload), indent=2, sort_keys=True))
+
+
+def _finite(value):
+    """Replace NaN floats by None (JSON has no NaN)."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value

@@ -1,0 +1,46 @@
+"""Run `train()` on N local processes with torch elastic (tests and the CLI, no Flyte needed)."""
+
+from __future__ import annotations
+
+import socket
+import uuid
+
+from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+from platform_lib.training.config import TrainConfig
+from platform_lib.training.train import TrainResult, train
+
+__all__ = ["find_free_port", "launch_local"]
+
+
+def find_free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch_local(cfg: TrainConfig, dataset_dir: str, output_dir: str, nproc: int = 2) -> TrainResult:
+    """Train with `nproc` spawned worker processes on this machine (c10d rendezvous on 127.0.0.1).
+
+    Workers import `platform_lib` from the installed package (spawn start method), so the
+    current folder does not matter.
+
+    Returns:
+        Rank 0's TrainResult.
+
+    Raises:
+        ValueError: if `nproc` < 1.
+        torch.distributed.elastic.multiprocessing.errors.ChildFailedError: a worker failed;
+            the message holds its traceback.
+    """
+    if nproc < 1:
+        raise ValueError(f"nproc must be >= 1, got {nproc}")
+    config = LaunchConfig(
+        min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=f"drivetrain-{uuid.uuid4().hex[:8]}",
+        rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{find_free_port()}",
+        rdzv_configs={"timeout": 120}, max_restarts=0, monitor_interval=0.5,
+        start_method="spawn",
+    )
+    results = elastic_launch(config, train)(cfg, str(dataset_dir), str(output_dir))
+    return results[0]

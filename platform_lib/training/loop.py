@@ -1,0 +1,157 @@
+"""The named steps of the train loop and the pieces they need.
+
+Loss: per-cell binary cross-entropy with logits over the (B, 3, H, W) occupancy logits,
+averaged over cells, with occupied cells weighted by `TrainConfig.pos_weight` (occupancy is
+sparse: a few % of cells hold a vehicle, far fewer a pedestrian). A cell is predicted
+occupied when its logit is > 0; with pos_weight w this happens where the model's estimate
+of the occupancy probability exceeds 1 / (1 + w).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from platform_lib.training.config import TrainConfig
+
+__all__ = [
+    "MetricsLog",
+    "build_optimizer",
+    "compute_loss",
+    "compute_lr",
+    "forward_backward",
+    "next_batch",
+    "optimizer_step",
+    "reduce_mean",
+    "run_model",
+    "seed_everything",
+]
+
+INPUT_KEYS = ("lidar_bev", "radar_bev", "camera_images", "camera_index")
+
+
+def seed_everything(seed: int) -> None:
+    """Seed torch, numpy and random with `seed` (call with the same seed on every rank before init)."""
+    torch.manual_seed(seed)
+    np.random.seed(seed % 2**32)
+    random.seed(seed)
+
+
+def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """Return AdamW over all parameters (norm and bias parameters without weight decay)."""
+    decay = [p for p in model.parameters() if p.ndim > 1]
+    no_decay = [p for p in model.parameters() if p.ndim <= 1]
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.lr, betas=(0.9, 0.95), foreach=False,
+    )
+
+
+def compute_lr(step: int, cfg: TrainConfig) -> float:
+    """Return the learning rate of optimizer step `step` (1-based).
+
+    Linear warmup over `warmup_steps`, then cosine decay to 10 % of `lr` at `max_steps`. A
+    pure function of the step, so a resumed run continues the schedule exactly.
+    """
+    if step <= cfg.warmup_steps:
+        return cfg.lr * step / cfg.warmup_steps
+    progress = (step - cfg.warmup_steps) / max(1, cfg.max_steps - cfg.warmup_steps)
+    return cfg.lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress))))
+
+
+def next_batch(batches: Iterator[dict[str, Any]], device: torch.device) -> tuple[dict[str, Any], float]:
+    """Return the next batch on `device` and the input wait: seconds blocked on the loader."""
+    start = time.perf_counter()
+    batch = next(batches)
+    wait_s = time.perf_counter() - start
+    moved = {k: v.to(device, non_blocking=True) if torch.is_tensor(v) else v for k, v in batch.items()}
+    return moved, wait_s
+
+
+def run_model(model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
+    """Return (B, 3, H, W) fp32 occupancy logits for a batch of `prepare_sample` outputs."""
+    return model(*(batch[k] for k in INPUT_KEYS)).float()
+
+
+def compute_loss(logits: torch.Tensor, target: torch.Tensor, pos_weight: float) -> torch.Tensor:
+    """Return the mean pos-weighted BCE-with-logits over all cells (scalar fp32).
+
+    Args:
+        logits: (B, C, H, W) float.
+        target: (B, C, H, W) float in {0, 1}.
+        pos_weight: weight of occupied cells.
+    """
+    weight = torch.full((logits.shape[1], 1, 1), pos_weight, dtype=torch.float32, device=logits.device)
+    return F.binary_cross_entropy_with_logits(logits.float(), target.float(), pos_weight=weight)
+
+
+def forward_backward(model: nn.Module, batch: dict[str, Any], cfg: TrainConfig) -> torch.Tensor:
+    """Run forward and backward on this rank's batch; return the detached local loss."""
+    loss = compute_loss(run_model(model, batch), batch["target"], cfg.pos_weight)
+    loss.backward()
+    return loss.detach()
+
+
+def optimizer_step(
+    model: nn.Module, optimizer: torch.optim.Optimizer, step: int, cfg: TrainConfig
+) -> tuple[float, float]:
+    """Clip gradients (global norm over all shards) and take AdamW step `step` (1-based).
+
+    Returns:
+        (gradient norm before clipping, learning rate used).
+
+    The norm is computed on the sharded DTensor gradients, so it is the norm of the full
+    model's gradient on every rank.
+    """
+    max_norm = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    if hasattr(norm, "full_tensor"):
+        norm = norm.full_tensor()
+    lr = compute_lr(step, cfg)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return float(norm), lr
+
+
+def reduce_mean(value: torch.Tensor) -> float:
+    """Return the mean of a scalar over all ranks."""
+    total = value.detach().float().reshape(1).clone()
+    dist.all_reduce(total)
+    return float(total) / dist.get_world_size()
+
+
+class MetricsLog:
+    """Per-step metrics as JSON lines, written by rank 0 only (one object per logged step)."""
+
+    def __init__(self, path: str | os.PathLike[str], *, enabled: bool, resume_step: int) -> None:
+        self.path = Path(path)
+        self.enabled = enabled
+        self.rows: list[dict[str, Any]] = []
+        if enabled:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if self.path.exists():  # drop lines past the checkpoint we resume from
+                lines = self.path.read_text().splitlines()
+                self.rows = [r for r in map(json.loads, filter(None, lines)) if r["step"] <= resume_step]
+            self.path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in self.rows))
+
+    def log(self, row: dict[str, Any]) -> None:
+        """Append `row` (must hold "step" and "loss") to the file and to `rows`."""
+        if not self.enabled:
+            return
+        self.rows.append(row)
+        with self.path.open("a") as f:
+            f.write(json.dumps(row, sort_keys=True) + "\n")

@@ -1,0 +1,62 @@
+"""Parallelism applied from outside the model: FSDP2 (`fully_shard`) with mixed precision.
+
+Every top-level child module that holds parameters becomes one FSDP unit (its parameters
+are all-gathered just before it runs and freed after), then the root is wrapped for the
+rest. Master weights, gradients and optimizer state stay fp32 and sharded across ranks
+(DTensors on a 1-D mesh over all ranks).
+
+Mixed precision: `MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)`:
+forward and backward compute in bf16, gradients are reduce-scattered in fp32. Verified on
+CPU with gloo (torch 2.13, bf16 conv/GroupNorm kernels run on CPU); the same code runs
+under nccl on CUDA. `TrainConfig.mixed_precision=False` keeps everything fp32.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+from platform_lib.training.distributed import DistContext
+
+__all__ = ["apply_fsdp", "build_mesh", "build_mp_policy"]
+
+
+def build_mesh(ctx: DistContext) -> DeviceMesh:
+    """Return a 1-D device mesh over all `ctx.world_size` ranks (data-parallel sharding)."""
+    return init_device_mesh(ctx.device.type, (ctx.world_size,), mesh_dim_names=("dp",))
+
+
+def build_mp_policy(enabled: bool) -> MixedPrecisionPolicy:
+    """Return bf16-params / fp32-reduce when `enabled`, else a full-fp32 policy."""
+    if enabled:
+        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    return MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=torch.float32)
+
+
+def apply_fsdp(
+    model: nn.Module,
+    mesh: DeviceMesh,
+    mp_policy: MixedPrecisionPolicy,
+    *,
+    reshard_after_forward: bool = True,
+) -> nn.Module:
+    """Shard `model` in place with FSDP2: each parameterised top-level child, then the root.
+
+    Args:
+        model: an unsharded module on the mesh's device type.
+        mesh: 1-D device mesh (see `build_mesh`).
+        mp_policy: mixed precision policy (see `build_mp_policy`).
+        reshard_after_forward: free each block's gathered parameters after its forward
+            (least memory; backward gathers them again). False keeps them until backward:
+            one all-gather per block per step instead of two (faster for small models).
+
+    Returns:
+        The same module object, now an FSDPModule whose parameters are DTensors.
+    """
+    for child in model.children():
+        if any(True for _ in child.parameters()):
+            fully_shard(child, mesh=mesh, mp_policy=mp_policy, reshard_after_forward=reshard_after_forward)
+    fully_shard(model, mesh=mesh, mp_policy=mp_policy, reshard_after_forward=reshard_after_forward)
+    return model

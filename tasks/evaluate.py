@@ -1,0 +1,28 @@
+"""Evaluation task: per-class BEV IoU and mean IoU on the validation split, next to the prior."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from flytekit import Cache, Resources, current_context, task
+from flytekit.types.directory import FlyteDirectory
+from flytekit.types.file import FlyteFile
+
+from platform_lib.training.config import TrainConfig
+from platform_lib.training.evaluate import evaluate
+from tasks.errors import recoverable_storage_errors
+
+__all__ = ["evaluate_model"]
+
+
+@task(cache=Cache(version="1"), retries=2, requests=Resources(cpu="2", mem="4Gi"))
+def evaluate_model(dataset: FlyteDirectory, run: FlyteDirectory, config: TrainConfig) -> FlyteFile:
+    """Evaluate the run's weights on `config.val_split`; return the metrics table (JSON)."""
+    with recoverable_storage_errors("downloading the dataset and the run folder"):
+        dataset_dir, run_dir = dataset.download(), run.download()
+    out = Path(current_context().working_directory) / "eval"
+    result = evaluate(
+        str(Path(run_dir) / "model.safetensors"), config, str(dataset_dir),
+        split=config.val_split, output_dir=str(out),
+    )
+    return FlyteFile(result.metrics_json)

@@ -1,0 +1,73 @@
+"""Fixtures for pipeline tests: isolated Flyte local cache, temp dirs and MLflow store."""
+
+from __future__ import annotations
+
+import collections
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture
+def pandaset_002(pandaset_root: Path) -> Path:
+    """The 10-frame PandaSet sample next to the repo (../shared/data/pandaset/002)."""
+    return pandaset_root / "002"
+
+
+@pytest.fixture
+def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """Isolate everything a pipeline run writes under `tmp_path`; return the environment.
+
+    HOME (flytekit's local cache ~/.flyte/local-cache), TMPDIR (flytekit's raw outputs and the
+    elastic run folders), DRIVETRAIN_HOME (MLflow store); MLFLOW_TRACKING_URI cleared.
+    """
+    env = {
+        "HOME": str(tmp_path / "home"), "TMPDIR": str(tmp_path / "tmp"),
+        "DRIVETRAIN_HOME": str(tmp_path / "drivetrain"),
+    }
+    for value in env.values():
+        Path(value).mkdir(parents=True, exist_ok=True)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "placeholder")  # recorded so teardown restores it
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
+    return {**os.environ, **env}
+
+
+@pytest.fixture
+def local_flyte(isolated_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Run workflows in this process against a fresh local cache and raw-output folder."""
+    from flytekit.core import local_cache
+    from flytekit.core.context_manager import FlyteContextManager
+    from flytekit.core.data_persistence import FileAccessProvider
+
+    monkeypatch.setattr(local_cache, "CACHE_LOCATION", str(tmp_path / "home" / "flyte-cache"))
+    monkeypatch.setattr(local_cache.LocalTaskCache, "_initialized", False)
+    monkeypatch.setattr(local_cache.LocalTaskCache, "_cache", None, raising=False)
+    access = FileAccessProvider(
+        local_sandbox_dir=str(tmp_path / "flyte-sandbox"), raw_output_prefix=str(tmp_path / "flyte-raw")
+    )
+    ctx = FlyteContextManager.current_context()
+    with FlyteContextManager.with_context(ctx.with_file_access(access)):
+        yield tmp_path
+
+
+@pytest.fixture
+def executions(monkeypatch: pytest.MonkeyPatch) -> collections.Counter:
+    """Count real executions (cache misses) of every task of `training_pipeline`, by short name."""
+    from workflows.training_pipeline import training_pipeline
+
+    counts: collections.Counter = collections.Counter()
+    for node in training_pipeline.nodes:
+        entity = node.flyte_entity
+        original, short = entity.sandbox_execute, entity.name.split(".")[-1]
+
+        def counted(ctx, input_literal_map, _original=original, _name=short):
+            counts[_name] += 1
+            return _original(ctx, input_literal_map)
+
+        monkeypatch.setattr(entity, "sandbox_execute", counted)
+    return counts

@@ -1,0 +1,108 @@
+"""`drivetrain data build|inspect|validate` through the CLI entry point."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from platform_lib.cli import build_parser, main
+
+SYNTH = ["--source", "synthetic", "--num-logs", "2", "--frames-per-log", "3", "--seed", "7"]
+
+
+def _hashes(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def synthetic_builds(tmp_path_factory):
+    base = tmp_path_factory.mktemp("cli")
+    for name in ("a", "b"):  # independent raw generations and builds
+        code = main(["data", "build", *SYNTH, "--input", str(base / f"raw-{name}"),
+                     "--output", str(base / f"ds-{name}"), "--shard-size-mb", "0.3"])
+        assert code == 0
+    return base
+
+
+def test_synthetic_builds_are_byte_identical(synthetic_builds):
+    a, b = _hashes(synthetic_builds / "ds-a"), _hashes(synthetic_builds / "ds-b")
+    assert a == b
+    assert {"manifest.json", "index.parquet"} <= set(a)
+    assert len([p for p in a if p.startswith("shards/")]) >= 2
+
+
+def test_parallel_build_gives_the_same_bytes(synthetic_builds, tmp_path):
+    code = main(["data", "build", *SYNTH, "--input", str(synthetic_builds / "raw-a"),
+                 "--output", str(tmp_path / "ds"), "--shard-size-mb", "0.3", "--workers", "2"])
+    assert code == 0
+    assert _hashes(tmp_path / "ds") == _hashes(synthetic_builds / "ds-a")
+
+
+def test_inspect_json_summary(synthetic_builds, capsys):
+    assert main(["data", "inspect", str(synthetic_builds / "ds-a"), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    manifest = json.loads((synthetic_builds / "ds-a" / "manifest.json").read_text())
+    assert summary["dataset_hash"] == manifest["dataset_hash"]
+    assert summary["num_samples"] == 6 and summary["num_shards"] == manifest["num_shards"]
+    assert summary["sensors"]["radar"] is True and len(summary["sensors"]["cameras"]) == 6
+    assert summary["total_bytes"] == manifest["total_bytes"]
+    assert set(summary["class_counts"]) == {"vehicle", "pedestrian", "cyclist", "other"}
+    assert main(["data", "inspect", str(synthetic_builds / "ds-a")]) == 0
+    assert "dataset_hash" in capsys.readouterr().out
+
+
+def test_validate_exit_codes(synthetic_builds, tmp_path, capsys):
+    assert main(["data", "validate", str(synthetic_builds / "ds-a")]) == 0
+    broken = tmp_path / "broken"
+    shutil.copytree(synthetic_builds / "ds-a", broken)
+    shard = broken / "shards" / "shard-000001.tar"
+    shard.write_bytes(shard.read_bytes()[:-3000])
+    capsys.readouterr()
+    assert main(["data", "validate", str(broken)]) == 1
+    assert "shard shards/shard-000001.tar" in capsys.readouterr().err
+
+
+def test_existing_raw_logs_are_reused(synthetic_builds, tmp_path, capsys):
+    code = main(["data", "build", *SYNTH, "--input", str(synthetic_builds / "raw-a"),
+                 "--output", str(tmp_path / "ds"), "--shard-size-mb", "0.3"])
+    assert code == 0 and "using 2 existing synthetic logs" in capsys.readouterr().err
+    assert _hashes(tmp_path / "ds") == _hashes(synthetic_builds / "ds-a")
+
+
+def test_build_errors_exit_nonzero(synthetic_builds, tmp_path, capsys):
+    out = synthetic_builds / "ds-a"
+    args = ["data", "build", *SYNTH, "--input", str(synthetic_builds / "raw-a"), "--output",
+            str(out), "--shard-size-mb", "0.3"]
+    assert main(args) == 1
+    assert "already holds a dataset" in capsys.readouterr().err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["data", "build", "--source", "pandaset", "--input", str(empty),
+                 "--output", str(tmp_path / "x")]) == 1
+    assert "no pandaset logs found" in capsys.readouterr().err
+
+
+def test_split_flags_reach_the_manifest(synthetic_builds, tmp_path):
+    code = main(["data", "build", *SYNTH, "--input", str(synthetic_builds / "raw-a"),
+                 "--output", str(tmp_path / "ds"), "--split", "by_log",
+                 "--val-logs", "synth-0001"])
+    assert code == 0
+    manifest = json.loads((tmp_path / "ds" / "manifest.json").read_text())
+    assert manifest["splits"]["params"]["val_logs"] == ["synth-0001"]
+    assert manifest["splits"]["counts"] == {"train": 3, "val": 3}
+
+
+def test_parser_has_data_group_and_console_script():
+    parser = build_parser()
+    args = parser.parse_args(["data", "validate", "/x"])
+    assert args.group == "data" and args.command == "validate"
+    result = subprocess.run([Path(sys.executable).parent / "drivetrain", "data", "--help"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and "build" in result.stdout and "validate" in result.stdout

@@ -1,0 +1,156 @@
+"""Lineage hashes: raw-log content keys (local and S3 ETags), config hash, val split, code version."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from registry_helpers import write_index
+
+from platform_lib.registry.lineage import (
+    Lineage,
+    build_lineage,
+    hash_config,
+    hash_raw_location,
+    hash_val_split,
+    resolve_code_version,
+    resolve_flyte_execution_id,
+)
+from platform_lib.training.config import hash_config as training_hash_config
+from platform_lib.training.presets import get_preset
+
+
+def _make_logs(root: Path) -> Path:
+    (root / "log-a" / "lidar").mkdir(parents=True)
+    (root / "log-a" / "lidar" / "00.bin").write_bytes(b"\x00\x01" * 100)
+    (root / "log-a" / "poses.json").write_text('[{"x": 1}]')
+    (root / "log-b").mkdir()
+    (root / "log-b" / "poses.json").write_text('[{"x": 2}]')
+    return root
+
+
+def test_local_hash_depends_on_bytes_not_location(tmp_path: Path) -> None:
+    a = _make_logs(tmp_path / "a")
+    b = tmp_path / "elsewhere" / "b"
+    shutil.copytree(a, b)
+    os.utime(b / "log-b" / "poses.json", (1, 1))  # mtimes do not matter
+    assert hash_raw_location(str(a)) == hash_raw_location(str(b)) == hash_raw_location(a.as_uri())
+    before = hash_raw_location(str(b))
+    (b / "log-a" / "lidar" / "00.bin").write_bytes(b"\x00\x02" + b"\x00\x01" * 99)
+    changed = hash_raw_location(str(b))
+    assert changed != before
+    (b / "log-b" / "new.txt").write_text("x")  # an added file changes the key too
+    assert len({before, changed, hash_raw_location(str(b))}) == 3
+
+
+def test_hash_raw_location_rejects_missing_and_empty(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"raw_logs '.*nope' does not exist"):
+        hash_raw_location(str(tmp_path / "nope"))
+    (tmp_path / "empty" / ".hidden").mkdir(parents=True)
+    with pytest.raises(ValueError, match="empty folder"):
+        hash_raw_location(str(tmp_path / "empty"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def s3_endpoint(monkeypatch: pytest.MonkeyPatch):
+    """A real moto S3 server on 127.0.0.1 (no AWS involved)."""
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        else:
+            pytest.fail("moto server did not start")
+        endpoint = f"http://127.0.0.1:{port}"
+        for key, value in {
+            "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+            "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": endpoint,
+            "FSSPEC_S3_ENDPOINT_URL": endpoint,
+        }.items():
+            monkeypatch.setenv(key, value)
+        yield endpoint
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_object_storage_hash_uses_etags(s3_endpoint: str, tmp_path: Path) -> None:
+    import boto3
+    import fsspec
+
+    s3 = boto3.client("s3", endpoint_url=s3_endpoint)
+    s3.create_bucket(Bucket="raw")
+    s3.put_object(Bucket="raw", Key="logs/log-a/lidar/00.bin", Body=b"abc")
+    s3.put_object(Bucket="raw", Key="logs/log-a/poses.json", Body=b"[]")
+    fsspec.filesystem("s3").invalidate_cache()
+    first = hash_raw_location("s3://raw/logs")
+    fsspec.filesystem("s3").invalidate_cache()
+    assert hash_raw_location("s3://raw/logs/") == first
+    s3.put_object(Bucket="raw", Key="logs/log-a/lidar/00.bin", Body=b"abd")  # new bytes, new ETag
+    fsspec.filesystem("s3").invalidate_cache()
+    assert hash_raw_location("s3://raw/logs") != first
+    with pytest.raises(FileNotFoundError, match="raw_logs 's3://raw/missing'"):
+        hash_raw_location("s3://raw/missing")
+
+
+def test_config_hash_is_canonical_and_matches_training() -> None:
+    cfg = get_preset("small")
+    assert hash_config(cfg) == training_hash_config(cfg)
+    assert re.fullmatch(r"[0-9a-f]{64}", hash_config(cfg))
+    assert hash_config(cfg) != hash_config(get_preset("pandaset_smoke"))
+
+
+def test_val_split_hash_ignores_train_rows(tmp_path: Path) -> None:
+    a = write_index(tmp_path / "a", [("l_000000", "train", "h0"), ("l_000001", "val", "h1")])
+    b = write_index(tmp_path / "b", [("l_000009", "train", "h9"), ("l_000001", "val", "h1")])
+    c = write_index(tmp_path / "c", [("l_000000", "train", "h0"), ("l_000001", "val", "hX")])
+    assert hash_val_split(a) == hash_val_split(b) != hash_val_split(c)
+    with pytest.raises(ValueError, match="no 'test' samples"):
+        hash_val_split(a, split="test")
+    with pytest.raises(FileNotFoundError, match="index.parquet"):
+        hash_val_split(tmp_path / "none")
+
+
+def test_code_version_git_or_package(tmp_path: Path) -> None:
+    inside = resolve_code_version()
+    git_dir = Path(__file__).resolve().parents[2] / ".git"
+    if git_dir.exists():
+        assert re.fullmatch(r"[0-9a-f]{40}(\+dirty)?", inside)
+    assert resolve_code_version(tmp_path) == "drivetrain==0.1.0"
+
+
+def test_build_lineage_collects_every_tag(tmp_path: Path) -> None:
+    dataset = write_index(tmp_path / "ds", [("l_000000", "train", "h0"), ("l_000001", "val", "h1")])
+    manifest = {"dataset_hash": "d" * 64, "source_logs": [
+        {"log_id": "b", "content_hash": "2"}, {"log_id": "a", "content_hash": "1"}]}
+    lineage = build_lineage(manifest=manifest, dataset_dir=dataset, config=get_preset("small"),
+                            seed=7, raw_logs_hash="r" * 64)
+    tags = lineage.to_tags()
+    assert isinstance(lineage, Lineage)
+    assert tags["dataset_hash"] == "d" * 64 and tags["raw_logs_hash"] == "r" * 64
+    assert tags["source_log_hashes"] == '{"a":"1","b":"2"}'
+    assert tags["seed"] == "7" and tags["flyte_execution_id"] == "local"
+    assert tags["config_hash"] == hash_config(get_preset("small"))
+    assert tags["val_split_hash"] == hash_val_split(dataset)
+    assert resolve_flyte_execution_id() == "local"

@@ -1,0 +1,99 @@
+"""train() in one process (world size 1): outputs, exact resume from DCP, export, evaluation."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from platform_lib.models import build_model
+from platform_lib.training.checkpoint import find_latest_checkpoint, load_weights
+from platform_lib.training.evaluate import evaluate
+from platform_lib.training.golden import build_golden_dataset
+from platform_lib.training.presets import small
+from platform_lib.training.train import train
+
+METRIC_KEYS = {"step", "loss", "lr", "grad_norm", "input_wait_s", "step_time_s", "samples_per_s", "world_size"}
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory) -> Path:
+    return build_golden_dataset(tmp_path_factory.mktemp("golden"))
+
+
+@pytest.fixture(scope="module")
+def straight_run(dataset, tmp_path_factory):
+    out = tmp_path_factory.mktemp("straight")
+    return train(small(), str(dataset), str(out)), out
+
+
+def _losses(path) -> list[float]:
+    return [json.loads(line)["loss"] for line in Path(path).read_text().splitlines()]
+
+
+def test_outputs_metrics_and_checkpoints(straight_run):
+    result, out = straight_run
+    cfg = small()
+    assert result.num_steps == cfg.max_steps and result.world_size == 1
+    rows = [json.loads(line) for line in Path(result.metrics_path).read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(1, cfg.max_steps + 1))
+    assert all(METRIC_KEYS <= set(r) for r in rows)
+    assert rows[0]["lr"] == pytest.approx(cfg.lr / cfg.warmup_steps)
+    assert result.first_loss == rows[0]["loss"] and result.final_loss < result.first_loss
+    steps = sorted(p.name for p in (out / "checkpoints").iterdir())
+    assert steps == ["step-000006", "step-000012"]  # keep_checkpoints=2, no temporary folders left
+    assert Path(result.checkpoint_dir) == find_latest_checkpoint(out / "checkpoints")
+    assert (Path(result.checkpoint_dir) / ".complete").is_file()
+    assert json.loads((out / "train_result.json").read_text())["num_steps"] == cfg.max_steps
+
+
+def test_resume_from_checkpoint_continues_exactly(straight_run, dataset, tmp_path):
+    """Interrupt after the step-6 checkpoint (drop everything later) and resume: same losses."""
+    result, out = straight_run
+    interrupted = tmp_path / "run"
+    shutil.copytree(out, interrupted)
+    shutil.rmtree(interrupted / "checkpoints" / "step-000012")
+    (interrupted / "model.safetensors").unlink()
+    resumed = train(small(), str(dataset), str(interrupted))
+    assert resumed.num_steps == 12
+    straight, again = _losses(result.metrics_path), _losses(resumed.metrics_path)
+    assert len(again) == 12  # metrics past the checkpoint were dropped, then rewritten
+    assert again[6:] == pytest.approx(straight[6:], rel=1e-6)
+    assert torch.equal(
+        load_weights(resumed.weights_path)["head.weight"], load_weights(result.weights_path)["head.weight"]
+    )
+
+
+def test_exported_weights_load_into_a_plain_model_and_evaluation_reproduces(straight_run, dataset, tmp_path):
+    result, _ = straight_run
+    weights = load_weights(result.weights_path)
+    model = build_model(small().model)
+    model.load_state_dict(weights, strict=True)
+    assert all(t.dtype == torch.float32 for t in weights.values())
+    a = evaluate(result.weights_path, small(), str(dataset), split="val", output_dir=str(tmp_path / "a"))
+    b = evaluate(result.weights_path, small(), str(dataset), split="val", output_dir=str(tmp_path / "b"))
+    assert a.num_samples == 4 and a.split == "val"
+    assert (a.iou, a.mean_iou, a.baseline_iou) == (b.iou, b.mean_iou, b.baseline_iou)
+    assert 0.0 <= a.mean_iou <= 1.0 and set(a.iou) == {"vehicle", "pedestrian", "cyclist"}
+    table = json.loads(Path(a.metrics_json).read_text())
+    assert table["mean_iou"] == a.mean_iou and table["table"][-1]["class"] == "mean"
+    with open(a.metrics_csv) as f:
+        rows = list(csv.DictReader(f))
+    assert [r["class"] for r in rows] == ["vehicle", "pedestrian", "cyclist", "mean"]
+    for row in rows[:3]:
+        if row["iou"]:
+            assert float(row["iou"]) == pytest.approx(int(row["intersection"]) / int(row["union"]))
+
+
+def test_bad_inputs_fail_fast_with_a_named_cause(dataset, tmp_path):
+    with pytest.raises(ValueError, match="'test'"):
+        train(dataclasses.replace(small(), train_split="test"), str(dataset), str(tmp_path / "a"))
+    with pytest.raises(Exception, match="manifest"):
+        train(small(), str(tmp_path / "nothing-here"), str(tmp_path / "b"))
+    with pytest.raises(FileNotFoundError, match="weights"):
+        evaluate(str(tmp_path / "missing.safetensors"), small(), str(dataset))

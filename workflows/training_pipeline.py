@@ -1,0 +1,61 @@
+"""The main job: raw driving logs -> dataset -> elastic training -> evaluation -> MLflow registry.
+
+    pyflyte run workflows/training_pipeline.py training_pipeline
+    pyflyte run workflows/training_pipeline.py training_pipeline \\
+        --source pandaset --raw_logs ../shared/data/pandaset/002 --preset pandaset_smoke
+
+Wiring only; the tasks live in `tasks/`, the logic in `platform_lib/`. See docs/pipeline.md.
+"""
+
+from __future__ import annotations
+
+from flytekit import workflow
+
+from platform_lib.pipeline import TrainOverrides
+from platform_lib.sources.synthetic import SyntheticConfig
+from tasks.data import build_dataset, dataset_config, hash_raw_logs, materialize_raw_logs
+from tasks.evaluate import evaluate_model
+from tasks.register import register_model
+from tasks.train import resolve_config, train_model
+
+__all__ = ["training_pipeline"]
+
+#: Workflow input defaults (frozen dataclasses; module-level so the defaults are shared).
+NO_OVERRIDES = TrainOverrides()
+DEFAULT_SYNTHETIC = SyntheticConfig()
+
+
+@workflow
+def training_pipeline(
+    source: str = "synthetic",
+    raw_logs: str = "",
+    preset: str = "synthetic_default",
+    overrides: TrainOverrides = NO_OVERRIDES,
+    seed: int = 0,
+    model_name: str = "",
+    synthetic: SyntheticConfig = DEFAULT_SYNTHETIC,
+) -> str:
+    """Build, train, evaluate and register; return the new model version's `models:/` URI.
+
+    Args:
+        source: raw-log format, "synthetic" or "pandaset".
+        raw_logs: folder (local or object-storage URL) of raw logs: a PandaSet root or one
+            sequence folder; empty with source="synthetic" generates `synthetic` logs.
+        preset: training preset (`platform_lib.training.presets`).
+        overrides: preset fields to replace (None keeps the preset's value).
+        seed: training seed (weights init and data order).
+        model_name: registered model name; empty: "drivetrain-bev-<source>".
+        synthetic: generator settings when synthetic logs are generated.
+    """
+    config = resolve_config(preset=preset, overrides=overrides, seed=seed)
+    logs = materialize_raw_logs(source=source, raw_logs=raw_logs, synthetic=synthetic)
+    logs_hash = hash_raw_logs(source=source, raw_logs=logs)
+    dataset = build_dataset(
+        source=source, raw_logs=logs, raw_logs_hash=logs_hash, config=dataset_config(source=source)
+    )
+    run = train_model(dataset=dataset, config=config)
+    table = evaluate_model(dataset=dataset, run=run, config=config)
+    return register_model(
+        model_name=model_name, source=source, raw_logs_hash=logs_hash, dataset=dataset, run=run,
+        eval_table=table, config=config,
+    )
