@@ -21,7 +21,24 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from platform_lib.loading import InputWaitMeter, build_loader
+import numpy as np
+import torch
+
+from platform_lib.loading import InputWaitMeter, LoaderConfig, build_loader
+
+MAX_POINTS = 32768
+
+
+def to_model_inputs(sample: dict) -> dict:
+    """What a training `sample_transform` does: fixed-size tensors (cameras stacked, points padded).
+
+    Returns: images (C, H, W, 3) uint8, points (MAX_POINTS, 4) float32, num_points () int64.
+    """
+    images = torch.from_numpy(np.stack([sample["cameras"][name] for name in sorted(sample["cameras"])]))
+    lidar = sample["lidar"][:MAX_POINTS]
+    points = torch.zeros(MAX_POINTS, 4)
+    points[: len(lidar)] = torch.from_numpy(lidar)
+    return {"images": images, "points": points, "num_points": torch.tensor(len(lidar))}
 
 
 def ensure_dataset(path: str | None) -> Path:
@@ -57,9 +74,10 @@ def _stalled(batches: Iterable, *, at: int, stall_s: float) -> Iterator:
 
 
 def measure(dataset: Path, *, step_ms: float, workers: int, batch_size: int, steps: int,
-            warmup: int, stall: tuple[int, float] | None = None) -> dict:
+            warmup: int, raw: bool, stall: tuple[int, float] | None = None) -> dict:
+    config = LoaderConfig(sample_transform=None if raw else to_model_inputs)
     loader = build_loader(str(dataset), rank=0, world_size=1, batch_size=batch_size,
-                          num_workers=workers, seed=0, decode="cpu")
+                          num_workers=workers, seed=0, decode="cpu", config=config)
     meter = InputWaitMeter(skip_first=warmup)
     batches: Iterable = _epochs(loader)
     if stall is not None:
@@ -80,17 +98,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=60, help="steps per measurement")
     parser.add_argument("--warmup", type=int, default=5, help="leading steps left out (worker start-up)")
     parser.add_argument("--stall-s", type=float, default=0.5, help="injected stall, in s")
+    parser.add_argument("--raw", action="store_true",
+                        help="no sample_transform: batches of decoded sample dicts (many small arrays)")
     parser.add_argument("--json", help="also write the results as JSON here")
     args = parser.parse_args(argv)
     dataset = ensure_dataset(args.dataset)
     print(f"dataset {dataset}, batch {args.batch_size}, {args.steps} steps (first {args.warmup} excluded), "
-          f"{os.cpu_count()} CPUs", flush=True)
+          f"{os.cpu_count()} CPUs, decode cpu, " + ("decoded sample dicts" if args.raw else
+          "sample_transform -> fixed-size tensors"), flush=True)
     print(f"{'step ms':>8} {'workers':>8} {'input wait %':>13} {'mean wait ms':>13} {'p99 wait ms':>12}")
     results = []
     for step_ms in args.steps_ms:
         for workers in args.workers:
             r = measure(dataset, step_ms=step_ms, workers=workers, batch_size=args.batch_size,
-                        steps=args.steps, warmup=args.warmup)
+                        steps=args.steps, warmup=args.warmup, raw=args.raw)
             results.append({"step_ms": step_ms, "workers": workers, **{k: v for k, v in r.items() if k != "waits_s"}})
             print(f"{step_ms:8.0f} {workers:8d} {100 * r['input_wait_fraction']:12.2f}% "
                   f"{1000 * r['mean_wait_s']:13.2f} {1000 * r['p99_wait_s']:12.2f}", flush=True)
@@ -100,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     if at % steps_per_epoch == 0:
         at += 1
     stalled = measure(dataset, step_ms=50, workers=max(args.workers), batch_size=args.batch_size,
-                      steps=at + 10, warmup=args.warmup, stall=(at, args.stall_s))
+                      steps=at + 10, warmup=args.warmup, raw=args.raw, stall=(at, args.stall_s))
     measured = stalled["waits_s"][at]
     error = abs(measured - args.stall_s) / args.stall_s
     print(f"injected stall {1000 * args.stall_s:.0f} ms before step {at}: measured {1000 * measured:.1f} ms "

@@ -77,6 +77,7 @@ class ShardCache:
         self.max_retries, self.backoff_s = max_retries, backoff_s
         self.stats = CacheStats()
         self._fs = None
+        self._failed: dict[str, ShardReadError] = {}  # bad objects: fetched once, not per sample
 
     def _filesystem(self):
         if self._fs is None:  # created lazily: after fork, in the worker that uses it
@@ -91,10 +92,14 @@ class ShardCache:
             ObjectStoreUnreachableError: the download kept failing after retries.
             ShardReadError: the object's size differs from the manifest.
         """
+        if shard_path in self._failed:
+            raise self._failed[shard_path]
         local = self.folder / shard_path
         local.parent.mkdir(parents=True, exist_ok=True)
         (self.folder / CACHE_MARKER).touch(exist_ok=True)
         with filelock.FileLock(f"{local}.lock"):
+            if shard_path in self._failed:  # failed in the prefetch thread while we waited
+                raise self._failed[shard_path]
             if local.exists() and local.stat().st_size == expected_bytes:
                 self.stats.hits += 1
             else:
@@ -125,10 +130,11 @@ class ShardCache:
                               max_retries=self.max_retries, backoff_s=self.backoff_s)
             size = tmp.stat().st_size
             if size != expected_bytes:
-                raise ShardReadError(
+                self._failed[shard_path] = ShardReadError(
                     f"{self.url}/{shard_path}: object has {size} bytes, the manifest says "
                     f"{expected_bytes} (truncated or replaced); rebuild or re-upload the dataset"
                 )
+                raise self._failed[shard_path]
             os.replace(tmp, local)
         except OSError as exc:
             if exc.errno in _DISK_FULL:

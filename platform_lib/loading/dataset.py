@@ -14,7 +14,6 @@ from dataclasses import asdict
 from typing import Any
 
 import numpy as np
-import torch
 from torch.utils.data import IterableDataset, default_collate, get_worker_info
 
 from platform_lib.loading.cache import ShardCache
@@ -169,7 +168,7 @@ class BatchStream(IterableDataset):
             fields = dict.fromkeys(f for sample in samples for f in sample if f != "__key__")
             batch = {f: [sample.get(f) for sample in samples] for f in fields}
         batch["__key__"] = keys
-        batch["__padded__"] = torch.from_numpy(np.asarray(padded, dtype=bool))
+        batch["__padded__"] = np.asarray(padded, dtype=bool)  # a tensor in the main process
         return batch
 
     @staticmethod

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +24,7 @@ from platform_lib.loading.errors import CacheFullError, ResumeStateError
 from platform_lib.loading.mixing import build_mixed_order
 from platform_lib.loading.order import build_epoch_order
 from platform_lib.loading.partition import EpochPlan, plan_epoch
+from platform_lib.loading.prefetch import iterate_in_background
 from platform_lib.loading.source import DatasetView, load_dataset_view
 from platform_lib.loading.transport import unpack_arrays
 from platform_lib.loading.windows import build_units
@@ -67,6 +70,12 @@ class LoaderStats:
 def _keep_as_is(batch: dict[str, Any]) -> dict[str, Any]:
     """Collate of the DataLoader: batches are built in the workers; keep ndarrays as ndarrays."""
     return batch
+
+
+def _init_worker(worker_id: int) -> None:
+    """Short GIL switch interval in workers: the thread that hands a batch's shared-memory
+    block to the main process must not wait behind a decoding thread (5 ms by default)."""
+    sys.setswitchinterval(0.0005)
 
 
 def _start_method(cfg: LoaderConfig) -> str | None:
@@ -203,11 +212,19 @@ class StreamingLoader:
         cfg = self.config
         workers = dict(num_workers=self.num_workers, prefetch_factor=cfg.prefetch_depth,
                        multiprocessing_context=_start_method(cfg)) if self.num_workers > 0 else {}
-        loader = DataLoader(stream, batch_size=None, collate_fn=_keep_as_is, timeout=cfg.worker_timeout_s,
-                            pin_memory=cfg.pin_memory and torch.cuda.is_available(), **workers)
+
+        def receive() -> Iterator[dict[str, Any]]:
+            loader = DataLoader(stream, batch_size=None, collate_fn=_keep_as_is, timeout=cfg.worker_timeout_s,
+                                worker_init_fn=_init_worker,
+                                pin_memory=cfg.pin_memory and torch.cuda.is_available(), **workers)
+            for batch in loader:
+                batch = unpack_arrays(batch)
+                batch["__padded__"] = torch.from_numpy(batch["__padded__"])
+                yield batch
+
         self._begin_epoch_stats(epoch)
-        for batch in loader:
-            batch = unpack_arrays(batch)
+        batches = iterate_in_background(receive, depth=cfg.prefetch_depth) if self.num_workers > 0 else receive()
+        for batch in batches:
             self._absorb(batch.pop(STATS_KEY))
             self._step += 1
             yield batch

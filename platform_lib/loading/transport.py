@@ -52,6 +52,19 @@ def _replace(obj: Any, slots: dict[int, _Slot]) -> Any:
     return obj
 
 
+def _new_shared_bytes(size: int) -> torch.Tensor:
+    """Return an uninitialised (size,) uint8 tensor in shared memory.
+
+    `UntypedStorage._new_shared` allocates the shared block directly; `share_memory_()` on a
+    fresh tensor would allocate privately, then fault in and copy every page (~1.6x slower for
+    a 37 MB batch of 16 x 6 decoded 480x272 images). Falls back to it if the private API goes.
+    """
+    new_shared = getattr(torch.UntypedStorage, "_new_shared", None)
+    if new_shared is None:
+        return torch.empty(size, dtype=torch.uint8).share_memory_()
+    return torch.empty(0, dtype=torch.uint8).set_(new_shared(size))
+
+
 def pack_arrays(batch: dict[str, Any]) -> dict[str, Any]:
     """Return `batch` with its large ndarrays copied into one shared-memory arena (worker side)."""
     arrays: list[np.ndarray] = []
@@ -62,7 +75,7 @@ def pack_arrays(batch: dict[str, Any]) -> dict[str, Any]:
     for array in arrays:
         slots[id(array)] = _Slot(offset, tuple(array.shape), array.dtype.str)
         offset += -(-array.nbytes // 64) * 64  # 64-byte aligned views
-    arena = torch.empty(offset, dtype=torch.uint8).share_memory_()
+    arena = _new_shared_bytes(offset)
     flat = arena.numpy()
     for array in arrays:
         start = slots[id(array)].offset

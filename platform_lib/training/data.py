@@ -1,7 +1,8 @@
 """Batches for training and evaluation, built from a published dataset.
 
+Both go through the streaming loader (`platform_lib.loading.build_loader`):
 `build_train_loader` is the one place training obtains batches; `build_eval_loader` reads
-one split exactly once, in index order (no padding, no shuffling), for evaluation.
+one split in index order for evaluation.
 Batches are dicts of stacked tensors from the model's sample transform plus "__key__"
 (list of B sample keys).
 """
@@ -13,14 +14,11 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Dataset, default_collate
 
 from platform_lib.loading import LoaderConfig, StreamingLoader, build_loader
-from platform_lib.shards.codec import decode_sample
 from platform_lib.shards.reader import DatasetReader, open_dataset
 
 __all__ = [
-    "SplitDataset",
     "build_eval_loader",
     "build_train_loader",
     "iterate_epochs",
@@ -52,53 +50,22 @@ def split_keys(reader: DatasetReader, split: str) -> list[str]:
     return keys
 
 
-class SplitDataset(Dataset):
-    """Map-style dataset over the samples of one split (random access through the index).
-
-    Picklable: each loader worker opens its own reader on first use.
-    """
-
-    def __init__(self, dataset_dir: str | os.PathLike[str], split: str, transform: Transform) -> None:
-        self.dataset_dir = str(dataset_dir)
-        self.keys = split_keys(open_dataset(self.dataset_dir), split)
-        self.transform = transform
-        self._reader: DatasetReader | None = None
-
-    def __len__(self) -> int:
-        return len(self.keys)
-
-    def __getitem__(self, i: int) -> tuple[str, dict[str, torch.Tensor]]:
-        if self._reader is None:
-            self._reader = open_dataset(self.dataset_dir)
-        key = self.keys[i]
-        return key, self.transform(decode_sample(self._reader.read_sample(key), decode="none"))
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_reader": None}
-
-
-def _collate(items: list[tuple[str, dict[str, torch.Tensor]]]) -> dict[str, Any]:
-    batch = default_collate([outputs for _, outputs in items])
-    batch["__key__"] = [key for key, _ in items]
-    return batch
-
-
 def build_eval_loader(
-    dataset_dir: str | os.PathLike[str],
-    split: str,
-    transform: Transform,
-    *,
-    batch_size: int = 4,
-    num_workers: int = 0,
-) -> DataLoader:
-    """Return a loader over every sample of `split` exactly once, in index order.
+    dataset_dir: str | os.PathLike[str], split: str, transform: Transform, *, batch_size: int = 4
+) -> StreamingLoader:
+    """Return a single-rank loader over `split` in index order (no shuffling, no workers).
+
+    The last batch is padded with repeats of the first samples (the loader's "pad" policy);
+    callers count each key once (see `platform_lib.training.evaluate`).
 
     Raises:
-        ValueError: if the split is empty; errors of `open_dataset` for a missing dataset.
+        ValueError: if the split is empty; loader errors for a missing or damaged dataset.
     """
-    return DataLoader(
-        SplitDataset(dataset_dir, split, transform), batch_size=batch_size, shuffle=False,
-        num_workers=num_workers, collate_fn=_collate,
+    split_keys(open_dataset(dataset_dir), split)  # fail fast, naming the split
+    return build_loader(
+        os.fspath(dataset_dir), rank=0, world_size=1, batch_size=batch_size, num_workers=0,
+        seed=0, shuffle=False, decode="none", split=split,
+        config=LoaderConfig(sample_transform=transform),
     )
 
 

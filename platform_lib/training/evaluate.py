@@ -11,8 +11,8 @@ thresholded per class at the value in {0.05, 0.10, ..., 0.95} that maximises tha
 IoU on the training split itself. It knows where objects usually are (e.g. the lane ahead)
 and nothing about the current frame.
 
-Deterministic: fp32 on CPU, samples in index order, no shuffling, so reloading the same
-weights reproduces the numbers exactly.
+Deterministic: fp32 on CPU, samples in index order through the streaming loader (each key
+counted once), so reloading the same weights reproduces the numbers exactly.
 """
 
 from __future__ import annotations
@@ -131,16 +131,21 @@ def evaluate(
     prior_pred = np.stack([prior[c] >= thresholds[g] for c, g in enumerate(CLASS_GROUPS)])
     count = 0
     try:
-        loader = build_eval_loader(dataset_dir, split, build_model_transform(model_cfg))
+        loader = build_eval_loader(dataset_dir, split, build_model_transform(model_cfg), batch_size=cfg.batch_size)
+        seen: set[str] = set()
         with torch.no_grad():
             for batch in loader:
-                pred = (run_model(model, batch) > 0).numpy()
-                target = batch["target"].numpy() > 0
+                fresh = np.zeros(len(batch["__key__"]), dtype=bool)  # False: a pad repeat
+                for i, key in enumerate(batch["__key__"]):
+                    fresh[i] = key not in seen
+                    seen.add(key)
+                pred = (run_model(model, batch) > 0).numpy()[fresh]
+                target = batch["target"].numpy()[fresh] > 0
                 inter += np.logical_and(pred, target).sum(axis=(0, 2, 3))
                 union += np.logical_or(pred, target).sum(axis=(0, 2, 3))
                 b_inter += np.logical_and(prior_pred[None], target).sum(axis=(0, 2, 3))
                 b_union += np.logical_or(prior_pred[None], target).sum(axis=(0, 2, 3))
-                count += len(batch["__key__"])
+                count += int(fresh.sum())
     finally:
         torch.set_num_threads(threads)
     iou, b_iou = _iou(inter, union), _iou(b_inter, b_union)

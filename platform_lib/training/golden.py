@@ -1,6 +1,6 @@
 """Golden-loss file of the small preset: the first steps of a fixed CPU run, pinned in git.
 
-The run: preset `small()` (world size 1, in this process, CPU, gloo, bf16 mixed precision)
+The run: preset `small()` (world size 1, in this process, CPU, gloo, fp32)
 on a fixed synthetic dataset (2 logs x 6 frames, seed 0, split by frame range: the last 2
 frames of each log are val). The test `tests/unit/test_training_golden.py` reruns it and
 compares the per-step losses with `tests/unit/golden/small.json` (relative tolerance 1e-4).

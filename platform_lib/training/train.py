@@ -5,8 +5,7 @@ Outputs under `output_dir` (rank 0 writes all but the checkpoints):
     metrics.jsonl              one line per logged step: step, loss, lr, grad_norm,
                                input_wait_s, step_time_s, samples_per_s, world_size
     model.safetensors          full fp32 weights of the last step (metadata: model, configs)
-    train_config.json          the TrainConfig
-    train_result.json          the TrainResult of rank 0
+    train_result.json          the TrainResult of rank 0, its TrainConfig and an input-wait summary
 """
 
 from __future__ import annotations
@@ -14,11 +13,15 @@ from __future__ import annotations
 import json
 import os
 import time
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
+from torch import nn
 
+from platform_lib.loading import InputWaitMeter, ResumeStateError, StreamingLoader
 from platform_lib.models import build_model, build_model_transform, get_model_config
 from platform_lib.training.checkpoint import (
     export_weights,
@@ -28,7 +31,7 @@ from platform_lib.training.checkpoint import (
 )
 from platform_lib.training.config import TrainConfig
 from platform_lib.training.data import build_train_loader, iterate_epochs
-from platform_lib.training.distributed import destroy_distributed, init_distributed
+from platform_lib.training.distributed import DistContext, destroy_distributed, init_distributed
 from platform_lib.training.loop import (
     MetricsLog,
     build_optimizer,
@@ -40,7 +43,16 @@ from platform_lib.training.loop import (
 )
 from platform_lib.training.parallel import apply_fsdp, build_mesh, build_mp_policy
 
-__all__ = ["TrainResult", "train"]
+__all__ = [
+    "TrainResult",
+    "build_run",
+    "finish",
+    "log_step",
+    "maybe_checkpoint",
+    "restore",
+    "resume_loader",
+    "train",
+]
 
 FINAL_LOSS_WINDOW = 10
 
@@ -65,6 +77,85 @@ class TrainResult:
     """ranks that trained"""
 
 
+def resume_loader(loader: StreamingLoader, state: dict[str, Any]) -> None:
+    """Continue the loader from a checkpoint; after an elastic resize that breaks its global
+    batch, warn and restart the loader's epoch instead (never silently)."""
+    try:
+        loader.load_state_dict(state)
+    except ResumeStateError as error:
+        warnings.warn(f"loader state not restored ({error}); the epoch restarts", stacklevel=2)
+
+
+def build_run(cfg: TrainConfig, ctx: DistContext, dataset_dir: str) -> tuple[nn.Module, torch.optim.Optimizer, StreamingLoader]:
+    """Build the FSDP-sharded model (same initial weights on every rank), AdamW and this rank's loader."""
+    seed_everything(cfg.seed)
+    model_cfg = get_model_config(cfg.model)
+    model = apply_fsdp(
+        build_model(model_cfg).to(ctx.device), build_mesh(ctx), build_mp_policy(cfg.mixed_precision),
+        reshard_after_forward=cfg.reshard_after_forward,
+    )
+    loader = build_train_loader(
+        dataset_dir, cfg.train_split, build_model_transform(model_cfg), rank=ctx.rank,
+        world_size=ctx.world_size, batch_size=cfg.batch_size, num_workers=cfg.num_workers, seed=cfg.seed,
+    )
+    return model, build_optimizer(model, cfg), loader
+
+
+def restore(out: Path, model: nn.Module, optimizer: torch.optim.Optimizer, loader: StreamingLoader,
+            cfg: TrainConfig, ctx: DistContext) -> tuple[int, Path | None]:
+    """Load the latest complete checkpoint under `out/checkpoints`; return (step, its folder)."""
+    latest = find_latest_checkpoint(out / "checkpoints")
+    if latest is None:
+        seed_everything(cfg.seed + ctx.rank)
+        return 0, None
+    extra = load_checkpoint(latest, model, optimizer)
+    if "rng_torch" in extra:
+        torch.set_rng_state(extra["rng_torch"])
+    if "loader" in extra:
+        resume_loader(loader, extra["loader"])
+    return int(extra["step"]), latest
+
+
+def maybe_checkpoint(out: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
+                     loader: StreamingLoader, cfg: TrainConfig) -> Path | None:
+    """Save a distributed checkpoint every `checkpoint_interval` steps and at the last step."""
+    if step % cfg.checkpoint_interval and step != cfg.max_steps:
+        return None
+    extra = {"step": step, "rng_torch": torch.get_rng_state(), "loader": loader.state_dict()}
+    return save_checkpoint(out / "checkpoints", step, model, optimizer, extra, keep=cfg.keep_checkpoints)
+
+
+def log_step(metrics: MetricsLog, step: int, loss: torch.Tensor, cfg: TrainConfig, ctx: DistContext,
+             **values: float) -> None:
+    """Average the loss over ranks and write one metrics line (rank 0, every `log_interval` steps)."""
+    mean_loss = reduce_mean(loss)  # collective: every rank calls it every step
+    if step % cfg.log_interval == 0 or step in (1, cfg.max_steps):
+        samples_per_s = cfg.batch_size * ctx.world_size / values["step_time_s"]
+        metrics.log({"step": step, "loss": mean_loss, **values, "samples_per_s": samples_per_s,
+                     "world_size": ctx.world_size})
+
+
+def finish(out: Path, model: nn.Module, cfg: TrainConfig, ctx: DistContext, step: int,
+           checkpoint: Path | None, metrics: MetricsLog, meter: InputWaitMeter) -> TrainResult | None:
+    """Export the full weights (collective) and, on rank 0, write and return the TrainResult."""
+    meta = {"model": cfg.model, "model_config": json.dumps(asdict(get_model_config(cfg.model)), sort_keys=True),
+            "train_config": json.dumps(cfg.to_dict(), sort_keys=True), "step": str(step)}
+    weights = export_weights(model, out / "model.safetensors", meta)
+    if not ctx.is_main:
+        return None
+    losses = [r["loss"] for r in metrics.rows]
+    tail = losses[-FINAL_LOSS_WINDOW:]
+    result = TrainResult(
+        checkpoint_dir=str(checkpoint), weights_path=str(weights), metrics_path=str(metrics.path),
+        first_loss=losses[0], final_loss=sum(tail) / len(tail), num_steps=step, world_size=ctx.world_size,
+    )
+    record = {**asdict(result), "config": cfg.to_dict(), "input_wait": meter.summary()}
+    tmp = out / "train_result.json.tmp"
+    tmp.write_text(json.dumps(record, indent=2, sort_keys=True))
+    os.replace(tmp, out / "train_result.json")
+    return result
+
+
 def train(cfg: TrainConfig, dataset_dir: str, output_dir: str) -> TrainResult | None:
     """Train `cfg.model` on the `cfg.train_split` split of the dataset at `dataset_dir`.
 
@@ -76,76 +167,29 @@ def train(cfg: TrainConfig, dataset_dir: str, output_dir: str) -> TrainResult | 
 
     Raises:
         ValueError: empty training split, bad backend. ManifestMissingError / DatasetError
-            (from `platform_lib.shards`): `dataset_dir` is not a published dataset.
+            (from `platform_lib.shards`) or loader errors: `dataset_dir` is not a published dataset.
     """
-    ctx = init_distributed(cfg.backend)
+    ctx, out = init_distributed(cfg.backend), Path(output_dir)
     threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
     torch.set_num_threads(cfg.num_threads)
     torch.use_deterministic_algorithms(True, warn_only=True)
     try:
-        out = Path(output_dir)
-        seed_everything(cfg.seed)  # identical initial weights on every rank
-        model_cfg = get_model_config(cfg.model)
-        model = apply_fsdp(
-            build_model(model_cfg).to(ctx.device), build_mesh(ctx), build_mp_policy(cfg.mixed_precision),
-            reshard_after_forward=cfg.reshard_after_forward,
-        )
-        optimizer = build_optimizer(model, cfg)
-        loader = build_train_loader(
-            dataset_dir, cfg.train_split, build_model_transform(model_cfg), rank=ctx.rank,
-            world_size=ctx.world_size, batch_size=cfg.batch_size, num_workers=cfg.num_workers,
-            seed=cfg.seed,
-        )
-        step = 0
-        latest = find_latest_checkpoint(out / "checkpoints")
-        if latest is not None:
-            extra = load_checkpoint(latest, model, optimizer)
-            step = int(extra["step"])
-            if "rng_torch" in extra:
-                torch.set_rng_state(extra["rng_torch"])
-            if "loader" in extra and hasattr(loader, "load_state_dict"):
-                loader.load_state_dict(extra["loader"])
-        else:
-            seed_everything(cfg.seed + ctx.rank)
+        model, optimizer, loader = build_run(cfg, ctx, dataset_dir)
+        step, checkpoint = restore(out, model, optimizer, loader, cfg, ctx)
         metrics = MetricsLog(out / "metrics.jsonl", enabled=ctx.is_main, resume_step=step)
-        if ctx.is_main:
-            (out / "train_config.json").write_text(json.dumps(cfg.to_dict(), indent=2, sort_keys=True))
-        batches = iterate_epochs(loader)
-        checkpoint = latest
+        batches, meter = iterate_epochs(loader), InputWaitMeter(skip_first=1)
         while step < cfg.max_steps:
             start = time.perf_counter()
             batch, input_wait_s = next_batch(batches, ctx.device)
             loss = forward_backward(model, batch, cfg)
             step += 1
             grad_norm, lr = optimizer_step(model, optimizer, step, cfg)
-            if step % cfg.checkpoint_interval == 0 or step == cfg.max_steps:
-                extra = {"step": step, "rng_torch": torch.get_rng_state()}
-                if hasattr(loader, "state_dict"):
-                    extra["loader"] = loader.state_dict()
-                checkpoint = save_checkpoint(out / "checkpoints", step, model, optimizer, extra, keep=cfg.keep_checkpoints)
-            mean_loss, step_time_s = reduce_mean(loss), time.perf_counter() - start
-            if step % cfg.log_interval == 0 or step == cfg.max_steps or step == 1:
-                metrics.log({
-                    "step": step, "loss": mean_loss, "lr": lr,
-                    "grad_norm": grad_norm, "input_wait_s": input_wait_s, "step_time_s": step_time_s,
-                    "samples_per_s": cfg.batch_size * ctx.world_size / step_time_s,
-                    "world_size": ctx.world_size,
-                })
-        meta = {"model": cfg.model, "model_config": json.dumps(asdict(model_cfg), sort_keys=True),
-                "train_config": json.dumps(cfg.to_dict(), sort_keys=True), "step": str(step)}
-        weights = export_weights(model, out / "model.safetensors", meta)
-        if not ctx.is_main:
-            return None
-        losses = [r["loss"] for r in metrics.rows]
-        result = TrainResult(
-            checkpoint_dir=str(checkpoint), weights_path=str(weights), metrics_path=str(metrics.path),
-            first_loss=losses[0], final_loss=sum(losses[-FINAL_LOSS_WINDOW:]) / len(losses[-FINAL_LOSS_WINDOW:]),
-            num_steps=step, world_size=ctx.world_size,
-        )
-        tmp = out / "train_result.json.tmp"
-        tmp.write_text(json.dumps(asdict(result), indent=2, sort_keys=True))
-        os.replace(tmp, out / "train_result.json")
-        return result
+            checkpoint = maybe_checkpoint(out, step, model, optimizer, loader, cfg) or checkpoint
+            step_time_s = time.perf_counter() - start
+            meter.record(wait_s=input_wait_s, step_s=step_time_s)
+            log_step(metrics, step, loss, cfg, ctx, lr=lr, grad_norm=grad_norm,
+                     input_wait_s=input_wait_s, step_time_s=step_time_s)
+        return finish(out, model, cfg, ctx, step, checkpoint, metrics, meter)
     finally:
         torch.set_num_threads(threads)
         torch.use_deterministic_algorithms(deterministic)

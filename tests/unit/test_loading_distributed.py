@@ -25,7 +25,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _run_rank(rank: int, dataset: str, port: int, out: str, resume_at: int) -> None:
+def _run_rank(rank: int, dataset: str, port: int, out: str, resume_at: int, foreign_state: dict) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=WORLD, timeout=timedelta(seconds=60))
     record: dict = {"len": None, "epochs": {}, "resumed": [], "steps": {}}
@@ -56,6 +56,11 @@ def _run_rank(rank: int, dataset: str, port: int, out: str, resume_at: int) -> N
                         num_workers=WORKERS, seed=SEED, split="train")
     full.set_epoch(2)
     record["epoch2_full"] = [b["__key__"] for b in full]
+    # A state saved by a 1-rank job with 3 workers and batch 6 (same global batch of 6).
+    elastic = build_loader(dataset, rank=rank, world_size=WORLD, batch_size=BATCH,
+                           num_workers=WORKERS, seed=SEED, split="train")
+    elastic.load_state_dict(foreign_state)
+    record["resumed_from_1_rank"] = [b["__key__"] for b in elastic]
     record["state"] = state
     dist.barrier()
     Path(out, f"rank{rank}.json").write_text(json.dumps(record))
@@ -70,7 +75,13 @@ def dataset(tmp_path_factory) -> Path:
 
 
 def test_two_ranks_two_workers_exactly_once_equal_batches_and_resume(dataset, tmp_path):
-    mp.spawn(_run_rank, args=(str(dataset), _free_port(), str(tmp_path), 2), nprocs=WORLD, join=True)
+    single = build_loader(str(dataset), rank=0, world_size=1, batch_size=WORLD * BATCH, num_workers=3,
+                          seed=SEED, split="train")
+    single.set_epoch(2)
+    next(iter(single))  # one global batch consumed by a job of another shape
+    foreign_state = single.state_dict()
+    mp.spawn(_run_rank, args=(str(dataset), _free_port(), str(tmp_path), 2, foreign_state), nprocs=WORLD,
+             join=True)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
     train_keys = {f"log{log}_{i:06d}" for log, n in (("a", 9), ("b", 8), ("c", 6)) for i in range(n)}
     assert ranks[0]["len"] == ranks[1]["len"] == 4  # ceil(23 / 6)
@@ -90,3 +101,4 @@ def test_two_ranks_two_workers_exactly_once_equal_batches_and_resume(dataset, tm
     for r in ranks:
         assert r["state"]["consumed_samples"] == 2 * WORLD * BATCH
         assert r["resumed"] == r["epoch2_full"][2:]  # exactly the unseen batches, same order
+        assert r["resumed_from_1_rank"] == r["epoch2_full"][1:]  # other world size and workers

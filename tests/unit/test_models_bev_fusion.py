@@ -148,3 +148,14 @@ def test_camera_features_only_reach_cells_the_camera_sees():
 
 def test_config_is_flat_scalars():
     assert all(isinstance(v, int | float | str) for v in dataclasses.asdict(BEVFusionConfig()).values())
+
+
+def test_large_preset_builds_and_runs_one_sample():
+    cfg = get_model_config("bev_fusion_large")
+    assert (cfg.grid.height, cfg.grid.width) == (256, 256)
+    model = build_model(cfg).eval()
+    assert 300_000 < sum(p.numel() for p in model.parameters()) < 5_000_000
+    batch = torch.utils.data.default_collate([prepare_sample(_sample(cameras=6), cfg)])
+    with torch.no_grad():
+        logits = model(batch["lidar_bev"], batch["radar_bev"], batch["camera_images"], batch["camera_index"])
+    assert logits.shape == (1, 3, 256, 256) and torch.isfinite(logits).all()

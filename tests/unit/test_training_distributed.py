@@ -21,7 +21,7 @@ pytestmark = pytest.mark.distributed
 def two_rank_run(tmp_path_factory):
     work = tmp_path_factory.mktemp("dist")
     dataset = build_golden_dataset(work)
-    cfg = dataclasses.replace(small(), max_steps=16, checkpoint_interval=8, num_workers=1)
+    cfg = dataclasses.replace(small(), max_steps=16, checkpoint_interval=8, num_workers=1, mixed_precision=True)
     return cfg, launch_local(cfg, str(dataset), str(work / "train"), nproc=2), work / "train"
 
 

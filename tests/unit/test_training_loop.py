@@ -8,6 +8,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -79,6 +80,9 @@ def test_exported_weights_load_into_a_plain_model_and_evaluation_reproduces(stra
     b = evaluate(result.weights_path, small(), str(dataset), split="val", output_dir=str(tmp_path / "b"))
     assert a.num_samples == 4 and a.split == "val"
     assert (a.iou, a.mean_iou, a.baseline_iou) == (b.iou, b.mean_iou, b.baseline_iou)
+    padded = evaluate(result.weights_path, dataclasses.replace(small(), batch_size=6), str(dataset),
+                      output_dir=str(tmp_path / "c"))  # 4 samples padded to a batch of 6: repeats dropped
+    assert padded.num_samples == 4 and padded.iou == a.iou
     assert 0.0 <= a.mean_iou <= 1.0 and set(a.iou) == {"vehicle", "pedestrian", "cyclist"}
     table = json.loads(Path(a.metrics_json).read_text())
     assert table["mean_iou"] == a.mean_iou and table["table"][-1]["class"] == "mean"
@@ -97,3 +101,23 @@ def test_bad_inputs_fail_fast_with_a_named_cause(dataset, tmp_path):
         train(small(), str(tmp_path / "nothing-here"), str(tmp_path / "b"))
     with pytest.raises(FileNotFoundError, match="weights"):
         evaluate(str(tmp_path / "missing.safetensors"), small(), str(dataset))
+
+
+def test_apply_fsdp_shards_fp32_master_weights_and_computes_in_bf16():
+    from torch.distributed.tensor import DTensor
+
+    from platform_lib.models.bev_fusion import prepare_sample
+    from platform_lib.training.distributed import destroy_distributed, init_distributed
+    from platform_lib.training.parallel import apply_fsdp, build_mesh, build_mp_policy
+
+    ctx = init_distributed("gloo")
+    try:
+        model = apply_fsdp(build_model("bev_fusion_small"), build_mesh(ctx), build_mp_policy(True))
+        assert all(isinstance(p, DTensor) and p.dtype == torch.float32 for p in model.parameters())
+        cfg = model.cfg
+        sample = {"lidar": np.zeros((1, 4), np.float32), "cuboids": {}, "cameras": {}, "calib": {}}
+        batch = torch.utils.data.default_collate([prepare_sample(sample, cfg)])
+        logits = model(batch["lidar_bev"], batch["radar_bev"], batch["camera_images"], batch["camera_index"])
+        assert logits.dtype == torch.bfloat16
+    finally:
+        destroy_distributed(ctx)
