@@ -1,19 +1,39 @@
 """Streaming loader over Drivetrain shards: exact epochs, elastic resume, cache tier, mixing."""
 
-from platform_lib.loading.config import LoaderConfig
-from platform_lib.loading.errors import (
-    CacheFullError,
-    DatasetIndexError,
-    DatasetNotFoundError,
-    LoaderError,
-    ObjectStoreUnreachableError,
-    ResumeStateError,
-    SampleDecodeError,
-    SampleIntegrityError,
-    ShardReadError,
-)
-from platform_lib.loading.input_wait import InputWaitMeter
-from platform_lib.loading.loader import LoaderStats, StreamingLoader, build_loader
+import importlib
+from typing import Any
+
+# Submodules are imported on first use (PEP 562), so that importing a light submodule
+# such as the CLI's commands does not pull in the heavy dependencies of the others.
+_EXPORTS = {
+    "LoaderConfig": "platform_lib.loading.config",
+    "CacheFullError": "platform_lib.loading.errors",
+    "DatasetIndexError": "platform_lib.loading.errors",
+    "DatasetNotFoundError": "platform_lib.loading.errors",
+    "LoaderError": "platform_lib.loading.errors",
+    "ObjectStoreUnreachableError": "platform_lib.loading.errors",
+    "ResumeStateError": "platform_lib.loading.errors",
+    "SampleDecodeError": "platform_lib.loading.errors",
+    "SampleIntegrityError": "platform_lib.loading.errors",
+    "ShardReadError": "platform_lib.loading.errors",
+    "InputWaitMeter": "platform_lib.loading.input_wait",
+    "LoaderStats": "platform_lib.loading.loader",
+    "StreamingLoader": "platform_lib.loading.loader",
+    "build_loader": "platform_lib.loading.loader",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
 
 __all__ = [
     "CacheFullError",

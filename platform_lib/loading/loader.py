@@ -123,6 +123,8 @@ def build_loader(
         raise ValueError(f"batch_size must be >= 1 and num_workers >= 0, got {batch_size}, {num_workers}")
     if decode not in ("cpu", "none"):
         raise ValueError(f"decode must be 'cpu' or 'none', got {decode!r}")
+    if seed < 0:
+        raise ValueError(f"seed must be >= 0, got {seed}")
     sources = _as_sources(dataset)
     views = [
         load_dataset_view(url, split=split, storage_options=cfg.storage_options, error_policy=cfg.error_policy,
@@ -295,10 +297,16 @@ class StreamingLoader:
                     f"loader state field {name!r} is {state.get(name)!r}, this loader has {mine[name]!r}; "
                     "resume with the same dataset, seed and order options"
                 )
-        consumed = int(state["consumed_samples"])
+        consumed, epoch = int(state["consumed_samples"]), int(state["epoch"])
+        epoch_samples = self._plan.steps * self._plan.global_batch
+        if epoch < 0 or not 0 <= consumed <= epoch_samples:
+            raise ResumeStateError(
+                f"loader state has epoch {epoch} and {consumed} consumed samples; need epoch >= 0 and "
+                f"0 <= consumed <= {epoch_samples} (samples per epoch): the state is corrupt"
+            )
         if consumed % self._plan.global_batch:
             raise ResumeStateError(
                 f"{consumed} consumed samples (global batch {state['global_batch']}) is not a multiple of this "
                 f"loader's global batch {self._plan.global_batch}; keep batch_size x world_size when resuming"
             )
-        self._epoch, self._step = int(state["epoch"]), consumed // self._plan.global_batch
+        self._epoch, self._step = epoch, consumed // self._plan.global_batch

@@ -33,7 +33,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 #: errno values that retrying cannot fix.
-_PERMANENT_ERRNOS = {errno.ENOENT, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+_PERMANENT_ERRNOS = {errno.ENOENT, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT, errno.EFBIG,
+                     errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG, errno.ELOOP}
 #: Bounded timeouts and retries for s3 unless the caller overrides them.
 _S3_DEFAULTS = {"config_kwargs": {"connect_timeout": 5, "read_timeout": 60, "retries": {"max_attempts": 2}}}
 
@@ -153,7 +154,7 @@ def load_dataset_view(
     manifest_path = f"{root}/manifest.json"
     try:
         manifest = json.loads(_read_bytes(fs, manifest_path, f"{url}/manifest.json", max_retries, backoff_s))
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, NotADirectoryError) as exc:
         raise DatasetNotFoundError(
             f"{url} has no manifest.json: the build did not finish or the path is wrong; "
             "run `drivetrain data build` to (re)publish the dataset"

@@ -3,17 +3,43 @@
 See README.md in this folder and docs/format.md for the on-disk contract.
 """
 
-from platform_lib.shards.build import BuildConfig, build_dataset, write_dataset
-from platform_lib.shards.codec import check_frame, decode_sample, encode_frame
-from platform_lib.shards.errors import (
-    BuildError,
-    DatasetError,
-    ManifestMissingError,
-    ShardFormatError,
-)
-from platform_lib.shards.manifest import compute_dataset_hash, load_manifest
-from platform_lib.shards.reader import DatasetReader, iter_tar_samples, open_dataset
-from platform_lib.shards.validate import ValidationReport, validate_dataset
+import importlib
+from typing import Any
+
+# Submodules are imported on first use (PEP 562), so that importing a light submodule
+# such as the CLI's commands does not pull in the heavy dependencies of the others.
+_EXPORTS = {
+    "BuildConfig": "platform_lib.shards.build",
+    "build_dataset": "platform_lib.shards.build",
+    "write_dataset": "platform_lib.shards.build",
+    "check_frame": "platform_lib.shards.codec",
+    "decode_sample": "platform_lib.shards.codec",
+    "encode_frame": "platform_lib.shards.codec",
+    "BuildError": "platform_lib.shards.errors",
+    "DatasetError": "platform_lib.shards.errors",
+    "ManifestMissingError": "platform_lib.shards.errors",
+    "ShardFormatError": "platform_lib.shards.errors",
+    "compute_dataset_hash": "platform_lib.shards.manifest",
+    "load_manifest": "platform_lib.shards.manifest",
+    "DatasetReader": "platform_lib.shards.reader",
+    "iter_tar_samples": "platform_lib.shards.reader",
+    "open_dataset": "platform_lib.shards.reader",
+    "ValidationReport": "platform_lib.shards.validate",
+    "validate_dataset": "platform_lib.shards.validate",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
 
 __all__ = [
     "BuildConfig",

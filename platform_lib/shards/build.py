@@ -206,10 +206,13 @@ def _write_staging(items: Iterable[PreparedFrame | FrameError], staging: Path,
     if not rows:
         raise BuildError(f"no usable frames ({bad.count} bad); nothing to build"
                          + (f"\n{bad.describe()}" if bad.count else ""), report=bad.report())
-    splits, split_record = assign_splits(
-        [(r["log_id"], r["frame_index"]) for r in rows], method=config.split,
-        val_fraction=config.val_fraction, val_logs=config.val_logs,
-        val_frames_per_log=config.val_frames_per_log)
+    try:
+        splits, split_record = assign_splits(
+            [(r["log_id"], r["frame_index"]) for r in rows], method=config.split,
+            val_fraction=config.val_fraction, val_logs=config.val_logs,
+            val_frames_per_log=config.val_frames_per_log)
+    except ValueError as exc:  # e.g. --val-logs naming a log without usable frames
+        raise BuildError(f"cannot assign splits: {exc}; fix --val-logs/--split") from exc
     for row, split in zip(rows, splits, strict=True):
         row["split"] = split
     index_sha, index_bytes = write_index(rows, staging / INDEX_NAME)
@@ -257,6 +260,10 @@ def build_dataset(source: str, input_path: str | Path, output_dir: str | Path,
         BuildError: see `write_dataset`; also when `input_path` holds no logs of `source`.
     """
     log_dirs = list_logs(source, Path(input_path))
+    unknown = sorted(set(config.val_logs) - {d.name for d in log_dirs})
+    if unknown:  # fail before reading any frame, not after the whole build
+        raise BuildError(f"val_logs {unknown} are not logs of {input_path} (logs: "
+                         f"{[d.name for d in log_dirs][:20]}); fix --val-logs")
     source_logs = hash_logs(log_dirs)
     if config.workers == 1:
         items: Iterable[PreparedFrame | FrameError] = (

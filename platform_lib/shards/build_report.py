@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +18,20 @@ class BadFrames:
     """Collects FrameErrors; nothing is dropped silently, every one is counted by reason."""
 
     def __init__(self, *, input_root: str | Path | None = None) -> None:
-        self._root = None if input_root is None else os.path.abspath(input_root)
+        # Raw-file paths in errors are built from the input as given (often relative to the
+        # working directory): strip that spelling as well as the absolute one, longest first,
+        # so the manifest does not depend on where the build ran.
+        prefixes: set[str] = set()
+        if input_root is not None:
+            prefixes = {os.path.abspath(input_root), str(Path(input_root))} - {".", os.sep}
+        self._prefixes = sorted(prefixes, key=len, reverse=True)
         self._items: list[dict[str, Any]] = []
 
     def _relative(self, text: str) -> str:
-        if self._root and text:
-            return text.replace(self._root + os.sep, "")
+        for prefix in self._prefixes:
+            # only where a path starts (text start, or after a space, quote or bracket)
+            pattern = r"(?<![^\s'\"(\[])" + re.escape(prefix.rstrip(os.sep) + os.sep)
+            text = re.sub(pattern, "", text)
         return text
 
     def add(self, error: FrameError, *, key: str | None = None) -> None:

@@ -16,7 +16,7 @@ import pytest
 from platform_lib.pipeline import TrainOverrides
 from platform_lib.sources.synthetic import SyntheticConfig, write_synthetic_logs
 
-pytestmark = [pytest.mark.distributed, pytest.mark.slow]  # ~100 s: two full pipeline runs
+pytestmark = pytest.mark.distributed  # ~100 s: two full pipeline runs; in `make test` (CI) on purpose
 
 TINY = SyntheticConfig(num_logs=3, frames_per_log=2, image_width=64, image_height=48,
                        lidar_beams=8, lidar_azimuth_bins=64)

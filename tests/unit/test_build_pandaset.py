@@ -8,8 +8,10 @@ import pickle
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import webdataset as wds
+from scipy.spatial import cKDTree
 
 from platform_lib.shards import (
     BuildConfig,
@@ -19,6 +21,7 @@ from platform_lib.shards import (
     open_dataset,
     validate_dataset,
 )
+from platform_lib.sources.geometry import project_points
 
 PANDASET = Path(__file__).parents[2].parent / "shared" / "data" / "pandaset"
 SEQUENCE = PANDASET / "002"
@@ -62,6 +65,25 @@ def test_webdataset_yields_source_jpegs_and_point_counts(built):
     assert decoded["lidar_seg"].shape == (source_points,)
     index = open_dataset(root).index.to_pydict()
     assert index["num_lidar_points"][0] == source_points
+
+
+def test_shard_geometry_is_in_the_ego_frame_with_stored_calibration(built):
+    """Decoded from the shards (not the source reader): points, cuboids and calib.json agree."""
+    root, _ = built
+    reader = open_dataset(root)
+    for key in reader.keys:
+        sample = decode_sample(reader.read_sample(key), decode="none")
+        points, seg, boxes = sample["lidar"], sample["lidar_seg"], sample["cuboids"]
+        assert (np.linalg.norm(points[:, :3], axis=1) < 100.0).mean() > 0.9
+        cars = [i for i, label in enumerate(boxes["label"]) if label == "Car"]
+        dist, _ = cKDTree(points[seg == 13, :3]).query(np.asarray(boxes["center"])[cars])
+        assert len(cars) > 20 and np.median(dist) < 3.0
+        front = sample["calib"]["cameras"]["front_camera"]
+        uv, depth = project_points(points[:, :3], front["intrinsics"], front["extrinsics"])
+        inside = (depth > 0) & (uv[:, 0] >= 0) & (uv[:, 0] < front["width"]) \
+            & (uv[:, 1] >= 0) & (uv[:, 1] < front["height"])
+        assert inside.mean() > 0.25
+        assert (depth[points[:, 0] > 5.0] > 0).all()  # the front camera looks along ego +x
 
 
 def test_random_access_matches_scan_and_validates(built):

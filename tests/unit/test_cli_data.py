@@ -106,3 +106,12 @@ def test_parser_has_data_group_and_console_script():
     result = subprocess.run([Path(sys.executable).parent / "drivetrain", "data", "--help"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and "build" in result.stdout and "validate" in result.stdout
+
+
+def test_help_does_not_import_torch_or_pyarrow():
+    """`drivetrain --help` must start fast: the command modules import heavy deps lazily."""
+    code = ("import sys; from platform_lib.cli import build_parser; build_parser(); "
+            "print(sorted(m for m in ('torch', 'pyarrow', 'pandera') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

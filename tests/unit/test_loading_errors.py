@@ -134,6 +134,14 @@ def test_missing_manifest_is_refused(dataset):
         build_loader(str(dataset), rank=0, world_size=1, batch_size=4, num_workers=0, seed=0)
 
 
+def test_a_file_as_dataset_is_not_found_without_retries(tmp_path):
+    (tmp_path / "file").write_text("not a dataset")
+    start = time.monotonic()
+    with pytest.raises(DatasetNotFoundError, match="no manifest.json"):
+        build_loader(str(tmp_path / "file"), rank=0, world_size=1, batch_size=4, num_workers=0, seed=0)
+    assert time.monotonic() - start < 2  # ENOTDIR is permanent: no backoff
+
+
 def test_unreachable_object_store_fails_fast_with_bounded_retries():
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))

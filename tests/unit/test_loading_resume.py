@@ -63,6 +63,16 @@ def test_resume_rejects_another_global_batch_or_seed(dataset):
         other_seed.load_state_dict(state)
 
 
+def test_resume_rejects_a_corrupt_position_and_a_negative_seed(dataset):
+    state = _state_after(dataset, world=2, batch=2, workers=0, steps=1)
+    loader = build_loader(str(dataset), rank=0, world_size=2, batch_size=2, num_workers=0, seed=5)
+    for bad in ({"consumed_samples": -4}, {"consumed_samples": 400}, {"epoch": -1}):
+        with pytest.raises(ResumeStateError, match="corrupt"):
+            loader.load_state_dict({**state, **bad})
+    with pytest.raises(ValueError, match="seed must be >= 0"):
+        build_loader(str(dataset), rank=0, world_size=1, batch_size=2, num_workers=0, seed=-1)
+
+
 def test_resume_is_o1_it_never_reads_consumed_samples(dataset, tmp_path):
     copy = Path(shutil.copytree(dataset, tmp_path / "copy"))
     cfg = LoaderConfig()

@@ -19,7 +19,7 @@ from platform_lib.registry.mlflow_store import configure_mlflow, start_training_
 from platform_lib.registry.register import load_champion, register_model_version
 from platform_lib.training.presets import get_preset
 
-pytestmark = pytest.mark.slow  # starting the server takes ~10-20 s
+# a real `mlflow server` on 127.0.0.1; starting it takes ~10-20 s
 
 
 def _free_port() -> int:

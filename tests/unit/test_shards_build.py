@@ -154,6 +154,25 @@ def test_quarantine_leaves_bad_frames_out(tmp_path):
     assert [log["num_quarantined"] for log in m["source_logs"]] == [1, 2]
 
 
+def test_quarantine_paths_are_relative_to_a_relative_input(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    frames = make_frames()
+    frames[1] = FrameError("raw/in/log-a/lidar/01.pkl.gz: truncated pickle", reason="corrupt_lidar",
+                           path="raw/in/log-a/lidar/01.pkl.gz", log_id="log-a", frame_index=1)
+    config = BuildConfig(shard_size_mb=0.03, progress=False, quarantine=True)
+    m = write_dataset(frames, tmp_path / "ds", config, source="t", source_logs=LOGS,
+                      input_root="raw/in")
+    assert m["quarantine"][0]["path"] == "log-a/lidar/01.pkl.gz"
+    assert m["quarantine"][0]["detail"] == "log-a/lidar/01.pkl.gz: truncated pickle"
+
+
+def test_unknown_val_logs_fail_as_build_error(tmp_path):
+    config = BuildConfig(shard_size_mb=1, progress=False, val_logs=("nope",))
+    with pytest.raises(BuildError, match="nope"):
+        write_dataset(make_frames(), tmp_path / "ds", config, source="t", source_logs=LOGS)
+    assert not (tmp_path / "ds").exists()
+
+
 def test_unsorted_frames_refused(tmp_path):
     frames = [make_frame("log-a", 1), make_frame("log-a", 0)]
     with pytest.raises(BuildError, match="sorted by"):
