@@ -79,9 +79,13 @@ def _run_build(args: argparse.Namespace) -> int:
     input_path = Path(args.input)
     try:
         if args.source == "synthetic":
-            print(ensure_synthetic_logs(input_path, num_logs=args.num_logs,
-                                        frames_per_log=args.frames_per_log, seed=args.seed),
-                  file=sys.stderr)
+            try:
+                note = ensure_synthetic_logs(input_path, num_logs=args.num_logs,
+                                             frames_per_log=args.frames_per_log, seed=args.seed)
+            except ValueError as exc:  # e.g. --num-logs 0
+                print(f"error: {exc} (from --num-logs/--frames-per-log/--seed)", file=sys.stderr)
+                return 2
+            print(note, file=sys.stderr)
         manifest = build_dataset(args.source, input_path, args.output, config)
     except (BuildError, DatasetError) as exc:
         print(f"error: build failed: {exc}", file=sys.stderr)

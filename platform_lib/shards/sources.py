@@ -8,37 +8,20 @@ so it is counted (and quarantined) like any bad frame instead of aborting other 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from platform_lib import sources
 from platform_lib.shards.errors import BuildError
-from platform_lib.sources.frame import Frame, FrameError
-from platform_lib.sources.hashing import hash_raw_log
+from platform_lib.sources import SOURCE_NAMES, Frame, FrameError, hash_raw_log
 
 __all__ = ["SOURCE_NAMES", "hash_logs", "iter_log", "list_logs", "open_source"]
 
-SOURCE_NAMES = ("pandaset", "synthetic")
-
-
-def _resolve(source: str) -> tuple[Callable[[Path], list[Path]],
-                                   Callable[[Path], Iterator[Frame | FrameError]]]:
-    if source == "pandaset":
-        from platform_lib.sources.pandaset import iter_pandaset_frames, list_pandaset_logs
-
-        return list_pandaset_logs, iter_pandaset_frames
-    if source == "synthetic":
-        from platform_lib.sources.synthetic import iter_synthetic_frames, list_synthetic_logs
-
-        return list_synthetic_logs, iter_synthetic_frames
-    raise BuildError(f"unknown source {source!r}; choose one of {SOURCE_NAMES}")
-
-
 def iter_log(source: str, log_dir: Path) -> Iterator[Frame | FrameError]:
     """Yield the frames of one raw log of `source`; a log-level FrameError is yielded last."""
-    _, iter_frames = _resolve(source)
     try:
-        yield from iter_frames(log_dir)
+        yield from sources.iter_log_frames(source, log_dir)
     except FrameError as exc:  # log-level problem: counted like a bad frame
         if getattr(exc, "log_id", None) is None:
             exc.log_id = log_dir.name
@@ -51,9 +34,10 @@ def list_logs(source: str, input_path: Path) -> list[Path]:
     Raises:
         BuildError: unknown source, or `input_path` holds no logs of that source.
     """
-    list_fn, _ = _resolve(source)
+    if source not in SOURCE_NAMES:
+        raise BuildError(f"unknown source {source!r}; choose one of {SOURCE_NAMES}")
     try:
-        return [Path(p) for p in list_fn(input_path)]
+        return [Path(p) for p in sources.list_logs(source, input_path)]
     except (FileNotFoundError, NotADirectoryError) as exc:
         raise BuildError(f"{input_path}: no {source} logs found ({exc})") from exc
 

@@ -23,8 +23,7 @@ __all__ = [
 
 #: Tar block size, in bytes; headers and data start on block boundaries.
 BLOCK_SIZE = 512
-#: Two zero blocks end an archive; Python's tarfile then pads the file to a multiple of
-#: `tarfile.RECORDSIZE` (20 blocks), in bytes.
+#: Python's tarfile pads a closed archive to a multiple of this record size, in bytes.
 END_OF_ARCHIVE_SIZE = 2 * BLOCK_SIZE
 TAR_FORMAT = tarfile.PAX_FORMAT
 

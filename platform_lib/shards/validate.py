@@ -193,6 +193,28 @@ def _compare_shard(shard: str, found: dict[str, dict[str, Any]], rows: list[dict
                                 member=name, offset=found[name]["header"]))
 
 
+def _check_summary(manifest: dict[str, Any], rows: list[dict[str, Any]],
+                   problems: list[Problem]) -> None:
+    """The manifest's split and class counts (what `data inspect` shows) must match the index."""
+    splits = {"train": 0, "val": 0}
+    classes = dict.fromkeys(("vehicle", "pedestrian", "cyclist", "other"), 0)
+    for row in rows:
+        splits[row["split"]] = splits.get(row["split"], 0) + 1
+        named = 0
+        for group in ("vehicle", "pedestrian", "cyclist"):
+            classes[group] += row[f"num_{group}"]
+            named += row[f"num_{group}"]
+        classes["other"] += row["num_cuboids"] - named
+    recorded = manifest.get("splits", {}).get("counts")
+    if recorded is not None and recorded != splits:
+        problems.append(Problem(message=f"manifest splits.counts {recorded} != {splits} "
+                                "counted in the index (manifest edited?)"))
+    recorded = manifest.get("class_counts")
+    if recorded is not None and recorded != classes:
+        problems.append(Problem(message=f"manifest class_counts {recorded} != {classes} "
+                                "counted in the index (manifest edited?)"))
+
+
 def validate_dataset(root: str, *, progress: bool | None = None) -> ValidationReport:
     """Check the dataset at `root` (local path or fsspec URL) against docs/format.md.
 
@@ -245,6 +267,7 @@ def validate_dataset(root: str, *, progress: bool | None = None) -> ValidationRe
     if manifest["num_samples"] != len(rows):
         problems.append(Problem(message=f"manifest num_samples {manifest['num_samples']} != "
                                 f"{len(rows)} index rows"))
+    _check_summary(manifest, rows, problems)
     _check_index_rows(rows, shards, problems)
     rows_of: dict[str, list[dict[str, Any]]] = {}
     for row in rows:

@@ -122,13 +122,6 @@ def _encoded_size(key: str, members: list[tuple[str, bytes]]) -> int:
     return total
 
 
-def _closed_size(offset: int) -> int:
-    """File size of a shard closed at `offset`: tarfile appends the end-of-archive blocks and
-    pads the file to a whole record (`tarfile.RECORDSIZE`, 10 KiB)."""
-    end = offset + END_OF_ARCHIVE_SIZE
-    return -(-end // tarfile.RECORDSIZE) * tarfile.RECORDSIZE
-
-
 class ShardWriter:
     """Write samples into `<root>/shards/shard-NNNNNN.tar`, rolling at `target_bytes`.
 
@@ -190,7 +183,7 @@ class ShardWriter:
                 raise ValueError(f"sample {key}: member {key}.{name}: {problem}")
         size = _encoded_size(key, members)
         if (self._tar is not None and self._num_samples > 0
-                and _closed_size(self._tar.offset + size) > self.target_bytes):
+                and self._tar.offset + size + END_OF_ARCHIVE_SIZE > self.target_bytes):
             self._close_shard()
         if self._tar is None:
             self._open()

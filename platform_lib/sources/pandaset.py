@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from platform_lib.sources.frame import CameraImage, Cuboids, Frame, FrameError
+from platform_lib.sources.frame import CameraImage, Cuboids, Frame, FrameError, raise_first_error
 from platform_lib.sources.geometry import (
     EGO_FROM_PANDASET_LIDAR,
     invert_transform,
@@ -266,10 +266,7 @@ def iter_pandaset_frames(log_dir: str | os.PathLike[str]) -> Iterator[Frame | Fr
 
 def read_pandaset_log(log_dir: str | os.PathLike[str]) -> Iterator[Frame]:
     """Yield the frames of one sequence; raise the first `FrameError`."""
-    for item in iter_pandaset_frames(log_dir):
-        if isinstance(item, FrameError):
-            raise item
-        yield item
+    return raise_first_error(iter_pandaset_frames(log_dir))
 
 
 def read_pandaset(root: str | os.PathLike[str]) -> Iterator[Frame]:

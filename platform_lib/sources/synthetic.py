@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from platform_lib.sources.frame import Frame, FrameError
+from platform_lib.sources.frame import Frame, FrameError, raise_first_error
 from platform_lib.sources.hashing import hash_raw_log
 from platform_lib.sources.synthetic_io import load_synthetic_log, read_synthetic_frame
 from platform_lib.sources.synthetic_render import (
@@ -216,10 +216,7 @@ def iter_synthetic_frames(log_dir: str | os.PathLike[str]) -> Iterator[Frame | F
 
 def read_synthetic_log(log_dir: str | os.PathLike[str]) -> Iterator[Frame]:
     """Yield the frames of one synthetic log; raise the first `FrameError`."""
-    for item in iter_synthetic_frames(log_dir):
-        if isinstance(item, FrameError):
-            raise item
-        yield item
+    return raise_first_error(iter_synthetic_frames(log_dir))
 
 
 def read_synthetic(root: str | os.PathLike[str]) -> Iterator[Frame]:

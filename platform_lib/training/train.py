@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 import warnings
 from dataclasses import asdict, dataclass
@@ -133,6 +134,10 @@ def log_step(metrics: MetricsLog, step: int, loss: torch.Tensor, cfg: TrainConfi
         samples_per_s = cfg.batch_size * ctx.world_size / values["step_time_s"]
         metrics.log({"step": step, "loss": mean_loss, **values, "samples_per_s": samples_per_s,
                      "world_size": ctx.world_size})
+    if ctx.is_main and (step in (1, cfg.max_steps) or step % max(1, cfg.max_steps // 10) == 0):
+        print(f"[drivetrain train] step {step}/{cfg.max_steps}  loss {mean_loss:.4f}  "
+              f"step {values['step_time_s'] * 1e3:.0f} ms  input wait {values['input_wait_s'] * 1e3:.1f} ms",
+              file=sys.stderr, flush=True)  # progress on the console; metrics.jsonl is the record
 
 
 def finish(out: Path, model: nn.Module, cfg: TrainConfig, ctx: DistContext, step: int,

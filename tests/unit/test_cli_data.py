@@ -115,3 +115,11 @@ def test_help_does_not_import_torch_or_pyarrow():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_impossible_synthetic_sizes_are_a_usage_error(tmp_path, capsys):
+    code = main(["data", "build", "--source", "synthetic", "--num-logs", "0",
+                 "--input", str(tmp_path / "raw"), "--output", str(tmp_path / "ds")])
+    assert code == 2
+    assert "num_logs must be > 0" in capsys.readouterr().err
+    assert not (tmp_path / "ds").exists()

@@ -118,6 +118,17 @@ def test_tampered_index_detected(dataset):
     assert manifest["num_samples"] == 6
 
 
+def test_edited_manifest_summary_detected(dataset):
+    """`data inspect` shows splits and class counts from the manifest: validate checks them."""
+    manifest = json.loads((dataset / "manifest.json").read_text())
+    manifest["splits"]["counts"]["train"] += 1
+    manifest["class_counts"]["vehicle"] += 5
+    write_manifest(dataset, manifest)
+    messages = [str(p) for p in validate_dataset(str(dataset)).problems]
+    assert any("splits.counts" in m for m in messages)
+    assert any("class_counts" in m for m in messages)
+
+
 def test_escaping_member_in_shard_is_refused(dataset, capsys):
     """A shard whose tar holds `../x`: the validator names shard, member and header offset."""
     manifest = json.loads((dataset / "manifest.json").read_text())
