@@ -131,7 +131,10 @@ def build_loader(
                           max_retries=cfg.max_retries, backoff_s=cfg.retry_backoff_s)
         for url, _ in sources
     ]
-    for view in views:
+    for (url, _), view in zip(sources, views, strict=True):
+        if len(view) == 0:  # would otherwise fail cryptically when mixing
+            raise ValueError(f"dataset {url} has no samples" + (f" in split {split!r}" if split else "")
+                             + "; check `split` (see `drivetrain data inspect`) and the dataset path")
         largest = int(view.shard_bytes.max()) if len(view.shard_bytes) else 0
         if not view.is_local and cfg.cache_limit_bytes < largest:
             raise CacheFullError(
@@ -219,10 +222,19 @@ class StreamingLoader:
             loader = DataLoader(stream, batch_size=None, collate_fn=_keep_as_is, timeout=cfg.worker_timeout_s,
                                 worker_init_fn=_init_worker,
                                 pin_memory=cfg.pin_memory and torch.cuda.is_available(), **workers)
-            for batch in loader:
-                batch = unpack_arrays(batch)
-                batch["__padded__"] = torch.from_numpy(batch["__padded__"])
-                yield batch
+            iterator = iter(loader)
+            try:
+                for batch in iterator:
+                    batch = unpack_arrays(batch)
+                    batch["__padded__"] = torch.from_numpy(batch["__padded__"])
+                    yield batch
+            finally:
+                # Stop the workers now, also after a worker error or an early break: torch's
+                # re-raised worker exception sits in a reference cycle with this iterator, so
+                # without this the workers live until a cyclic GC (which may run in a forked child).
+                shutdown = getattr(iterator, "_shutdown_workers", None)
+                if shutdown is not None:
+                    shutdown()
 
         self._begin_epoch_stats(epoch)
         batches = iterate_in_background(receive, depth=cfg.prefetch_depth) if self.num_workers > 0 else receive()
@@ -271,10 +283,17 @@ class StreamingLoader:
         return snapshot
 
     def state_dict(self) -> dict[str, Any]:
-        """Return the resumable position: epoch and global samples consumed (plus identity checks)."""
+        """Return the resumable position: epoch and global samples consumed (plus identity checks).
+
+        Right after an epoch's last batch the position is the start of the next epoch, so a
+        job resumed from it (e.g. `iterate_epochs` from `loader.epoch`) does not repeat one.
+        """
+        epoch, step = self._epoch, self._step
+        if step >= self._plan.steps:
+            epoch, step = epoch + 1, 0
         return {
-            "version": _STATE_VERSION, "epoch": self._epoch,
-            "consumed_samples": self._step * self._plan.global_batch,
+            "version": _STATE_VERSION, "epoch": epoch,
+            "consumed_samples": step * self._plan.global_batch,
             "global_batch": self._plan.global_batch, "seed": self.seed, "shuffle": self.shuffle,
             "num_positions": self.num_positions, "datasets": [v.dataset_hash for v in self.views],
             "weights": list(self.weights), "shuffle_buffer": self.config.shuffle_buffer,
@@ -286,8 +305,9 @@ class StreamingLoader:
         """Continue from `state`: the next batch holds exactly the first unseen global positions.
 
         Raises:
-            ResumeStateError: the state belongs to another dataset/seed/order, or its consumed
-                samples are not a whole number of this loader's global batches.
+            ResumeStateError: the state belongs to another dataset/seed/order, has a negative
+                epoch or position, or its consumed samples are not a whole number of this
+                loader's global batches.
         """
         mine = self.state_dict()
         for name in ("version", "seed", "shuffle", "num_positions", "datasets", "weights", "shuffle_buffer",
@@ -298,11 +318,10 @@ class StreamingLoader:
                     "resume with the same dataset, seed and order options"
                 )
         consumed, epoch = int(state["consumed_samples"]), int(state["epoch"])
-        epoch_samples = self._plan.steps * self._plan.global_batch
-        if epoch < 0 or not 0 <= consumed <= epoch_samples:
+        if epoch < 0 or consumed < 0:
             raise ResumeStateError(
-                f"loader state has epoch {epoch} and {consumed} consumed samples; need epoch >= 0 and "
-                f"0 <= consumed <= {epoch_samples} (samples per epoch): the state is corrupt"
+                f"loader state has epoch {epoch} and {consumed} consumed samples; both must be >= 0: "
+                "the state is corrupt"
             )
         if consumed % self._plan.global_batch:
             raise ResumeStateError(
@@ -310,3 +329,5 @@ class StreamingLoader:
                 f"loader's global batch {self._plan.global_batch}; keep batch_size x world_size when resuming"
             )
         self._epoch, self._step = epoch, consumed // self._plan.global_batch
+        if self._step >= self._plan.steps:  # saved right after the epoch's last batch
+            self._epoch, self._step = epoch + 1, 0

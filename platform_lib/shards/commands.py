@@ -22,6 +22,9 @@ def ensure_synthetic_logs(input_path: Path, *, num_logs: int | None, frames_per_
                           seed: int | None) -> str:
     """Generate synthetic raw logs into `input_path` unless it already holds some.
 
+    Raises:
+        BuildError: `input_path` is a file, or a non-empty folder without synthetic logs.
+
     Returns:
         A one-line note of what was done (for the terminal).
     """
@@ -38,6 +41,11 @@ def ensure_synthetic_logs(input_path: Path, *, num_logs: int | None, frames_per_
     if existing:
         return (f"using {len(existing)} existing synthetic logs in {input_path} "
                 "(--num-logs/--frames-per-log/--seed only apply when it holds none)")
+    if input_path.exists() and (not input_path.is_dir() or any(
+            not p.name.startswith(".") for p in input_path.iterdir())):
+        # never write generated logs into someone's (raw-data) folder
+        raise BuildError(f"--input {input_path} holds no synthetic logs but is not an empty "
+                         "folder; pass a new or empty folder to generate synthetic logs into")
     overrides = {name: value for name, value in (
         ("num_logs", num_logs), ("frames_per_log", frames_per_log), ("seed", seed))
         if value is not None}

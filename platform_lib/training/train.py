@@ -84,7 +84,9 @@ def resume_loader(loader: StreamingLoader, state: dict[str, Any]) -> None:
     try:
         loader.load_state_dict(state)
     except ResumeStateError as error:
-        warnings.warn(f"loader state not restored ({error}); the epoch restarts", stacklevel=2)
+        epoch = int(state.get("epoch", 0)) if isinstance(state, dict) else 0
+        loader.set_epoch(max(epoch, 0))  # the saved epoch restarts, not epoch 0
+        warnings.warn(f"loader state not restored ({error}); epoch {epoch} restarts", stacklevel=2)
 
 
 def build_run(cfg: TrainConfig, ctx: DistContext, dataset_dir: str) -> tuple[nn.Module, torch.optim.Optimizer, StreamingLoader]:

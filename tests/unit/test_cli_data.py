@@ -123,3 +123,12 @@ def test_impossible_synthetic_sizes_are_a_usage_error(tmp_path, capsys):
     assert code == 2
     assert "num_logs must be > 0" in capsys.readouterr().err
     assert not (tmp_path / "ds").exists()
+
+
+def test_synthetic_logs_are_never_generated_into_a_foreign_folder(tmp_path, capsys):
+    raw = tmp_path / "pandaset"
+    (raw / "002").mkdir(parents=True)
+    code = main(["data", "build", "--source", "synthetic", "--input", str(raw),
+                 "--output", str(tmp_path / "ds")])
+    assert code == 1 and "not an empty folder" in capsys.readouterr().err
+    assert [p.name for p in raw.iterdir()] == ["002"]

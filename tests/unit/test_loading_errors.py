@@ -181,3 +181,20 @@ def test_missing_shard_file(dataset):
     loader = build_loader(str(dataset), rank=0, world_size=1, batch_size=12, num_workers=0, seed=0)
     with pytest.raises(ShardReadError, match="shard-000001.tar is missing"):
         _keys(loader)
+
+
+def test_workers_stop_when_a_worker_error_is_raised(dataset):
+    """No worker processes outlive a failed epoch (torch keeps the iterator in a reference
+    cycle, so without an explicit shutdown they live until a cyclic GC, maybe in a forked child)."""
+    import gc
+    import multiprocessing
+
+    cfg = LoaderConfig(sample_transform=_raise_in_transform)
+    loader = build_loader(str(dataset), rank=0, world_size=1, batch_size=4, num_workers=2, seed=0, config=cfg)
+    gc.disable()
+    try:
+        with pytest.raises(RuntimeError, match="transform exploded"):
+            _keys(loader)
+        assert multiprocessing.active_children() == []
+    finally:
+        gc.enable()

@@ -66,11 +66,17 @@ def test_resume_rejects_another_global_batch_or_seed(dataset):
 def test_resume_rejects_a_corrupt_position_and_a_negative_seed(dataset):
     state = _state_after(dataset, world=2, batch=2, workers=0, steps=1)
     loader = build_loader(str(dataset), rank=0, world_size=2, batch_size=2, num_workers=0, seed=5)
-    for bad in ({"consumed_samples": -4}, {"consumed_samples": 400}, {"epoch": -1}):
+    for bad in ({"consumed_samples": -4}, {"epoch": -1}):
         with pytest.raises(ResumeStateError, match="corrupt"):
             loader.load_state_dict({**state, **bad})
     with pytest.raises(ValueError, match="seed must be >= 0"):
         build_loader(str(dataset), rank=0, world_size=1, batch_size=2, num_workers=0, seed=-1)
+
+
+def test_an_empty_split_is_named_also_when_mixing(dataset):
+    for spec in (str(dataset), [(str(dataset), 1.0), (str(dataset), 1.0)]):
+        with pytest.raises(ValueError, match="no samples in split 'nope'"):
+            build_loader(spec, rank=0, world_size=1, batch_size=2, num_workers=0, seed=0, split="nope")
 
 
 def test_resume_is_o1_it_never_reads_consumed_samples(dataset, tmp_path):
@@ -125,3 +131,24 @@ def test_len_is_equal_on_every_rank_and_epochs_advance(dataset):
     first = [k for b in loader for k in b["__key__"]]
     second = [k for b in loader for k in b["__key__"]]  # no set_epoch: the loader moves to epoch 1
     assert loader.epoch == 2 and set(first) == set(second) and first != second
+
+
+def test_resume_at_an_epoch_boundary_does_not_repeat_an_epoch(dataset):
+    """A state saved right after an epoch's last batch resumes at the next epoch's start."""
+    from platform_lib.training.data import iterate_epochs
+
+    def loader():
+        return build_loader(str(dataset), rank=0, world_size=1, batch_size=10, num_workers=0, seed=5)
+
+    reference = iterate_epochs(loader())
+    full = [next(reference)["__key__"] for _ in range(9)]  # 3 epochs of 3 batches
+    first = loader()
+    stream = iterate_epochs(first)
+    seen = [next(stream)["__key__"] for _ in range(3)]  # exactly one epoch
+    state = first.state_dict()
+    assert (state["epoch"], state["consumed_samples"]) == (1, 0)
+    resumed = loader()
+    resumed.load_state_dict({**state, "epoch": 0, "consumed_samples": 30})  # older states too
+    assert (resumed.epoch, resumed.state_dict()["consumed_samples"]) == (1, 0)
+    stream = iterate_epochs(resumed)
+    assert seen + [next(stream)["__key__"] for _ in range(6)] == full

@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 import torch
 
+from platform_lib.loading import build_loader
 from platform_lib.models import build_model
 from platform_lib.training.checkpoint import find_latest_checkpoint, load_weights
 from platform_lib.training.evaluate import evaluate
 from platform_lib.training.golden import build_golden_dataset
 from platform_lib.training.presets import small
-from platform_lib.training.train import train
+from platform_lib.training.train import resume_loader, train
 
 METRIC_KEYS = {"step", "loss", "lr", "grad_norm", "input_wait_s", "step_time_s", "samples_per_s", "world_size"}
 
@@ -121,3 +122,13 @@ def test_apply_fsdp_shards_fp32_master_weights_and_computes_in_bf16():
         assert logits.dtype == torch.bfloat16
     finally:
         destroy_distributed(ctx)
+
+
+def test_loader_state_from_another_global_batch_restarts_the_saved_epoch(dataset):
+    loader = build_loader(str(dataset), rank=0, world_size=1, batch_size=2, num_workers=0, seed=0,
+                          split="train")
+    state = {**loader.state_dict(), "epoch": 3, "consumed_samples": 1}  # 1 is not a multiple of 2
+    with pytest.warns(UserWarning, match="epoch 3 restarts"):
+        resume_loader(loader, state)
+    assert loader.epoch == 3
+    assert loader.state_dict()["consumed_samples"] == 0
