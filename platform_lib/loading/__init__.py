@@ -1,7 +1,6 @@
 """Streaming loader over Drivetrain shards: exact epochs, elastic resume, cache tier, mixing."""
 
-import importlib
-from typing import Any
+from platform_lib.lazy import lazy_exports
 
 # Submodules are imported on first use (PEP 562), so that importing a light submodule
 # such as the CLI's commands does not pull in the heavy dependencies of the others.
@@ -23,16 +22,7 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
 
 
 __all__ = [
