@@ -180,13 +180,18 @@ def _write_mds(dataset: Path, work: Path) -> Path:
     columns = {"__key__": "str", **{m["name"]: "bytes" for m in index[0]["members"]}}
     with MDSWriter(out=str(out), columns=columns, size_limit=args_shard_bytes(dataset)) as writer:
         for row in index:
-            with open(dataset / row["shard"], "rb") as f:
-                sample = {"__key__": row["key"]}
-                for m in row["members"]:
-                    f.seek(m["offset"])
-                    sample[m["name"]] = f.read(m["size"])
-            writer.write(sample)
+            writer.write(read_indexed_sample(dataset, row))
     return out
+
+
+def read_indexed_sample(dataset: Path, row: dict) -> dict:
+    """Return {"__key__", member name: bytes} of one index row, read by byte range."""
+    with open(dataset / row["shard"], "rb") as f:
+        sample = {"__key__": row["key"]}
+        for m in row["members"]:
+            f.seek(m["offset"])
+            sample[m["name"]] = f.read(m["size"])
+    return sample
 
 
 def args_shard_bytes(dataset: Path) -> int:
@@ -240,13 +245,7 @@ def _decode_range(bounds: tuple[int, int, str]) -> int:
 def limit_memory_decode(dataset: Path, decode: str, args, limit: int) -> tuple[int, float]:
     index = pq.read_table(dataset / "index.parquet", columns=["key", "shard", "members"]).to_pylist()[:limit]
     _SAMPLES.clear()
-    for row in index:
-        with open(dataset / row["shard"], "rb") as f:
-            sample = {"__key__": row["key"]}
-            for m in row["members"]:
-                f.seek(m["offset"])
-                sample[m["name"]] = f.read(m["size"])
-            _SAMPLES.append(sample)
+    _SAMPLES.extend(read_indexed_sample(dataset, row) for row in index)
     edges = np.linspace(0, len(_SAMPLES), args.workers + 1).astype(int)
     with mp.get_context("fork").Pool(args.workers) as pool:
         pool.map(len, [[0]] * args.workers)
