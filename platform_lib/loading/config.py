@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from platform_lib.loading.decode import CameraResize
+
 __all__ = ["LoaderConfig"]
 
 
@@ -39,6 +41,10 @@ class LoaderConfig:
     sample_transform: Callable[[dict[str, Any]], Any] | None = None
     """picklable callable run in the workers on each decoded sample; its outputs are stacked
     with `default_collate`. None: the batch holds per-sample lists"""
+    camera_resize: CameraResize | None = None
+    """decode cameras straight to this size (DCT-domain downscaling, aspect-preserving crop;
+    calib intrinsics/width/height follow, see `loading/decode.py`); None: full size. Used by
+    decode="cpu"/"gpu"/"auto"; decode="none" hands JPEG bytes through unchanged"""
     window_frames: int = 1
     """k: frames per sample; k > 1 yields k consecutive frames of one log (never crossing logs)"""
     window_stride: int = 1

@@ -18,6 +18,7 @@ from torch.utils.data import IterableDataset, default_collate, get_worker_info
 
 from platform_lib.loading.cache import ShardCache
 from platform_lib.loading.config import LoaderConfig
+from platform_lib.loading.decode import CameraResize, decode_sample_cameras
 from platform_lib.loading.errors import SampleDecodeError, SampleIntegrityError, ShardReadError
 from platform_lib.loading.partition import EpochPlan, positions_for_batch, steps_for_worker
 from platform_lib.loading.reader import ShardReader
@@ -32,11 +33,14 @@ STATS_KEY = "__stats__"
 _SKIPPABLE = (ShardReadError, SampleIntegrityError, SampleDecodeError)
 
 
-def _decode(members: dict[str, bytes], decode: str, key: str, where: str) -> dict[str, Any]:
+def _decode(members: dict[str, bytes], decode: str, key: str, where: str,
+            resize: CameraResize | None = None) -> dict[str, Any]:
     from platform_lib.shards.codec import decode_sample  # the shards package owns the codec
 
     try:
-        sample = decode_sample(members, decode=decode)
+        sample = decode_sample(members, decode="none")  # JPEGs: below, at the configured size
+        if decode == "cpu":
+            sample = decode_sample_cameras(sample, resize)
     except Exception as exc:  # any decoder failure becomes a named, skippable error
         raise SampleDecodeError(
             f"{where}: sample {key} could not be decoded ({type(exc).__name__}: {exc}); "
@@ -57,7 +61,8 @@ class BatchStream(IterableDataset):
         rank: this rank.
         batch_size: samples per batch on this rank.
         start_step: first global step to produce (resume), in steps.
-        decode: "cpu" (JPEG -> (H, W, 3) uint8) or "none" (JPEG bytes).
+        decode: "cpu" (JPEG -> (H, W, 3) uint8 at `config.camera_resize`) or "none" (JPEG
+            bytes; also for "gpu", which the main process decodes).
         config: loader options.
     """
 
@@ -89,7 +94,8 @@ class BatchStream(IterableDataset):
     def _load_frame(self, reader: ShardReader, row: int) -> dict[str, Any]:
         view = reader.view
         key, shard = str(view.key[row]), view.shard_paths[int(view.shard_id[row])]
-        sample = _decode(reader.read_members(row), self.decode, key, f"{view.url}/{shard}")
+        sample = _decode(reader.read_members(row), self.decode, key, f"{view.url}/{shard}",
+                         self.config.camera_resize)
         sample["__key__"], sample["__shard__"] = key, shard
         return sample
 

@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader
 
 from platform_lib.loading.config import LoaderConfig
 from platform_lib.loading.dataset import STATS_KEY, BatchStream
+from platform_lib.loading.decode import decode_batch_cameras_gpu, gpu_decode_available
 from platform_lib.loading.errors import CacheFullError, ResumeStateError
 from platform_lib.loading.mixing import build_mixed_order
 from platform_lib.loading.order import build_epoch_order
@@ -29,7 +30,7 @@ from platform_lib.loading.source import DatasetView, load_dataset_view
 from platform_lib.loading.transport import unpack_arrays
 from platform_lib.loading.windows import build_units
 
-__all__ = ["LoaderStats", "StreamingLoader", "build_loader"]
+__all__ = ["LoaderStats", "StreamingLoader", "build_loader", "resolve_decode"]
 
 DatasetSpec = str | os.PathLike | list[tuple[str | os.PathLike, float]]
 _STATE_VERSION = 1
@@ -93,6 +94,25 @@ def _as_sources(dataset: DatasetSpec) -> list[tuple[str, float]]:
     return [(os.fspath(dataset), 1.0)]
 
 
+def resolve_decode(decode: str, cfg: LoaderConfig) -> str:
+    """Return the decode mode to run ("none", "cpu" or "gpu") for the `decode` argument.
+
+    Raises:
+        ValueError: unknown mode, or "gpu" with a sample_transform (the transform runs in the
+            forked workers, which never touch CUDA) or without a usable CUDA + torchvision.
+    """
+    if decode not in ("cpu", "none", "gpu", "auto"):
+        raise ValueError(f"decode must be 'cpu', 'gpu', 'auto' or 'none', got {decode!r}")
+    if decode == "auto":
+        return "gpu" if cfg.sample_transform is None and gpu_decode_available() else "cpu"
+    if decode == "gpu" and cfg.sample_transform is not None:
+        raise ValueError("decode='gpu' decodes whole batches in the main process, after the workers' "
+                         "sample_transform; use decode='cpu' (or 'none' and decode in the model step)")
+    if decode == "gpu" and not gpu_decode_available():
+        raise ValueError("decode='gpu' needs a CUDA device and torchvision (nvJPEG); use decode='cpu' or 'auto'")
+    return decode
+
+
 def build_loader(
     dataset: DatasetSpec, *, rank: int, world_size: int, batch_size: int, num_workers: int, seed: int,
     shuffle: bool = True, decode: str = "cpu", split: str | None = None, config: LoaderConfig | None = None,
@@ -107,7 +127,11 @@ def build_loader(
         num_workers: DataLoader worker processes per rank (0: read in the main process).
         seed: global seed; the epoch order is a function of (seed, epoch) only.
         shuffle: False keeps the natural (shard, offset) order.
-        decode: "cpu" decodes JPEGs to (H, W, 3) uint8 RGB; "none" keeps JPEG bytes.
+        decode: "cpu" decodes JPEGs in the workers to (H, W, 3) uint8 RGB, at
+            `config.camera_resize` when set; "gpu" decodes each batch's JPEGs with nvJPEG in
+            this process to (3, H, W) uint8 CUDA tensors (no sample_transform); "auto": "gpu"
+            where CUDA + torchvision are present and there is no sample_transform, else "cpu";
+            "none" keeps JPEG bytes.
         split: index split to load ("train", "val"); None loads every row.
         config: further options (`LoaderConfig`).
 
@@ -121,8 +145,7 @@ def build_loader(
         raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
     if batch_size < 1 or num_workers < 0:
         raise ValueError(f"batch_size must be >= 1 and num_workers >= 0, got {batch_size}, {num_workers}")
-    if decode not in ("cpu", "none"):
-        raise ValueError(f"decode must be 'cpu' or 'none', got {decode!r}")
+    decode = resolve_decode(decode, cfg)
     if seed < 0:
         raise ValueError(f"seed must be >= 0, got {seed}")
     sources = _as_sources(dataset)
@@ -213,7 +236,8 @@ class StreamingLoader:
         source, unit = self.epoch_order(epoch)
         stream = BatchStream(views=self.views, units=self.units, order_source=source, order_unit=unit,
                              plan=self._plan, rank=self.rank, batch_size=self.batch_size,
-                             start_step=self._step, decode=self.decode, config=self.config)
+                             start_step=self._step, decode="none" if self.decode == "gpu" else self.decode,
+                             config=self.config)
         cfg = self.config
         workers = dict(num_workers=self.num_workers, prefetch_factor=cfg.prefetch_depth,
                        multiprocessing_context=_start_method(cfg)) if self.num_workers > 0 else {}
@@ -240,6 +264,8 @@ class StreamingLoader:
         batches = iterate_in_background(receive, depth=cfg.prefetch_depth) if self.num_workers > 0 else receive()
         for batch in batches:
             self._absorb(batch.pop(STATS_KEY))
+            if self.decode == "gpu":
+                batch = decode_batch_cameras_gpu(batch, cfg.camera_resize)
             self._step += 1
             yield batch
         self._fold_worker_counters()

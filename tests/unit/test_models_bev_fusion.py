@@ -159,3 +159,28 @@ def test_large_preset_builds_and_runs_one_sample():
     with torch.no_grad():
         logits = model(batch["lidar_bev"], batch["radar_bev"], batch["camera_images"], batch["camera_index"])
     assert logits.shape == (1, 3, 256, 256) and torch.isfinite(logits).all()
+
+
+def test_lift_is_the_same_whether_the_loader_or_the_transform_resizes():
+    """A 16:9 camera (cropped to the 5:3 input): decoding to model size in the loader
+    (`LoaderConfig.camera_resize`, calib adjusted) gives the same lift and nearly the same pixels."""
+    from platform_lib.loading.decode import decode_sample_cameras
+    from platform_lib.models.bev_fusion.prepare import camera_resize
+
+    sample = _sample()
+    rng = np.random.default_rng(0)
+    buffer = io.BytesIO()
+    Image.fromarray(rng.integers(0, 255, (108, 192, 3), dtype=np.uint8)).save(buffer, format="JPEG", quality=95)
+    k = np.array([[96.0, 0.0, 96.0], [0.0, 96.0, 54.0], [0.0, 0.0, 1.0]])
+    sample["cameras"] = {"cam_0": buffer.getvalue()}
+    sample["calib"] = {"cameras": {"cam_0": {"width": 192, "height": 108, "intrinsics": k, "extrinsics": FORWARD}}}
+    direct = prepare_sample(sample, CFG)
+    via_loader = prepare_sample(decode_sample_cameras(dict(sample), camera_resize(CFG)), CFG)
+    assert torch.equal(direct["camera_index"], via_loader["camera_index"])
+    assert torch.allclose(direct["camera_images"], via_loader["camera_images"], atol=1e-6)
+    # the crop keeps the full height (16:9 is wider than 5:3): 180 of 192 columns, centred
+    full = {"width": 192, "height": 108, "intrinsics": k, "extrinsics": FORWARD}
+    cropped = compute_camera_index({**full, "width": 180, "intrinsics": k - [[0, 0, 6], [0, 0, 0], [0, 0, 0]]}, CFG)
+    assert np.array_equal(cropped, direct["camera_index"][0].numpy())
+    with pytest.raises(ValueError, match="cam_0.*calib"):
+        prepare_sample({**sample, "calib": {"cameras": {"cam_0": {**full, "width": 160}}}}, CFG)

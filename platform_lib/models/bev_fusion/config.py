@@ -43,6 +43,9 @@ class BEVFusionConfig:
     """height of the downsampled camera image fed to the CNN, in pixels"""
     camera_width: int = 80
     """width of the downsampled camera image fed to the CNN, in pixels"""
+    camera_anchor_y: float = 1.0
+    """vertical place of the aspect-ratio crop of each camera before the resize to camera_height
+    x camera_width: 0 keeps the top rows, 1 the bottom rows (road); see loading/decode.py"""
     camera_stride: int = 4
     """downsampling of the camera CNN (power of 2); image columns per feature column"""
     lift_depth_bins: int = 4
@@ -84,6 +87,8 @@ class BEVFusionConfig:
             )
         if not self.z_max > self.z_min:
             raise ValueError(f"z_max ({self.z_max}) must exceed z_min ({self.z_min})")
+        if not 0.0 <= self.camera_anchor_y <= 1.0:
+            raise ValueError(f"camera_anchor_y must be in [0, 1], got {self.camera_anchor_y}")
         if not (self.lift_max_depth > 0 and self.intensity_scale > 0):
             raise ValueError("lift_max_depth and intensity_scale must be > 0")
         if (self.grid.height % 2) or (self.grid.width % 2):

@@ -10,6 +10,10 @@ K = camera_columns * lift_depth_bins lift slots per camera):
                                           camera, or -1 (cell not seen by that camera / empty slot)
     target         (3, H, W)     float32  cuboid footprint occupancy (vehicle, pedestrian, cyclist)
 
+Cameras: each image is cropped to the input aspect ratio (centred horizontally, at
+`camera_anchor_y` vertically) and resized to h x w, decoding JPEGs with DCT-domain downscaling
+(`platform_lib.loading.decode`); its intrinsics are adjusted to those pixels before the lift.
+
 Camera lift: the centre of every BEV cell, at ego height `lift_z`, is projected into each
 camera with its extrinsics (ego_from_camera) and intrinsics. The cell reads the camera
 feature column its projection falls into, in the depth bin of its distance along the
@@ -26,12 +30,18 @@ from typing import Any
 import numpy as np
 import simplejpeg
 import torch
-from PIL import Image
 
+from platform_lib.loading.decode import (
+    CameraResize,
+    adjust_intrinsics,
+    decode_jpeg_cpu,
+    plan_camera_resize,
+    resize_camera_image,
+)
 from platform_lib.models.bev_fusion.config import BEVFusionConfig
 from platform_lib.models.targets import rasterise_cuboids
 
-__all__ = ["build_sample_transform", "compute_camera_index", "prepare_sample"]
+__all__ = ["build_sample_transform", "camera_resize", "compute_camera_index", "prepare_sample"]
 
 
 def _scatter_lidar(points: np.ndarray, cfg: BEVFusionConfig) -> np.ndarray:
@@ -77,14 +87,32 @@ def _scatter_radar(points: np.ndarray | None, cfg: BEVFusionConfig) -> np.ndarra
     return out
 
 
-def _resize_image(image: np.ndarray | bytes, cfg: BEVFusionConfig) -> np.ndarray:
+def camera_resize(cfg: BEVFusionConfig) -> CameraResize:
+    """The camera input size of `cfg` as a `CameraResize` (also usable as the loader's
+    `LoaderConfig.camera_resize`, so workers decode straight to model size)."""
+    return CameraResize(width=cfg.camera_width, height=cfg.camera_height, anchor_y=cfg.camera_anchor_y)
+
+
+def _camera_input(image: np.ndarray | bytes, calib: Mapping[str, Any], cfg: BEVFusionConfig,
+                  where: str) -> tuple[np.ndarray, dict[str, Any]]:
+    """Decode/crop/resize one camera to the model input; return (3, h, w) float32 and its calib."""
+    resize = camera_resize(cfg)
+    size = (int(calib["width"]), int(calib["height"]))
     if isinstance(image, bytes | bytearray | memoryview):
-        image = simplejpeg.decode_jpeg(
-            bytes(image), colorspace="RGB", min_height=cfg.camera_height, min_width=cfg.camera_width
-        )
-    pil = Image.fromarray(np.ascontiguousarray(image, dtype=np.uint8))
-    small = pil.resize((cfg.camera_width, cfg.camera_height), Image.Resampling.BILINEAR)
-    return (np.asarray(small, dtype=np.float32) / 255.0 - 0.5).transpose(2, 0, 1)
+        height, width, _, _ = simplejpeg.decode_jpeg_header(image)
+    else:
+        height, width = np.shape(image)[:2]
+    if (width, height) != size:
+        raise ValueError(f"{where}: image is {width}x{height} but its calib says {size[0]}x{size[1]}; "
+                         "the intrinsics would not match the pixels (rebuild the shard)")
+    plan = plan_camera_resize(width, height, resize)
+    if isinstance(image, bytes | bytearray | memoryview):
+        pixels = decode_jpeg_cpu(bytes(image), plan=plan)  # DCT-domain downscaling
+    else:
+        pixels = resize_camera_image(np.ascontiguousarray(image, dtype=np.uint8), plan)
+    adjusted = {**calib, "width": plan.width, "height": plan.height,
+                "intrinsics": adjust_intrinsics(calib["intrinsics"], plan)}
+    return (pixels.astype(np.float32) / 255.0 - 0.5).transpose(2, 0, 1), adjusted
 
 
 def compute_camera_index(calib: Mapping[str, Any], cfg: BEVFusionConfig) -> np.ndarray:
@@ -108,7 +136,9 @@ def compute_camera_index(calib: Mapping[str, Any], cfg: BEVFusionConfig) -> np.n
     depth = cam[2]
     in_front = depth > 0.1
     u = np.where(in_front, (k[0, 0] * cam[0] + k[0, 1] * cam[1]) / np.where(in_front, depth, 1.0) + k[0, 2], -1.0)
-    column = np.floor(u / float(calib["width"]) * cfg.camera_columns).astype(np.int64)
+    # pixel u spans [u - 0.5, u + 0.5) (OpenCV centres); feature column j covers pixels
+    # [j, j + 1) * width / camera_columns
+    column = np.floor((u + 0.5) / float(calib["width"]) * cfg.camera_columns).astype(np.int64)
     depth_bin = np.floor(depth / cfg.lift_max_depth * cfg.lift_depth_bins).astype(np.int64)
     valid = in_front & (column >= 0) & (column < cfg.camera_columns) & (depth_bin < cfg.lift_depth_bins)
     slot = np.where(valid, column * cfg.lift_depth_bins + depth_bin, -1)
@@ -120,7 +150,11 @@ def prepare_sample(sample: Mapping[str, Any], cfg: BEVFusionConfig) -> dict[str,
 
     Args:
         sample: a decoded sample (docs/format.md); cameras as (H, W, 3) uint8 RGB arrays
-            or JPEG bytes, points in the ego frame.
+            or JPEG bytes (decoded with DCT-domain downscaling), of the size their calib.json
+            entry states (e.g. already reduced by the loader's `camera_resize`), points in the
+            ego frame. Each camera is cropped to the input aspect ratio and resized to
+            camera_height x camera_width (`loading/decode.py`); the lift uses the intrinsics
+            of those pixels.
         cfg: model config.
 
     Returns:
@@ -128,8 +162,8 @@ def prepare_sample(sample: Mapping[str, Any], cfg: BEVFusionConfig) -> dict[str,
         (shapes in the module docstring).
 
     Raises:
-        ValueError: naming the sample key, if it has more cameras than `cfg.max_cameras`
-            or a camera without calibration.
+        ValueError: naming the sample key, if it has more cameras than `cfg.max_cameras`,
+            a camera without calibration, or an image whose size disagrees with its calibration.
     """
     key = sample.get("__key__", "?")
     cameras = dict(sample.get("cameras") or {})
@@ -145,8 +179,8 @@ def prepare_sample(sample: Mapping[str, Any], cfg: BEVFusionConfig) -> dict[str,
     for slot, name in enumerate(sorted(cameras)):
         if name not in calib:
             raise ValueError(f"sample {key}: camera {name!r} has no entry in calib.json")
-        images[slot] = _resize_image(cameras[name], cfg)
-        index[slot] = compute_camera_index(calib[name], cfg)
+        images[slot], model_calib = _camera_input(cameras[name], calib[name], cfg, f"sample {key} camera {name}")
+        index[slot] = compute_camera_index(model_calib, cfg)
     return {
         "lidar_bev": torch.from_numpy(_scatter_lidar(sample["lidar"], cfg)),
         "radar_bev": torch.from_numpy(_scatter_radar(sample.get("radar"), cfg)),

@@ -1,0 +1,370 @@
+"""Decode camera JPEGs at the size the model needs, with intrinsics that follow the pixels.
+
+A model fed 704x256 images should not pay for decoding 1920x1080. `CameraResize` names the
+output size; `plan_camera_resize` turns it into one aspect-preserving crop of the source
+image (horizontally centred, vertically anchored, by default at the bottom where the road
+is, as BEVDet/BEVFusion crop) followed by one resize to the output size. Both decoders
+implement exactly that geometry, so `adjust_intrinsics` gives the camera matrix of the
+output pixels:
+
+- CPU (`decode_jpeg_cpu`): libjpeg-turbo scales in the DCT domain while decoding (scale
+  factors M/8, through simplejpeg's `min_width`/`min_height`), choosing the smallest decoded
+  size that still has at least the output resolution inside the crop; Pillow then resamples
+  the crop box of that image to the output size (antialiased bilinear, one pass).
+- GPU (`decode_jpegs_gpu`): nvJPEG through `torchvision.io.decode_jpeg(device="cuda")` decodes
+  a batch at full size (torchvision exposes no DCT scaling), then crop + antialiased bilinear
+  resize on the device. Only in the main process (workers are forked and never touch CUDA).
+
+Shape legend: image (H, W, 3) uint8 RGB on the CPU; (N, 3, H, W) uint8 RGB on the GPU;
+K (3, 3) float64 pixel intrinsics, pixel centres at integer coordinates (OpenCV convention).
+
+Pixel geometry (source x -> output x', same for y): x' = (x + 0.5 - crop_x) * scale_x - 0.5,
+the half-pixel-centre mapping of OpenCV's / Pillow's resize. Hence fx' = fx * scale_x,
+cx' = (cx + 0.5 - crop_x) * scale_x - 0.5 (skew scales with x).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import simplejpeg
+from PIL import Image
+
+__all__ = [
+    "CameraResize",
+    "ResizePlan",
+    "adjust_calib",
+    "adjust_intrinsics",
+    "decode_batch_cameras_gpu",
+    "decode_jpeg_cpu",
+    "decode_jpegs_gpu",
+    "decode_sample_cameras",
+    "gpu_decode_available",
+    "plan_camera_resize",
+    "resize_camera_image",
+]
+
+
+@dataclass(kw_only=True, frozen=True)
+class CameraResize:
+    """Output size of decoded camera images and where the aspect-ratio crop sits.
+
+    Raises:
+        ValueError: from `__post_init__`, naming the offending field.
+    """
+
+    width: int
+    """output image width, in pixels"""
+    height: int
+    """output image height, in pixels"""
+    anchor_y: float = 1.0
+    """vertical position of the crop when the source is taller than the output aspect ratio:
+    0.0 keeps the top rows, 0.5 the centre, 1.0 the bottom rows (road; the BEVDet choice)"""
+
+    def __post_init__(self) -> None:
+        if self.width < 1 or self.height < 1:
+            raise ValueError(
+                f"CameraResize.width/height must be >= 1, got {self.width}x{self.height}"
+            )
+        if not 0.0 <= self.anchor_y <= 1.0:
+            raise ValueError(f"CameraResize.anchor_y must be in [0, 1], got {self.anchor_y}")
+
+
+@dataclass(frozen=True)
+class ResizePlan:
+    """Crop box in source pixels (integer) and the scale that maps it onto the output."""
+
+    source_width: int
+    """source image width, in pixels"""
+    source_height: int
+    """source image height, in pixels"""
+    crop_x: int
+    """left column of the crop box in the source image, in pixels"""
+    crop_y: int
+    """top row of the crop box in the source image, in pixels"""
+    crop_width: int
+    """crop box width in the source image, in pixels"""
+    crop_height: int
+    """crop box height in the source image, in pixels"""
+    width: int
+    """output width, in pixels"""
+    height: int
+    """output height, in pixels"""
+
+    @property
+    def scale_x(self) -> float:
+        """Output pixels per source pixel along x."""
+        return self.width / self.crop_width
+
+    @property
+    def scale_y(self) -> float:
+        """Output pixels per source pixel along y."""
+        return self.height / self.crop_height
+
+    def to_output(self, uv: np.ndarray) -> np.ndarray:
+        """Map (N, 2) source pixel coordinates (u, v) to output pixel coordinates."""
+        uv = np.asarray(uv, dtype=np.float64)
+        return np.stack(
+            [
+                (uv[:, 0] + 0.5 - self.crop_x) * self.scale_x - 0.5,
+                (uv[:, 1] + 0.5 - self.crop_y) * self.scale_y - 0.5,
+            ],
+            axis=1,
+        )
+
+
+def plan_camera_resize(source_width: int, source_height: int, resize: CameraResize) -> ResizePlan:
+    """Return the crop + resize that turns a source image into `resize`'s size.
+
+    The crop is the largest box of the output aspect ratio inside the source (rounded to whole
+    source pixels), centred horizontally and placed at `anchor_y` vertically; the scale per
+    axis is output size / crop size (they differ by the rounding, at most 1 source pixel).
+
+    Raises:
+        ValueError: if the source size is not positive.
+    """
+    if source_width < 1 or source_height < 1:
+        raise ValueError(f"source image size must be positive, got {source_width}x{source_height}")
+    scale = max(resize.width / source_width, resize.height / source_height)  # cover, then crop
+    crop_w = min(source_width, max(1, round(resize.width / scale)))
+    crop_h = min(source_height, max(1, round(resize.height / scale)))
+    crop_x = (source_width - crop_w) // 2
+    crop_y = round((source_height - crop_h) * resize.anchor_y)
+    return ResizePlan(
+        source_width, source_height, crop_x, crop_y, crop_w, crop_h, resize.width, resize.height
+    )
+
+
+def adjust_intrinsics(intrinsics: np.ndarray, plan: ResizePlan) -> np.ndarray:
+    """Return the (3, 3) camera matrix of the output pixels of `plan` (formula in the module doc)."""
+    k = np.array(intrinsics, dtype=np.float64).reshape(3, 3)
+    sx, sy = plan.scale_x, plan.scale_y
+    out = k.copy()
+    out[0, 0], out[0, 1] = k[0, 0] * sx, k[0, 1] * sx
+    out[0, 2] = (k[0, 2] + 0.5 - plan.crop_x) * sx - 0.5
+    out[1, 1] = k[1, 1] * sy
+    out[1, 2] = (k[1, 2] + 0.5 - plan.crop_y) * sy - 0.5
+    return out
+
+
+def adjust_calib(camera_calib: dict[str, Any], resize: CameraResize) -> dict[str, Any]:
+    """Return one camera's calib.json entry for images decoded to `resize`.
+
+    Args:
+        camera_calib: "width", "height" (pixels), "intrinsics" (3, 3), "extrinsics" (4, 4).
+
+    Returns:
+        a copy with "width"/"height" of the output, "intrinsics" adjusted, and "resize" the
+        `ResizePlan` used (extrinsics unchanged: resizing does not move the camera).
+    """
+    plan = plan_camera_resize(int(camera_calib["width"]), int(camera_calib["height"]), resize)
+    return {
+        **camera_calib,
+        "width": plan.width,
+        "height": plan.height,
+        "intrinsics": adjust_intrinsics(camera_calib["intrinsics"], plan),
+        "resize": plan,
+    }
+
+
+def _dct_min_size(plan: ResizePlan) -> tuple[int, int]:
+    """Smallest full-image size whose crop box still has >= the output resolution."""
+    factor = max(plan.scale_x, plan.scale_y)
+    return math.ceil(plan.source_width * factor), math.ceil(plan.source_height * factor)
+
+
+def resize_camera_image(image: np.ndarray, plan: ResizePlan) -> np.ndarray:
+    """Resample the crop box of `image` to the plan's output size (antialiased bilinear).
+
+    Args:
+        image: (h, w, 3) uint8 RGB, the source image at any uniform scale of the plan's source
+            size (e.g. a DCT-scaled decode); the box is mapped by h / source_height, w / source_width.
+
+    Returns:
+        (plan.height, plan.width, 3) uint8 RGB.
+    """
+    h, w = image.shape[:2]
+    fx, fy = w / plan.source_width, h / plan.source_height
+    box = (
+        plan.crop_x * fx,
+        plan.crop_y * fy,
+        (plan.crop_x + plan.crop_width) * fx,
+        (plan.crop_y + plan.crop_height) * fy,
+    )
+    if (w, h) == (plan.width, plan.height) and box == (0.0, 0.0, float(w), float(h)):
+        return np.ascontiguousarray(image)
+    pil = Image.fromarray(np.ascontiguousarray(image))
+    return np.asarray(pil.resize((plan.width, plan.height), Image.Resampling.BILINEAR, box=box))
+
+
+def decode_jpeg_cpu(
+    data: bytes | memoryview, resize: CameraResize | None = None, *, plan: ResizePlan | None = None
+) -> np.ndarray:
+    """Decode one JPEG to RGB, at the output size of `resize` when given (DCT-domain scaling).
+
+    Args:
+        data: JPEG bytes.
+        resize: output size; None decodes at full size.
+        plan: a precomputed `plan_camera_resize` of this image (skips the header parse).
+
+    Returns:
+        (H, W, 3) uint8 RGB: the source size, or (resize.height, resize.width).
+
+    Raises:
+        ValueError: the bytes are not a decodable JPEG (from simplejpeg).
+    """
+    if resize is None and plan is None:
+        return simplejpeg.decode_jpeg(data, colorspace="RGB")
+    if plan is None:
+        height, width, _, _ = simplejpeg.decode_jpeg_header(data)
+        plan = plan_camera_resize(width, height, resize)
+    min_w, min_h = _dct_min_size(plan)
+    image = simplejpeg.decode_jpeg(data, colorspace="RGB", min_width=min_w, min_height=min_h)
+    return resize_camera_image(image, plan)
+
+
+def gpu_decode_available() -> bool:
+    """True when a CUDA device and torchvision's nvJPEG decoder are both usable here."""
+    try:
+        import torch
+        import torchvision.io  # noqa: F401  (not in the main install; .bench-venv / GPU images)
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def decode_jpegs_gpu(
+    datas: Sequence[bytes | memoryview], resize: CameraResize | None = None, *, device: str = "cuda"
+) -> list:
+    """Decode JPEGs on the GPU with nvJPEG and crop/resize them like `decode_jpeg_cpu`.
+
+    Args:
+        datas: N JPEG byte strings (any sizes).
+        resize: output size; None keeps each image at full size.
+        device: CUDA device.
+
+    Returns:
+        N (3, H, W) uint8 RGB CUDA tensors (stack them when the sizes agree).
+
+    Raises:
+        RuntimeError: no CUDA device, or torchvision is not installed (it is not part of the
+            main install: use a GPU image that has it, or decode on the CPU).
+    """
+    import torch
+
+    try:
+        from torchvision.io import ImageReadMode, decode_jpeg
+    except ImportError as exc:
+        raise RuntimeError(
+            "GPU JPEG decode needs torchvision (nvJPEG); it is not installed here: "
+            "install torchvision matching torch, or use decode='cpu'"
+        ) from exc
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            "GPU JPEG decode asked for, but torch.cuda.is_available() is False; use decode='cpu'"
+        )
+    encoded = [torch.frombuffer(bytearray(d), dtype=torch.uint8) for d in datas]
+    images = decode_jpeg(encoded, mode=ImageReadMode.RGB, device=device)
+    if resize is None:
+        return list(images)
+    out = []
+    for image in images:
+        plan = plan_camera_resize(int(image.shape[2]), int(image.shape[1]), resize)
+        box = image[
+            :,
+            plan.crop_y : plan.crop_y + plan.crop_height,
+            plan.crop_x : plan.crop_x + plan.crop_width,
+        ]
+        small = torch.nn.functional.interpolate(
+            box[None].float(),
+            size=(plan.height, plan.width),
+            mode="bilinear",
+            antialias=True,
+            align_corners=False,
+        )
+        out.append(small[0].round_().clamp_(0, 255).to(torch.uint8))
+    return out
+
+
+def _camera_plan(
+    data: bytes | memoryview, calib: dict[str, Any] | None, resize: CameraResize, where: str
+) -> ResizePlan:
+    height, width, _, _ = simplejpeg.decode_jpeg_header(data)
+    if calib is not None and (int(calib["width"]), int(calib["height"])) != (width, height):
+        raise ValueError(
+            f"{where}: JPEG is {width}x{height} but calib.json says {calib['width']}x"
+            f"{calib['height']}; the intrinsics would not match the pixels: rebuild the shard"
+        )
+    return plan_camera_resize(width, height, resize)
+
+
+def decode_sample_cameras(sample: dict[str, Any], resize: CameraResize | None) -> dict[str, Any]:
+    """Decode the JPEG bytes of a decoded sample's cameras on the CPU; calib follows the size.
+
+    Args:
+        sample: a decoded sample (docs/format.md) with `decode="none"`: "cameras" name -> JPEG
+            bytes, "calib" {"cameras": name -> width, height, intrinsics (3, 3), extrinsics}.
+        resize: output size of every camera; None decodes at full size (calib unchanged).
+
+    Returns:
+        the sample with "cameras" name -> (H, W, 3) uint8 RGB and, when resized, each camera's
+        calib entry replaced by `adjust_calib` (output width/height, adjusted intrinsics, plan).
+
+    Raises:
+        ValueError: a camera is not a decodable JPEG, or its size disagrees with calib.json
+            (names the sample key and the camera).
+    """
+    key = sample.get("__key__", "?")
+    calib = (sample.get("calib") or {}).get("cameras", {})
+    cameras, adjusted = {}, {}
+    for name, data in sample["cameras"].items():
+        where = f"sample {key} camera {name}"
+        if resize is None:
+            cameras[name] = simplejpeg.decode_jpeg(data, colorspace="RGB")
+            continue
+        plan = _camera_plan(data, calib.get(name), resize, where)
+        cameras[name] = decode_jpeg_cpu(data, plan=plan)
+        if name in calib:
+            adjusted[name] = adjust_calib(calib[name], resize)
+    out = {**sample, "cameras": cameras}
+    if adjusted:
+        out["calib"] = {**sample["calib"], "cameras": {**calib, **adjusted}}
+    return out
+
+
+def decode_batch_cameras_gpu(
+    batch: dict[str, Any], resize: CameraResize | None, *, device: str = "cuda"
+) -> dict[str, Any]:
+    """GPU counterpart of `decode_sample_cameras` for a loader batch without sample_transform.
+
+    Args:
+        batch: {"cameras": [B dicts name -> JPEG bytes], "calib": [B calib dicts], ...}.
+        resize: output size; None keeps the full size.
+        device: CUDA device.
+
+    Returns:
+        the batch with "cameras": [B dicts name -> (3, H, W) uint8 CUDA tensor] and each
+        resized camera's calib entry adjusted (as `adjust_calib`). All JPEGs of the batch go
+        to nvJPEG in one call.
+
+    Raises:
+        RuntimeError: see `decode_jpegs_gpu`.
+    """
+    names = [(i, name) for i, cams in enumerate(batch["cameras"]) for name in cams]
+    images = decode_jpegs_gpu(
+        [batch["cameras"][i][name] for i, name in names], resize, device=device
+    )
+    cameras: list[dict[str, Any]] = [{} for _ in batch["cameras"]]
+    for (i, name), image in zip(names, images, strict=True):
+        cameras[i][name] = image
+    out = {**batch, "cameras": cameras}
+    if resize is not None and "calib" in batch:
+        out["calib"] = [
+            {**c, "cameras": {n: adjust_calib(cam, resize) for n, cam in c["cameras"].items()}}
+            for c in batch["calib"]
+        ]
+    return out
