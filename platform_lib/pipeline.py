@@ -6,23 +6,18 @@ in decorators (cache, retries, Elastic) and converts errors (`is_transient_stora
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import os
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import fsspec
 
 from platform_lib.registry.lineage import hash_raw_location
 from platform_lib.shards import BuildConfig, load_manifest, validate_dataset
-from platform_lib.training.config import TrainConfig
-from platform_lib.training.presets import get_preset, list_presets
 
 __all__ = [
     "SOURCES",
-    "TrainOverrides",
     "check_dataset",
     "check_raw_logs_unchanged",
     "check_source",
@@ -30,7 +25,6 @@ __all__ = [
     "is_transient_storage_error",
     "resolve_build_config",
     "resolve_model_name",
-    "resolve_train_config",
     "resolve_train_dir",
 ]
 
@@ -44,28 +38,6 @@ _TRANSIENT_ERRNOS = frozenset({
 })
 
 
-@dataclass(kw_only=True, frozen=True)
-class TrainOverrides:
-    """Fields of the training preset to replace for one run; None keeps the preset's value."""
-
-    max_steps: int | None = None
-    """optimizer steps of the run"""
-    batch_size: int | None = None
-    """samples per rank per optimizer step"""
-    lr: float | None = None
-    """peak AdamW learning rate"""
-    warmup_steps: int | None = None
-    """linear warmup, in steps"""
-    checkpoint_interval: int | None = None
-    """distributed checkpoint interval, in steps"""
-    num_workers: int | None = None
-    """loader worker processes per rank"""
-    model: str | None = None
-    """model preset name in the model zoo"""
-    mixed_precision: bool | None = None
-    """bf16 compute with fp32 reduction"""
-
-
 def check_source(source: str) -> str:
     """Return `source` if it is a known raw-log format.
 
@@ -75,30 +47,6 @@ def check_source(source: str) -> str:
     if source not in SOURCES:
         raise ValueError(f"input source={source!r} is not a known raw-log format; use one of {SOURCES}")
     return source
-
-
-def resolve_train_config(preset: str, overrides: TrainOverrides, seed: int) -> TrainConfig:
-    """Return the training config of `preset` with `overrides` and `seed` applied.
-
-    Raises:
-        ValueError: unknown preset (naming the input `preset`), or an impossible value (the
-            message of `TrainConfig` names every bad field; prefixed with the input name).
-    """
-    try:
-        base = get_preset(preset)
-    except KeyError:
-        raise ValueError(
-            f"input preset={preset!r} is not a training preset; use one of {list_presets()}"
-        ) from None
-    changes = {
-        f.name: getattr(overrides, f.name)
-        for f in dataclasses.fields(overrides)
-        if getattr(overrides, f.name) is not None
-    }
-    try:
-        return dataclasses.replace(base, seed=seed, **changes)
-    except ValueError as exc:
-        raise ValueError(f"inputs preset/overrides/seed give an impossible config: {exc}") from exc
 
 
 def resolve_model_name(model_name: str, source: str) -> str:

@@ -20,11 +20,11 @@ from flytekit.types.directory import FlyteDirectory
 from flytekitplugins.kfpytorch import Elastic
 
 from platform_lib import pipeline
-from platform_lib.registry.lineage import hash_config
 from platform_lib.shards import load_manifest
-from platform_lib.training.config import TrainConfig
+from platform_lib.training.config import TrainConfig, hash_config
+from platform_lib.training.overrides import resolve_train_config
 from platform_lib.training.train import train
-from tasks.errors import recoverable_storage_errors
+from tasks.errors import recoverable_storage_errors, user_errors
 
 __all__ = ["build_train_task", "resolve_config", "train_model"]
 
@@ -34,10 +34,15 @@ NNODES = int(os.environ.get("DRIVETRAIN_NNODES", "1"))
 NPROC_PER_NODE = int(os.environ.get("DRIVETRAIN_NPROC_PER_NODE", "2"))
 
 
-@task(cache=Cache(version="1"), retries=1)
-def resolve_config(preset: str, overrides: pipeline.TrainOverrides, seed: int) -> TrainConfig:
-    """Return the preset's TrainConfig with overrides and seed; fails fast on impossible values."""
-    return pipeline.resolve_train_config(preset, overrides, seed)
+@task(cache=Cache(version="2"), retries=1)
+def resolve_config(preset: str, overrides: str, seed: int) -> TrainConfig:
+    """Return the preset's TrainConfig with `overrides` (a JSON object) and `seed` applied.
+
+    Fails at once, in one line naming the field, on an unknown field, a wrong type or an
+    out-of-range value (`platform_lib.training.overrides`).
+    """
+    with user_errors():
+        return resolve_train_config(preset, overrides, seed)
 
 
 def train_model(dataset: FlyteDirectory, config: TrainConfig) -> FlyteDirectory:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from flytekit import workflow
 
-from platform_lib.pipeline import TrainOverrides
 from platform_lib.sources.synthetic import SyntheticConfig
 from tasks.data import build_dataset, dataset_config, hash_raw_logs, materialize_raw_logs
 from tasks.evaluate import evaluate_model
@@ -20,8 +19,7 @@ from tasks.train import resolve_config, train_model
 
 __all__ = ["training_pipeline"]
 
-#: Workflow input defaults (frozen dataclasses; module-level so the defaults are shared).
-NO_OVERRIDES = TrainOverrides()
+#: Workflow input default (a frozen dataclass; module-level so the default is shared).
 DEFAULT_SYNTHETIC = SyntheticConfig()
 
 
@@ -30,7 +28,7 @@ def training_pipeline(
     source: str = "synthetic",
     raw_logs: str = "",
     preset: str = "synthetic_default",
-    overrides: TrainOverrides = NO_OVERRIDES,
+    overrides: str = "",
     seed: int = 0,
     model_name: str = "",
     synthetic: SyntheticConfig = DEFAULT_SYNTHETIC,
@@ -42,7 +40,8 @@ def training_pipeline(
         raw_logs: folder (local or object-storage URL) of raw logs: a PandaSet root or one
             sequence folder; empty with source="synthetic" generates `synthetic` logs.
         preset: training preset (`platform_lib.training.presets`).
-        overrides: preset fields to replace (None keeps the preset's value).
+        overrides: JSON object of preset fields to replace, e.g. '{"max_steps": 5}' or
+            '{"optimizer.lr": 0.01}' (`platform_lib.training.overrides`); "" keeps the preset.
         seed: training seed (weights init and data order).
         model_name: registered model name; empty: "drivetrain-bev-<source>".
         synthetic: generator settings when synthetic logs are generated.

@@ -3,7 +3,6 @@
 from platform_lib.registry.lineage import (
     Lineage,
     build_lineage,
-    hash_config,
     hash_raw_location,
     hash_val_split,
     resolve_code_version,
@@ -31,7 +30,6 @@ __all__ = [
     "Registration",
     "build_lineage",
     "configure_mlflow",
-    "hash_config",
     "hash_raw_location",
     "hash_val_split",
     "load_champion",

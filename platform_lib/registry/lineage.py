@@ -8,7 +8,8 @@ Every registered model version carries these tags (see `build_lineage`):
     source_log_hashes   JSON {log_id: content_hash} from manifest["source_logs"]
     code_version        git commit of the work tree (suffix "+dirty" when it has uncommitted
                         changes), or "drivetrain==<version>" outside a git work tree
-    config_hash         sha256 of the canonical JSON of the TrainConfig (`hash_config`)
+    config_hash         sha256 of the canonical JSON of the TrainConfig
+                        (`platform_lib.training.config.hash_config`)
     seed                training seed
     flyte_execution_id  Flyte execution name, or "local" outside a Flyte execution
 
@@ -35,16 +36,15 @@ import fsspec
 import pyarrow.parquet as pq
 
 from platform_lib.sources.hashing import hash_raw_log, list_raw_files
+from platform_lib.training.config import hash_config
 
 __all__ = [
     "Lineage",
     "build_lineage",
-    "hash_config",
     "hash_raw_location",
     "hash_val_split",
     "resolve_code_version",
     "resolve_flyte_execution_id",
-    "to_canonical_json",
 ]
 
 @dataclass(kw_only=True, frozen=True)
@@ -71,21 +71,6 @@ class Lineage:
     def to_tags(self) -> dict[str, str]:
         """Return the lineage as MLflow tags (all values strings)."""
         return {f.name: str(getattr(self, f.name)) for f in dataclasses.fields(self)}
-
-
-def to_canonical_json(obj: Any) -> str:
-    """Return the canonical JSON of a (nested) dataclass or JSON-able value.
-
-    Keys sorted, no whitespace, floats as Python repr; the same config gives the same string.
-    """
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        obj = dataclasses.asdict(obj)
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
-
-
-def hash_config(config: Any) -> str:
-    """Return the sha256 hex of `to_canonical_json(config)`."""
-    return hashlib.sha256(to_canonical_json(config).encode()).hexdigest()
 
 
 def hash_raw_location(location: str) -> str:

@@ -194,7 +194,7 @@ def load_model_version(model_uri: str) -> tuple[Any, Any, Path]:
 
     local = download_model(model_uri)
     cfg = TrainConfig.from_dict(json.loads((local / "config.json").read_text())["train_config"])
-    model = build_model(cfg.model)
+    model = build_model(cfg.model.name)
     model.load_state_dict(load_file(local / "model.safetensors"), strict=True)
     return model.eval(), cfg, local
 

@@ -1,8 +1,9 @@
 """Batches for training and evaluation, built from a published dataset.
 
 Both go through the streaming loader (`platform_lib.loading.build_loader`):
-`build_train_loader` is the one place training obtains batches; `build_eval_loader` reads
-one split in index order for evaluation.
+`build_train_loader` is the one place training obtains batches and receives the data section
+(`DataConfig`) whole; `loader_config` is the one place its fields meet the loader's options.
+`build_eval_loader` reads one split in index order for evaluation.
 Batches are dicts of stacked tensors from the model's sample transform plus "__key__"
 (list of B sample keys).
 """
@@ -17,11 +18,13 @@ import torch
 
 from platform_lib.loading import LoaderConfig, StreamingLoader, build_loader
 from platform_lib.shards.reader import DatasetReader, open_dataset
+from platform_lib.training.config import DataConfig
 
 __all__ = [
     "build_eval_loader",
     "build_train_loader",
     "iterate_epochs",
+    "loader_config",
     "split_keys",
 ]
 
@@ -84,29 +87,35 @@ def iterate_epochs(loader: Any) -> Iterator[Any]:
         epoch += 1
 
 
+def loader_config(data: DataConfig, transform: Transform) -> LoaderConfig:
+    """Return the loader options of the data section, with the model's sample transform."""
+    return LoaderConfig(
+        sample_transform=transform, multiprocessing_context=_WORKER_START,
+        prefetch_depth=data.prefetch_depth, shuffle_buffer=data.shuffle_buffer,
+    )
+
+
 def build_train_loader(
     dataset_dir: str | os.PathLike[str],
-    split: str,
+    data: DataConfig,
     transform: Transform,
     *,
     rank: int,
     world_size: int,
-    batch_size: int,
-    num_workers: int,
     seed: int,
 ) -> StreamingLoader:
-    """Return this rank's streaming training loader (`platform_lib.loading.build_loader`).
+    """Return this rank's streaming loader over `data.train_split` (`platform_lib.loading.build_loader`).
 
-    Shuffled by (seed, epoch), equal batches on every rank, JPEGs decoded inside
-    `transform` (decode="none": the model decodes straight to its small input size), and
-    resumable through `state_dict` / `load_state_dict`.
+    Shuffled by (seed, epoch), `data.batch_size` samples per rank, equal batches on every
+    rank, JPEGs decoded inside `transform` (decode="none": the model decodes straight to its
+    small input size), and resumable through `state_dict` / `load_state_dict`.
 
     Raises:
         ValueError: if the split is empty; loader errors for a missing or damaged dataset.
     """
-    split_keys(open_dataset(dataset_dir), split)  # fail fast, naming the split
+    split_keys(open_dataset(dataset_dir), data.train_split)  # fail fast, naming the split
     return build_loader(
-        os.fspath(dataset_dir), rank=rank, world_size=world_size, batch_size=batch_size,
-        num_workers=num_workers, seed=seed, shuffle=True, decode="none", split=split,
-        config=LoaderConfig(sample_transform=transform, multiprocessing_context=_WORKER_START),
+        os.fspath(dataset_dir), rank=rank, world_size=world_size, batch_size=data.batch_size,
+        num_workers=data.num_workers, seed=seed, shuffle=True, decode="none", split=data.train_split,
+        config=loader_config(data, transform),
     )

@@ -38,7 +38,7 @@ from platform_lib.sources.frame import CLASS_GROUPS
 from platform_lib.training.checkpoint import load_weights
 from platform_lib.training.config import TrainConfig
 from platform_lib.training.data import build_eval_loader, split_keys
-from platform_lib.training.loop import run_model
+from platform_lib.training.loop import resolve_batch_keys, run_model
 
 __all__ = ["EvalResult", "compute_prior", "evaluate"]
 
@@ -105,7 +105,7 @@ def evaluate(
     split: str = "val",
     output_dir: str | None = None,
 ) -> EvalResult:
-    """Evaluate safetensors weights of `cfg.model` on `split` and write the metrics table.
+    """Evaluate safetensors weights of `cfg.model.name` on `split` and write the metrics table.
 
     Args:
         weights_path: safetensors file written by `train()` (loaded without unpickling).
@@ -118,20 +118,21 @@ def evaluate(
         FileNotFoundError: missing weights. ValueError: empty split. RuntimeError: weights
             that do not fit the model (message lists missing / unexpected keys).
     """
-    model_cfg = get_model_config(cfg.model)
+    model_cfg = get_model_config(cfg.model.name)
     model = build_model(model_cfg)
     model.load_state_dict(load_weights(weights_path), strict=True)
     model.eval()
+    _, target_key = resolve_batch_keys(model)
     threads = torch.get_num_threads()
-    torch.set_num_threads(cfg.num_threads)
+    torch.set_num_threads(cfg.parallel.num_threads)
     n = len(CLASS_GROUPS)
     inter, union = np.zeros(n, np.int64), np.zeros(n, np.int64)
     b_inter, b_union = np.zeros(n, np.int64), np.zeros(n, np.int64)
-    prior, thresholds = compute_prior(dataset_dir, cfg.train_split, model_cfg.grid)
+    prior, thresholds = compute_prior(dataset_dir, cfg.data.train_split, model_cfg.grid)
     prior_pred = np.stack([prior[c] >= thresholds[g] for c, g in enumerate(CLASS_GROUPS)])
     count = 0
     try:
-        loader = build_eval_loader(dataset_dir, split, build_model_transform(model_cfg), batch_size=cfg.batch_size)
+        loader = build_eval_loader(dataset_dir, split, build_model_transform(model_cfg), batch_size=cfg.data.batch_size)
         seen: set[str] = set()
         with torch.no_grad():
             for batch in loader:
@@ -140,7 +141,7 @@ def evaluate(
                     fresh[i] = key not in seen
                     seen.add(key)
                 pred = (run_model(model, batch) > 0).numpy()[fresh]
-                target = batch["target"].numpy()[fresh] > 0
+                target = batch[target_key].numpy()[fresh] > 0
                 inter += np.logical_and(pred, target).sum(axis=(0, 2, 3))
                 union += np.logical_or(pred, target).sum(axis=(0, 2, 3))
                 b_inter += np.logical_and(prior_pred[None], target).sum(axis=(0, 2, 3))

@@ -1,7 +1,10 @@
 """The named steps of the train loop and the pieces they need.
 
-Loss: per-cell binary cross-entropy with logits over the (B, 3, H, W) occupancy logits,
-averaged over cells, with occupied cells weighted by `TrainConfig.pos_weight` (occupancy is
+The loop knows no model: a model of the zoo declares the batch keys it consumes
+(`input_keys`, in `forward`'s argument order) and the key of its target (`target_key`).
+
+Loss: per-cell binary cross-entropy with logits over the (B, C, H, W) occupancy logits,
+averaged over cells, with occupied cells weighted by `ModelConfig.pos_weight` (occupancy is
 sparse: a few % of cells hold a vehicle, far fewer a pedestrian). A cell is predicted
 occupied when its logit is > 0; with pos_weight w this happens where the model's estimate
 of the occupancy probability exceeds 1 / (1 + w).
@@ -24,7 +27,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from platform_lib.training.config import TrainConfig
+from platform_lib.training.config import ModelConfig, OptimizerConfig
 
 __all__ = [
     "MetricsLog",
@@ -35,12 +38,10 @@ __all__ = [
     "next_batch",
     "optimizer_step",
     "reduce_mean",
+    "resolve_batch_keys",
     "run_model",
     "seed_everything",
 ]
-
-INPUT_KEYS = ("lidar_bev", "radar_bev", "camera_images", "camera_index")
-
 
 def seed_everything(seed: int) -> None:
     """Seed torch, numpy and random with `seed` (call with the same seed on every rank before init)."""
@@ -49,7 +50,7 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
 
 
-def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+def build_optimizer(model: nn.Module, cfg: OptimizerConfig) -> torch.optim.Optimizer:
     """Return AdamW over all parameters (norm and bias parameters without weight decay)."""
     decay = [p for p in model.parameters() if p.ndim > 1]
     no_decay = [p for p in model.parameters() if p.ndim <= 1]
@@ -59,7 +60,7 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer
     )
 
 
-def compute_lr(step: int, cfg: TrainConfig) -> float:
+def compute_lr(step: int, cfg: OptimizerConfig) -> float:
     """Return the learning rate of optimizer step `step` (1-based).
 
     Linear warmup over `warmup_steps`, then cosine decay to 10 % of `lr` at `max_steps`. A
@@ -80,9 +81,25 @@ def next_batch(batches: Iterator[dict[str, Any]], device: torch.device) -> tuple
     return moved, wait_s
 
 
+def resolve_batch_keys(model: nn.Module) -> tuple[tuple[str, ...], str]:
+    """Return (input keys in `forward`'s order, target key) that `model` declares.
+
+    Raises:
+        TypeError: the model declares no `input_keys` / `target_key` (naming its class).
+    """
+    inputs, target = getattr(model, "input_keys", None), getattr(model, "target_key", None)
+    if not inputs or not isinstance(target, str):
+        raise TypeError(
+            f"model {type(model).__name__} declares no batch keys: give its class `input_keys` "
+            "(forward's arguments, in order) and `target_key` (see platform_lib/models/README.md)"
+        )
+    return tuple(inputs), target
+
+
 def run_model(model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
-    """Return (B, 3, H, W) fp32 occupancy logits for a batch of `prepare_sample` outputs."""
-    return model(*(batch[k] for k in INPUT_KEYS)).float()
+    """Return the model's fp32 (B, C, H, W) logits for `batch`, fed the keys it declares."""
+    inputs, _ = resolve_batch_keys(model)
+    return model(*(batch[k] for k in inputs)).float()
 
 
 def compute_loss(logits: torch.Tensor, target: torch.Tensor, pos_weight: float) -> torch.Tensor:
@@ -97,15 +114,16 @@ def compute_loss(logits: torch.Tensor, target: torch.Tensor, pos_weight: float) 
     return F.binary_cross_entropy_with_logits(logits.float(), target.float(), pos_weight=weight)
 
 
-def forward_backward(model: nn.Module, batch: dict[str, Any], cfg: TrainConfig) -> torch.Tensor:
+def forward_backward(model: nn.Module, batch: dict[str, Any], cfg: ModelConfig) -> torch.Tensor:
     """Run forward and backward on this rank's batch; return the detached local loss."""
-    loss = compute_loss(run_model(model, batch), batch["target"], cfg.pos_weight)
+    _, target = resolve_batch_keys(model)
+    loss = compute_loss(run_model(model, batch), batch[target], cfg.pos_weight)
     loss.backward()
     return loss.detach()
 
 
 def optimizer_step(
-    model: nn.Module, optimizer: torch.optim.Optimizer, step: int, cfg: TrainConfig
+    model: nn.Module, optimizer: torch.optim.Optimizer, step: int, cfg: OptimizerConfig
 ) -> tuple[float, float]:
     """Clip gradients (global norm over all shards) and take AdamW step `step` (1-based).
 

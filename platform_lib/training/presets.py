@@ -1,11 +1,22 @@
-"""Named training presets: small functions deriving from one base config."""
+"""Named training presets: small functions deriving from one base config.
+
+Each preset changes only what differs from the preset it derives from, section by section
+(`dataclasses.replace` on the section). `PRESETS` lists them for `get_preset`.
+"""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
+from dataclasses import replace
 
-from platform_lib.training.config import TrainConfig
+from platform_lib.training.config import (
+    CheckpointConfig,
+    DataConfig,
+    ModelConfig,
+    OptimizerConfig,
+    ParallelConfig,
+    TrainConfig,
+)
 
 __all__ = [
     "PRESETS",
@@ -26,34 +37,50 @@ def small() -> TrainConfig:
     The other presets train in bf16.
     """
     return TrainConfig(
-        preset="small", model="bev_fusion_small", batch_size=2, lr=2e-3, max_steps=12,
-        warmup_steps=2, checkpoint_interval=6, num_workers=0, seed=0, mixed_precision=False,
+        preset="small",
+        model=ModelConfig(name="bev_fusion_small"),
+        optimizer=OptimizerConfig(lr=2e-3, max_steps=12, warmup_steps=2),
+        parallel=ParallelConfig(mixed_precision=False),
+        data=DataConfig(batch_size=2, num_workers=0),
+        checkpoint=CheckpointConfig(interval=6),
     )
 
 
 def synthetic_default() -> TrainConfig:
     """Default pipeline run on synthetic logs: 160 steps, ~1-2 min on a 2-core CPU with 2 ranks."""
-    return dataclasses.replace(
-        small(), preset="synthetic_default", batch_size=4, lr=3e-3, max_steps=160,
-        warmup_steps=15, checkpoint_interval=80, num_workers=1, reshard_after_forward=False,
-        mixed_precision=True,
+    base = small()
+    return replace(
+        base,
+        preset="synthetic_default",
+        optimizer=replace(base.optimizer, lr=3e-3, max_steps=160, warmup_steps=15),
+        parallel=replace(base.parallel, mixed_precision=True, reshard_after_forward=False),
+        data=replace(base.data, batch_size=4, num_workers=1),
+        checkpoint=replace(base.checkpoint, interval=80),
     )
 
 
 def pandaset_smoke() -> TrainConfig:
     """The 10-frame PandaSet sample (8 train / 2 val): a short run that must lower the loss."""
-    return dataclasses.replace(
-        small(), preset="pandaset_smoke", batch_size=2, lr=3e-3, max_steps=30,
-        warmup_steps=5, checkpoint_interval=15, num_workers=1, mixed_precision=True,
+    base = small()
+    return replace(
+        base,
+        preset="pandaset_smoke",
+        optimizer=replace(base.optimizer, lr=3e-3, max_steps=30, warmup_steps=5),
+        parallel=replace(base.parallel, mixed_precision=True),
+        data=replace(base.data, batch_size=2, num_workers=1),
+        checkpoint=replace(base.checkpoint, interval=15),
     )
 
 
 def large() -> TrainConfig:
     """GPU runs: large model (256 x 256 BEV), nccl on CUDA, long schedule."""
     return TrainConfig(
-        preset="large", model="bev_fusion_large", batch_size=8, lr=1e-3, weight_decay=1e-2,
-        max_steps=20_000, warmup_steps=500, checkpoint_interval=1_000, num_workers=6,
-        num_threads=4,
+        preset="large",
+        model=ModelConfig(name="bev_fusion_large"),
+        optimizer=OptimizerConfig(lr=1e-3, weight_decay=1e-2, max_steps=20_000, warmup_steps=500),
+        parallel=ParallelConfig(num_threads=4),
+        data=DataConfig(batch_size=8, num_workers=6),
+        checkpoint=CheckpointConfig(interval=1_000),
     )
 
 

@@ -92,16 +92,16 @@ def resume_loader(loader: StreamingLoader, state: dict[str, Any]) -> None:
 def build_run(cfg: TrainConfig, ctx: DistContext, dataset_dir: str) -> tuple[nn.Module, torch.optim.Optimizer, StreamingLoader]:
     """Build the FSDP-sharded model (same initial weights on every rank), AdamW and this rank's loader."""
     seed_everything(cfg.seed)
-    model_cfg = get_model_config(cfg.model)
+    model_cfg = get_model_config(cfg.model.name)
     model = apply_fsdp(
-        build_model(model_cfg).to(ctx.device), build_mesh(ctx), build_mp_policy(cfg.mixed_precision),
-        reshard_after_forward=cfg.reshard_after_forward,
+        build_model(model_cfg).to(ctx.device), build_mesh(ctx), build_mp_policy(cfg.parallel.mixed_precision),
+        reshard_after_forward=cfg.parallel.reshard_after_forward,
     )
     loader = build_train_loader(
-        dataset_dir, cfg.train_split, build_model_transform(model_cfg), rank=ctx.rank,
-        world_size=ctx.world_size, batch_size=cfg.batch_size, num_workers=cfg.num_workers, seed=cfg.seed,
+        dataset_dir, cfg.data, build_model_transform(model_cfg), rank=ctx.rank,
+        world_size=ctx.world_size, seed=cfg.seed,
     )
-    return model, build_optimizer(model, cfg), loader
+    return model, build_optimizer(model, cfg.optimizer), loader
 
 
 def restore(out: Path, model: nn.Module, optimizer: torch.optim.Optimizer, loader: StreamingLoader,
@@ -121,23 +121,23 @@ def restore(out: Path, model: nn.Module, optimizer: torch.optim.Optimizer, loade
 
 def maybe_checkpoint(out: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
                      loader: StreamingLoader, cfg: TrainConfig) -> Path | None:
-    """Save a distributed checkpoint every `checkpoint_interval` steps and at the last step."""
-    if step % cfg.checkpoint_interval and step != cfg.max_steps:
+    """Save a distributed checkpoint every `checkpoint.interval` steps and at the last step."""
+    if step % cfg.checkpoint.interval and step != cfg.optimizer.max_steps:
         return None
     extra = {"step": step, "rng_torch": torch.get_rng_state(), "loader": loader.state_dict()}
-    return save_checkpoint(out / "checkpoints", step, model, optimizer, extra, keep=cfg.keep_checkpoints)
+    return save_checkpoint(out / "checkpoints", step, model, optimizer, extra, keep=cfg.checkpoint.keep)
 
 
 def log_step(metrics: MetricsLog, step: int, loss: torch.Tensor, cfg: TrainConfig, ctx: DistContext,
              **values: float) -> None:
     """Average the loss over ranks and write one metrics line (rank 0, every `log_interval` steps)."""
-    mean_loss = reduce_mean(loss)  # collective: every rank calls it every step
-    if step % cfg.log_interval == 0 or step in (1, cfg.max_steps):
-        samples_per_s = cfg.batch_size * ctx.world_size / values["step_time_s"]
+    mean_loss, max_steps = reduce_mean(loss), cfg.optimizer.max_steps  # collective: every step
+    if step % cfg.metrics.log_interval == 0 or step in (1, max_steps):
+        samples_per_s = cfg.data.batch_size * ctx.world_size / values["step_time_s"]
         metrics.log({"step": step, "loss": mean_loss, **values, "samples_per_s": samples_per_s,
                      "world_size": ctx.world_size})
-    if ctx.is_main and (step in (1, cfg.max_steps) or step % max(1, cfg.max_steps // 10) == 0):
-        print(f"[drivetrain train] step {step}/{cfg.max_steps}  loss {mean_loss:.4f}  "
+    if ctx.is_main and (step in (1, max_steps) or step % max(1, max_steps // 10) == 0):
+        print(f"[drivetrain train] step {step}/{max_steps}  loss {mean_loss:.4f}  "
               f"step {values['step_time_s'] * 1e3:.0f} ms  input wait {values['input_wait_s'] * 1e3:.1f} ms",
               file=sys.stderr, flush=True)  # progress on the console; metrics.jsonl is the record
 
@@ -145,7 +145,8 @@ def log_step(metrics: MetricsLog, step: int, loss: torch.Tensor, cfg: TrainConfi
 def finish(out: Path, model: nn.Module, cfg: TrainConfig, ctx: DistContext, step: int,
            checkpoint: Path | None, metrics: MetricsLog, meter: InputWaitMeter) -> TrainResult | None:
     """Export the full weights (collective) and, on rank 0, write and return the TrainResult."""
-    meta = {"model": cfg.model, "model_config": json.dumps(asdict(get_model_config(cfg.model)), sort_keys=True),
+    meta = {"model": cfg.model.name,
+            "model_config": json.dumps(asdict(get_model_config(cfg.model.name)), sort_keys=True),
             "train_config": json.dumps(cfg.to_dict(), sort_keys=True), "step": str(step)}
     weights = export_weights(model, out / "model.safetensors", meta)
     if not ctx.is_main:
@@ -164,7 +165,7 @@ def finish(out: Path, model: nn.Module, cfg: TrainConfig, ctx: DistContext, step
 
 
 def train(cfg: TrainConfig, dataset_dir: str, output_dir: str) -> TrainResult | None:
-    """Train `cfg.model` on the `cfg.train_split` split of the dataset at `dataset_dir`.
+    """Train `cfg.model.name` on the `cfg.data.train_split` split of the dataset at `dataset_dir`.
 
     Call it on every rank (torchrun / `launch_local`) or directly in one process (world
     size 1). Resumes from the latest complete checkpoint under `output_dir/checkpoints`.
@@ -176,21 +177,21 @@ def train(cfg: TrainConfig, dataset_dir: str, output_dir: str) -> TrainResult | 
         ValueError: empty training split, bad backend. ManifestMissingError / DatasetError
             (from `platform_lib.shards`) or loader errors: `dataset_dir` is not a published dataset.
     """
-    ctx, out = init_distributed(cfg.backend), Path(output_dir)
+    ctx, out = init_distributed(cfg.parallel.backend), Path(output_dir)
     threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
-    torch.set_num_threads(cfg.num_threads)
+    torch.set_num_threads(cfg.parallel.num_threads)
     torch.use_deterministic_algorithms(True, warn_only=True)
     try:
         model, optimizer, loader = build_run(cfg, ctx, dataset_dir)
         step, checkpoint = restore(out, model, optimizer, loader, cfg, ctx)
         metrics = MetricsLog(out / "metrics.jsonl", enabled=ctx.is_main, resume_step=step)
         batches, meter = iterate_epochs(loader), InputWaitMeter(skip_first=1)
-        while step < cfg.max_steps:
+        while step < cfg.optimizer.max_steps:
             start = time.perf_counter()
             batch, input_wait_s = next_batch(batches, ctx.device)
-            loss = forward_backward(model, batch, cfg)
+            loss = forward_backward(model, batch, cfg.model)
             step += 1
-            grad_norm, lr = optimizer_step(model, optimizer, step, cfg)
+            grad_norm, lr = optimizer_step(model, optimizer, step, cfg.optimizer)
             checkpoint = maybe_checkpoint(out, step, model, optimizer, loader, cfg) or checkpoint
             step_time_s = time.perf_counter() - start
             meter.record(wait_s=input_wait_s, step_s=step_time_s)

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from platform_lib.pipeline import TrainOverrides
 from platform_lib.sources.synthetic import SyntheticConfig, write_synthetic_logs
 
 TINY = dict(frames_per_log=2, image_width=64, image_height=48, lidar_beams=8, lidar_azimuth_bins=64)
@@ -68,9 +67,9 @@ def test_dataset_with_empty_val_split(local_flyte: Path, executions: collections
 @pytest.mark.parametrize(
     ("inputs", "match"),
     [
-        ({"overrides": TrainOverrides(max_steps=-1)}, r"overrides.*max_steps must be >= 1"),
-        ({"overrides": TrainOverrides(lr=0.0, batch_size=0)}, r"batch_size must be >= 1.*lr must be > 0"),
-        ({"preset": "nope"}, r"input preset='nope' is not a training preset"),
+        ({"overrides": '{"max_steps": -1}'}, r"^error: optimizer.max_steps=-1 is out of range \(overrides\)"),
+        ({"overrides": '{"max_stepz": 5}'}, r"^error: unknown field 'max_stepz' \(overrides\): use one of"),
+        ({"preset": "nope"}, r"^error: unknown preset 'nope' \(preset\): use one of"),
         ({"source": "kitti"}, r"input source='kitti' is not a known raw-log format"),
     ],
 )

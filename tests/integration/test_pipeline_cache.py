@@ -13,15 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from platform_lib.pipeline import TrainOverrides
 from platform_lib.sources.synthetic import SyntheticConfig, write_synthetic_logs
 
 pytestmark = pytest.mark.distributed  # ~100 s: two full pipeline runs; in `make test` (CI) on purpose
 
 TINY = SyntheticConfig(num_logs=3, frames_per_log=2, image_width=64, image_height=48,
                        lidar_beams=8, lidar_azimuth_bins=64)
-STEPS = TrainOverrides(max_steps=2, warmup_steps=0, checkpoint_interval=2, batch_size=1,
-                       num_workers=0)
+STEPS = ('{"max_steps": 2, "warmup_steps": 0, "checkpoint.interval": 2, "batch_size": 1, '
+         '"num_workers": 0}')
 DOWNSTREAM = ("build_dataset", "train_model", "evaluate_model", "register_model")
 
 

@@ -42,12 +42,14 @@ def test_pandaset_pipeline_registers_reproducible_champion(
     assert again.stdout.strip().splitlines()[-1] == "models:/drivetrain-bev-pandaset/1"
 
     from platform_lib import pipeline
-    from platform_lib.registry.lineage import hash_config, hash_raw_location
+    from platform_lib.registry.lineage import hash_raw_location
     from platform_lib.registry.mlflow_store import configure_mlflow
     from platform_lib.registry.register import load_champion, load_model_version
     from platform_lib.shards import build_dataset
     from platform_lib.sources.hashing import hash_raw_log
+    from platform_lib.training.config import hash_config
     from platform_lib.training.evaluate import evaluate
+    from platform_lib.training.presets import pandaset_smoke
 
     # The manifest the pipeline built (in flytekit's raw outputs under TMPDIR) ...
     manifests = [json.loads(p.read_text()) for p in Path(isolated_env["TMPDIR"]).rglob("manifest.json")]
@@ -64,7 +66,7 @@ def test_pandaset_pipeline_registers_reproducible_champion(
     name = "drivetrain-bev-pandaset"
     version = client.get_model_version(name, "1")
     tags = version.tags
-    config = pipeline.resolve_train_config("pandaset_smoke", pipeline.TrainOverrides(), 0)
+    config = pandaset_smoke()
     assert tags["dataset_hash"] == manifest["dataset_hash"]
     assert json.loads(tags["source_log_hashes"]) == {"002": hash_raw_log(pandaset_002)}
     assert tags["raw_logs_hash"] == hash_raw_location(str(pandaset_002))
@@ -78,7 +80,7 @@ def test_pandaset_pipeline_registers_reproducible_champion(
 
     run = client.get_run(version.run_id)
     losses = sorted(client.get_metric_history(run.info.run_id, "loss"), key=lambda m: m.step)
-    assert [m.step for m in losses] == list(range(1, config.max_steps + 1))
+    assert [m.step for m in losses] == list(range(1, config.optimizer.max_steps + 1))
     first, last5 = losses[0].value, sum(m.value for m in losses[-5:]) / 5
     assert last5 < 0.7 * first, f"loss did not go down: first {first}, last 5 mean {last5}"
     assert run.data.params["train.preset"] == "pandaset_smoke"

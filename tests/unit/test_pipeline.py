@@ -2,37 +2,21 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from pathlib import Path
 
 import pytest
 
 from platform_lib.pipeline import (
-    TrainOverrides,
     check_source,
     fetch_raw_logs,
     resolve_build_config,
     resolve_model_name,
-    resolve_train_config,
     resolve_train_dir,
 )
-from platform_lib.training.presets import get_preset
 
 
-def test_overrides_replace_only_given_fields() -> None:
-    cfg = resolve_train_config("pandaset_smoke", TrainOverrides(max_steps=8, lr=0.01), seed=3)
-    assert cfg == dataclasses.replace(get_preset("pandaset_smoke"), max_steps=8, lr=0.01, seed=3)
-    assert resolve_train_config("small", TrainOverrides(), 0) == get_preset("small")
-
-
-def test_impossible_values_name_the_inputs() -> None:
-    with pytest.raises(ValueError, match=r"preset/overrides/seed.*max_steps must be >= 1"):
-        resolve_train_config("small", TrainOverrides(max_steps=0), 0)
-    with pytest.raises(ValueError, match=r"seed must be >= 0"):
-        resolve_train_config("small", TrainOverrides(), -1)
-    with pytest.raises(ValueError, match=r"input preset='tiny'.*large"):
-        resolve_train_config("tiny", TrainOverrides(), 0)
+def test_unknown_source_names_the_input() -> None:
     with pytest.raises(ValueError, match=r"input source='nuscenes'"):
         check_source("nuscenes")
 

@@ -11,7 +11,7 @@ from registry_helpers import mlflow_home  # noqa: F401 - fixture
 from safetensors.torch import save_file
 
 from platform_lib.models import build_model
-from platform_lib.registry.lineage import Lineage, hash_config
+from platform_lib.registry.lineage import Lineage
 from platform_lib.registry.mlflow_store import configure_mlflow, start_training_run
 from platform_lib.registry.register import (
     download_model,
@@ -20,6 +20,7 @@ from platform_lib.registry.register import (
     promote_champion,
     register_model_version,
 )
+from platform_lib.training.config import hash_config
 from platform_lib.training.presets import get_preset
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -12,6 +11,7 @@ from platform_lib.models import build_model
 from platform_lib.training.checkpoint import load_weights
 from platform_lib.training.golden import build_golden_dataset
 from platform_lib.training.launch import launch_local
+from platform_lib.training.overrides import apply_overrides
 from platform_lib.training.presets import small
 
 pytestmark = pytest.mark.distributed
@@ -21,15 +21,16 @@ pytestmark = pytest.mark.distributed
 def two_rank_run(tmp_path_factory):
     work = tmp_path_factory.mktemp("dist")
     dataset = build_golden_dataset(work)
-    cfg = dataclasses.replace(small(), max_steps=16, checkpoint_interval=8, num_workers=1, mixed_precision=True)
+    cfg = apply_overrides(small(), {"max_steps": 16, "checkpoint.interval": 8, "num_workers": 1,
+                                   "mixed_precision": True})
     return cfg, launch_local(cfg, str(dataset), str(work / "train"), nproc=2), work / "train"
 
 
 def test_two_ranks_train_and_rank_zero_returns_a_handle(two_rank_run):
     cfg, result, out = two_rank_run
-    assert result.world_size == 2 and result.num_steps == cfg.max_steps
+    assert result.world_size == 2 and result.num_steps == cfg.optimizer.max_steps
     rows = [json.loads(line) for line in Path(result.metrics_path).read_text().splitlines()]
-    assert len(rows) == cfg.max_steps and {r["world_size"] for r in rows} == {2}
+    assert len(rows) == cfg.optimizer.max_steps and {r["world_size"] for r in rows} == {2}
     assert rows[0]["samples_per_s"] > 0 and all(r["grad_norm"] > 0 for r in rows)
     assert result.final_loss < result.first_loss  # the loss goes down
 
@@ -40,5 +41,5 @@ def test_sharded_checkpoint_and_full_weight_export(two_rank_run):
     assert ckpt.name == "step-000016" and (ckpt / ".complete").is_file()
     assert sorted(p.name for p in ckpt.glob("extra-rank*.pt")) == ["extra-rank00000.pt", "extra-rank00001.pt"]
     assert json.loads((ckpt / ".complete").read_text()) == {"step": 16, "world_size": 2}
-    model = build_model(cfg.model)
+    model = build_model(cfg.model.name)
     model.load_state_dict(load_weights(result.weights_path), strict=True)  # full, unsharded

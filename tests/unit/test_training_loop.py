@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -17,6 +16,7 @@ from platform_lib.models import build_model
 from platform_lib.training.checkpoint import find_latest_checkpoint, load_weights
 from platform_lib.training.evaluate import evaluate
 from platform_lib.training.golden import build_golden_dataset
+from platform_lib.training.overrides import apply_overrides
 from platform_lib.training.presets import small
 from platform_lib.training.train import resume_loader, train
 
@@ -41,17 +41,17 @@ def _losses(path) -> list[float]:
 def test_outputs_metrics_and_checkpoints(straight_run):
     result, out = straight_run
     cfg = small()
-    assert result.num_steps == cfg.max_steps and result.world_size == 1
+    assert result.num_steps == cfg.optimizer.max_steps and result.world_size == 1
     rows = [json.loads(line) for line in Path(result.metrics_path).read_text().splitlines()]
-    assert [r["step"] for r in rows] == list(range(1, cfg.max_steps + 1))
+    assert [r["step"] for r in rows] == list(range(1, cfg.optimizer.max_steps + 1))
     assert all(METRIC_KEYS <= set(r) for r in rows)
-    assert rows[0]["lr"] == pytest.approx(cfg.lr / cfg.warmup_steps)
+    assert rows[0]["lr"] == pytest.approx(cfg.optimizer.lr / cfg.optimizer.warmup_steps)
     assert result.first_loss == rows[0]["loss"] and result.final_loss < result.first_loss
     steps = sorted(p.name for p in (out / "checkpoints").iterdir())
     assert steps == ["step-000006", "step-000012"]  # keep_checkpoints=2, no temporary folders left
     assert Path(result.checkpoint_dir) == find_latest_checkpoint(out / "checkpoints")
     assert (Path(result.checkpoint_dir) / ".complete").is_file()
-    assert json.loads((out / "train_result.json").read_text())["num_steps"] == cfg.max_steps
+    assert json.loads((out / "train_result.json").read_text())["num_steps"] == cfg.optimizer.max_steps
 
 
 def test_resume_from_checkpoint_continues_exactly(straight_run, dataset, tmp_path):
@@ -74,14 +74,14 @@ def test_resume_from_checkpoint_continues_exactly(straight_run, dataset, tmp_pat
 def test_exported_weights_load_into_a_plain_model_and_evaluation_reproduces(straight_run, dataset, tmp_path):
     result, _ = straight_run
     weights = load_weights(result.weights_path)
-    model = build_model(small().model)
+    model = build_model(small().model.name)
     model.load_state_dict(weights, strict=True)
     assert all(t.dtype == torch.float32 for t in weights.values())
     a = evaluate(result.weights_path, small(), str(dataset), split="val", output_dir=str(tmp_path / "a"))
     b = evaluate(result.weights_path, small(), str(dataset), split="val", output_dir=str(tmp_path / "b"))
     assert a.num_samples == 4 and a.split == "val"
     assert (a.iou, a.mean_iou, a.baseline_iou) == (b.iou, b.mean_iou, b.baseline_iou)
-    padded = evaluate(result.weights_path, dataclasses.replace(small(), batch_size=6), str(dataset),
+    padded = evaluate(result.weights_path, apply_overrides(small(), {"batch_size": 6}), str(dataset),
                       output_dir=str(tmp_path / "c"))  # 4 samples padded to a batch of 6: repeats dropped
     assert padded.num_samples == 4 and padded.iou == a.iou
     assert 0.0 <= a.mean_iou <= 1.0 and set(a.iou) == {"vehicle", "pedestrian", "cyclist"}
@@ -97,7 +97,7 @@ def test_exported_weights_load_into_a_plain_model_and_evaluation_reproduces(stra
 
 def test_bad_inputs_fail_fast_with_a_named_cause(dataset, tmp_path):
     with pytest.raises(ValueError, match="'test'"):
-        train(dataclasses.replace(small(), train_split="test"), str(dataset), str(tmp_path / "a"))
+        train(apply_overrides(small(), {"train_split": "test"}), str(dataset), str(tmp_path / "a"))
     with pytest.raises(Exception, match="manifest"):
         train(small(), str(tmp_path / "nothing-here"), str(tmp_path / "b"))
     with pytest.raises(FileNotFoundError, match="weights"):

@@ -6,13 +6,12 @@ Fast variant: one process, 60 steps (~20 s). Slow variant: the pipeline's defaul
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from platform_lib.shards import BuildConfig, build_dataset, load_manifest
 from platform_lib.training.evaluate import evaluate
 from platform_lib.training.launch import launch_local
+from platform_lib.training.overrides import apply_overrides
 from platform_lib.training.presets import synthetic_default
 from platform_lib.training.train import train
 
@@ -27,7 +26,7 @@ def synthetic_dataset(synthetic_root, tmp_path_factory):
 
 
 def _check_beats_prior(result, cfg, dataset, margin):
-    report = evaluate(result.weights_path, cfg, str(dataset), split=cfg.val_split)
+    report = evaluate(result.weights_path, cfg, str(dataset), split=cfg.data.val_split)
     assert report.num_samples > 0
     assert result.final_loss < 0.5 * result.first_loss
     assert report.iou["vehicle"] > 0.15
@@ -35,7 +34,7 @@ def _check_beats_prior(result, cfg, dataset, margin):
 
 
 def test_model_beats_the_prior_fast(synthetic_dataset, tmp_path):
-    cfg = dataclasses.replace(synthetic_default(), max_steps=60, warmup_steps=6, num_workers=0)
+    cfg = apply_overrides(synthetic_default(), {"max_steps": 60, "warmup_steps": 6, "num_workers": 0})
     result = train(cfg, str(synthetic_dataset), str(tmp_path))
     _check_beats_prior(result, cfg, synthetic_dataset, margin=0.05)
 

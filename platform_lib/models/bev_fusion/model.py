@@ -90,6 +90,12 @@ class BEVFusion(nn.Module):
     for the per-cell heads, so small objects keep full-resolution evidence.
     """
 
+    #: batch keys `forward` consumes, in argument order: the train loop reads them from here,
+    #: so a model of the zoo declares its own inputs (shapes in `prepare.py`).
+    input_keys: tuple[str, ...] = ("lidar_bev", "radar_bev", "camera_images", "camera_index")
+    #: batch key of the (B, num_classes, H, W) {0, 1} occupancy target the loss compares with.
+    target_key: str = "target"
+
     def __init__(self, cfg: BEVFusionConfig) -> None:
         super().__init__()
         self.cfg = cfg
