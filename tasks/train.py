@@ -2,9 +2,12 @@
 
 `train_model` runs `platform_lib.training.train.train` in `nproc_per_node` worker processes
 started by torch elastic (`Elastic`): with nnodes=1 it is one pod (locally: one machine), with
-nnodes>1 Flyte submits a PyTorchJob to the training operator (set `DRIVETRAIN_NNODES` when
-packaging/registering). Workers are spawned processes that import `tasks.train` from the
-installed package. Only rank 0's return value comes back; it is a handle on the run folder
+nnodes>1 Flyte submits a PyTorchJob to the training operator. The shape, resources, node
+selector/tolerations and Kueue queue label come from a `Placement` (accelerator type, count,
+team; see `tasks.placement`), read from `DRIVETRAIN_TEAM`, `DRIVETRAIN_ACCELERATOR` and
+`DRIVETRAIN_ACCELERATOR_COUNT` when packaging/registering and baked into the pod's environment,
+so the pod rebuilds the same task. Workers are spawned processes that import `tasks.train` from
+the installed package. Only rank 0's return value comes back; it is a handle on the run folder
 (distributed checkpoint, model.safetensors, metrics.jsonl), never tensors. `max_restarts`
 restarts the worker group in place (locally too) and the run resumes from its last
 distributed checkpoint; task `retries` apply on a cluster only.
@@ -12,12 +15,17 @@ distributed checkpoint; task `retries` apply on a cluster only.
 
 from __future__ import annotations
 
-import os
+from dataclasses import dataclass
+from typing import Any
 
-from flytekit import Cache, Resources, task
+from flytekit import Cache, PodTemplate, Resources, task
+from flytekit.configuration import SerializationSettings
 from flytekit.core.python_function_task import PythonFunctionTask
+from flytekit.extend import TaskPlugins
 from flytekit.types.directory import FlyteDirectory
 from flytekitplugins.kfpytorch import Elastic
+from flytekitplugins.kfpytorch.task import PytorchElasticFunctionTask
+from kubernetes.client import V1PodSpec, V1Toleration
 
 from platform_lib import pipeline
 from platform_lib.shards import load_manifest
@@ -25,13 +33,13 @@ from platform_lib.training.config import TrainConfig, hash_config
 from platform_lib.training.overrides import resolve_train_config
 from platform_lib.training.train import train
 from tasks.errors import recoverable_storage_errors, user_errors
+from tasks.placement import Placement, placement_from_env
 
 __all__ = ["build_train_task", "resolve_config", "train_model"]
 
-#: Nodes and worker processes per node of `train_model` (2 ranks on the 2-core dev machines;
-#: GPUs per node on a cluster). Read when the module is imported (package/register time).
-NNODES = int(os.environ.get("DRIVETRAIN_NNODES", "1"))
-NPROC_PER_NODE = int(os.environ.get("DRIVETRAIN_NPROC_PER_NODE", "2"))
+#: Placement of `train_model` (default: 2 CPU workers, the 2-core dev machines). Read when the
+#: module is imported (package/register time, and in the pod from the task's environment).
+PLACEMENT = placement_from_env()
 
 
 @task(cache=Cache(version="2"), retries=1)
@@ -58,16 +66,55 @@ def train_model(dataset: FlyteDirectory, config: TrainConfig) -> FlyteDirectory:
 _TRAIN_FUNCTION = train_model
 
 
-def build_train_task(nnodes: int = 1, nproc_per_node: int = 2) -> PythonFunctionTask:
-    """Return the elastic training task for `nnodes` x `nproc_per_node` workers."""
+@dataclass
+class PlacedElastic(Elastic):
+    """`Elastic` plus the `Placement` it was derived from (checked again at registration)."""
+
+    placement: Placement | None = None
+
+
+class PlacedElasticTask(PytorchElasticFunctionTask):
+    """Elastic task that checks its team's LocalQueue exists in the target namespace."""
+
+    def get_config(self, settings: SerializationSettings) -> dict[str, Any] | None:
+        self.task_config.placement.check_namespace(settings.project, settings.domain)
+        return super().get_config(settings)
+
+
+TaskPlugins.register_pythontask_plugin(PlacedElastic, PlacedElasticTask)
+
+
+def build_train_task(placement: Placement) -> PythonFunctionTask:
+    """Return the elastic training task placed by `placement`.
+
+    One worker process per accelerator; `placement.nnodes > 1` serialises to a PyTorchJob
+    (task type "pytorch") with an elastic config (c10d rendezvous, min = max = nnodes). The
+    Kueue queue label goes on the task (`labels=`), which Flyte copies onto the Pod or the
+    PyTorchJob; node selector and tolerations go into the pod template.
+
+    Raises:
+        PlacementError: (at serialisation) when the team's LocalQueue is not in the Flyte
+            project-domain's namespace.
+    """
+    accel, res = placement.accelerator_type, placement.pod_resources
+    gpus = res.get(accel.resource) if accel.resource else None
+    pod_spec = V1PodSpec(
+        containers=[], node_selector=dict(accel.node_labels),
+        tolerations=[V1Toleration(**t) for t in accel.tolerations] or None,
+    )
     return task(
         _TRAIN_FUNCTION,
-        task_config=Elastic(
-            nnodes=nnodes, nproc_per_node=nproc_per_node, max_restarts=1, increase_shared_mem=False
+        task_config=PlacedElastic(
+            nnodes=placement.nnodes, nproc_per_node=placement.nproc_per_node, max_restarts=1,
+            increase_shared_mem=False, placement=placement,
         ),
-        cache=Cache(version="1"), retries=2, requests=Resources(cpu="2", mem="8Gi"),
+        cache=Cache(version="1"), retries=2,
+        requests=Resources(cpu=res["cpu"], mem=res["memory"], gpu=gpus),
+        limits=Resources(mem=res["memory"], gpu=gpus),
+        labels=placement.labels, environment=placement.environment,
+        pod_template=PodTemplate(pod_spec=pod_spec),
         shared_memory=True,  # /dev/shm for the loader workers' tensors
     )
 
 
-train_model = build_train_task(NNODES, NPROC_PER_NODE)  # noqa: F811 - the task wraps the function
+train_model = build_train_task(PLACEMENT)  # noqa: F811 - the task wraps the function

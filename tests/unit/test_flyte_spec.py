@@ -19,6 +19,7 @@ from flytekit.configuration import Image, ImageConfig, SerializationSettings
 from flytekit.tools.translator import get_serializable
 
 from tasks.data import build_dataset, hash_raw_logs
+from tasks.placement import QUEUE_LABEL, Placement, PlacementError, placement_from_env
 from tasks.train import build_train_task
 from workflows.training_pipeline import training_pipeline
 
@@ -41,6 +42,14 @@ def _tasks() -> dict:
 
 def _spec(entity):
     return get_serializable(OrderedDict(), SETTINGS, entity)
+
+
+def _image(template) -> str:
+    """The image of a task template: its container, or its pod template's primary container."""
+    if template.HasField("container"):
+        return template.container.image
+    (container,) = template.k8s_pod.pod_spec["containers"]
+    return container["image"]
 
 
 def test_every_task_is_cached_with_a_version_and_retries() -> None:
@@ -74,18 +83,64 @@ def test_single_node_training_is_a_plain_pod() -> None:
 
 
 def test_multi_node_training_becomes_an_elastic_pytorch_job() -> None:
-    template = _spec(build_train_task(nnodes=2, nproc_per_node=4)).template
+    placement = Placement(team="planning", accelerator="a100-80gb", accelerator_count=16)
+    template = _spec(build_train_task(placement)).template
     assert template.type == "pytorch"
     assert template.custom["workerReplicas"] == {"replicas": 2}
     elastic = template.custom["elasticConfig"]
     assert elastic == {"rdzvBackend": "c10d", "minReplicas": 2, "maxReplicas": 2,
-                       "nprocPerNode": 4, "maxRestarts": 1}
+                       "nprocPerNode": 8, "maxRestarts": 1}
     assert template.metadata.discovery_version == "1" and template.metadata.retries.retries == 2
+    # the queue label rides on the task metadata, which Flyte copies onto the PyTorchJob
+    assert dict(template.metadata.k8s_object_metadata.labels) == {QUEUE_LABEL: "planning"}
+    pod = template.k8s_pod.pod_spec
+    (container,) = pod["containers"]
+    assert container["resources"] == {"requests": {"cpu": "80", "memory": "880Gi", "gpu": "8"},
+                                      "limits": {"memory": "880Gi", "gpu": "8"}}
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+    assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    # the pod rebuilds the same task from its environment
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert placement_from_env(env) == placement
+
+
+def test_single_node_placement_is_one_pod_with_all_accelerators() -> None:
+    template = _spec(build_train_task(Placement(accelerator="h100-80gb", accelerator_count=4))).template
+    assert template.type == "python-task" and not template.custom
+    assert dict(template.metadata.k8s_object_metadata.labels) == {QUEUE_LABEL: "perception"}
+    resources = template.k8s_pod.pod_spec["containers"][0]["resources"]
+    assert resources["requests"] == {"cpu": "88", "memory": "880Gi", "gpu": "4"}
+
+
+@pytest.mark.parametrize(("kwargs", "field", "message"), [
+    ({"team": "robotics"}, "team", "team='robotics': unknown queue"),
+    ({"team": "mapping", "accelerator": "h100-80gb", "accelerator_count": 8}, "team",
+     "team='mapping' has no quota for accelerator='h100-80gb'"),
+    ({"accelerator": "tpu-v5"}, "accelerator", "unknown accelerator type"),
+    ({"accelerator": "a100-80gb", "accelerator_count": 12}, "accelerator_count",
+     "accelerator_count=12 does not divide into a100-80gb nodes of 8"),
+    ({"accelerator_count": 0}, "accelerator_count", "must be a positive integer"),
+])
+def test_impossible_placements_fail_naming_the_field(kwargs, field, message) -> None:
+    with pytest.raises(PlacementError, match=message) as info:
+        Placement(**kwargs)
+    assert info.value.field == field
+
+
+def test_registration_fails_when_the_namespace_has_no_queue_for_the_team() -> None:
+    train = build_train_task(Placement(team="mapping"))  # LocalQueue in development+staging only
+    _spec(train)
+    production = SerializationSettings(
+        image_config=SETTINGS.image_config, project="drivetrain", domain="production", version="t",
+    )
+    with pytest.raises(PlacementError, match="does not exist in namespace 'drivetrain-production'"):
+        get_serializable(OrderedDict(), production, train)
 
 
 def test_pyflyte_package_serialises_every_entity(tmp_path: Path) -> None:
     out = tmp_path / "flyte-package.tgz"
-    env = {**os.environ, "HOME": str(tmp_path), "DRIVETRAIN_NNODES": "2"}
+    env = {**os.environ, "HOME": str(tmp_path), "DRIVETRAIN_TEAM": "planning",
+           "DRIVETRAIN_ACCELERATOR": "a100-80gb", "DRIVETRAIN_ACCELERATOR_COUNT": "16"}
     pyflyte = str(Path(sys.executable).parent / "pyflyte")
     result = subprocess.run(
         [pyflyte, "--pkgs", "workflows", "package", "--image", IMAGE, "--output", str(out), "--force"],
@@ -102,9 +157,10 @@ def test_pyflyte_package_serialises_every_entity(tmp_path: Path) -> None:
             spec = TaskSpec()
             spec.ParseFromString(tar.extractfile(name).read())
             specs[spec.template.id.name.split(".")[-1]] = spec.template
-    assert specs["train_model"].type == "pytorch"  # DRIVETRAIN_NNODES=2 at package time
+    assert specs["train_model"].type == "pytorch"  # 16 A100s = 2 nodes x 8 at package time
     assert specs["train_model"].custom["elasticConfig"]["minReplicas"] == 2
-    assert all(t.container.image == IMAGE for t in specs.values())
+    assert specs["train_model"].metadata.metadata.labels[QUEUE_LABEL] == "planning"
+    assert {_image(t) for t in specs.values()} == {IMAGE}
     assert {n for n, t in specs.items() if t.metadata.discoverable} == set(specs) - {"hash_raw_logs"}
 
 
