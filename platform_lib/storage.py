@@ -1,0 +1,286 @@
+"""One storage layer: fsspec URL resolution, bounded retries, one transient-error classifier.
+
+Every read of raw logs, datasets and run folders that may live on object storage goes through
+here: `resolve_fs` turns a folder path or URL (`s3://bucket/prefix`, `gs://...`, `file://...`)
+into an fsspec filesystem (s3 with bounded connect/read timeouts), `call_with_retries` retries
+transient failures with exponential backoff (tenacity), and `is_transient` is the one rule for
+what is worth retrying:
+
+    transient   connection refused / reset / aborted, timeouts (socket, asyncio, botocore's
+                EndpointConnectionError, ConnectTimeoutError, ReadTimeoutError,
+                ConnectionClosedError), throttling and unavailability (HTTP 429, 500, 502,
+                503, 504; S3 SlowDown, Throttling, RequestTimeout), stale NFS handles
+    permanent   missing objects or folders, access denied, missing or bad credentials, full
+                disks, bad data (retrying cannot fix them)
+
+A transient error that outlasts the retries becomes `StorageUnreachableError` (itself
+transient, so a Flyte task turns it into a retryable error); a credentials or permission
+error becomes `StorageAccessError`, a one-line `UserError` naming the URL and how to supply
+credentials. Flyte knows nothing of this module: `tasks/errors.py` maps transient errors to
+`FlyteRecoverableException`.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import fsspec
+import tenacity
+
+from platform_lib.errors import UserError
+
+__all__ = [
+    "LOCAL_PROTOCOLS",
+    "StorageAccessError",
+    "StorageUnreachableError",
+    "call_with_retries",
+    "explain_storage_error",
+    "fetch_folder",
+    "is_local_url",
+    "is_transient",
+    "iter_causes",
+    "resolve_fs",
+]
+
+T = TypeVar("T")
+
+#: fsspec protocols that are the local file system.
+LOCAL_PROTOCOLS = frozenset({"file", "local"})
+
+#: errno values of errors worth retrying: network, contention, stale handles.
+_TRANSIENT_ERRNOS = frozenset({
+    errno.ECONNRESET, errno.ECONNREFUSED, errno.ECONNABORTED, errno.ETIMEDOUT, errno.EPIPE,
+    errno.EAGAIN, errno.EBUSY, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ENETDOWN,
+    errno.ENETRESET, errno.ESTALE, errno.EREMOTEIO,
+})
+#: errno values that retrying cannot fix.
+_PERMANENT_ERRNOS = frozenset({
+    errno.ENOENT, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT, errno.EFBIG,
+    errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG, errno.ELOOP, errno.EROFS, errno.EINVAL,
+})
+#: Exception class names (anywhere in the MRO) of transient network errors of the HTTP
+#: stacks fsspec backends use: botocore/aiobotocore (s3fs), aiohttp (s3fs, gcsfs, http),
+#: urllib3/requests. Matched by name so that none of them must be installed.
+_TRANSIENT_CLASSES = frozenset({
+    "EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError", "ConnectionClosedError",
+    "ProxyConnectionError", "ResponseStreamingError", "IncompleteReadError",
+    "ClientConnectionError", "ClientConnectorError", "ServerDisconnectedError",
+    "ServerTimeoutError", "ClientPayloadError", "FSTimeoutError",
+    "NewConnectionError", "ProtocolError", "ConnectTimeout", "ReadTimeout",
+})
+#: Exception class names of missing or unusable credentials (botocore, google-auth).
+_CREDENTIAL_CLASSES = frozenset({
+    "NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError",
+    "UnknownCredentialError", "NoAuthTokenError", "DefaultCredentialsError", "RefreshError",
+})
+#: S3 error codes (and HTTP statuses) of throttling and unavailability.
+_TRANSIENT_CODES = frozenset({
+    "SlowDown", "Throttling", "ThrottlingException", "ThrottledException", "RequestLimitExceeded",
+    "TooManyRequests", "TooManyRequestsException", "ServiceUnavailable", "RequestTimeout",
+    "RequestTimeoutException", "InternalError", "429", "500", "502", "503", "504",
+})
+#: S3 error codes of bad credentials or denied access.
+_ACCESS_CODES = frozenset({
+    "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken",
+    "InvalidToken", "TokenRefreshRequired", "AllAccessDisabled", "AccountProblem",
+    "InvalidClientTokenId", "UnrecognizedClientException", "401", "403",
+})
+#: Bounded timeouts and botocore-level retries for s3 unless the caller overrides them.
+_S3_DEFAULTS: dict[str, Any] = {
+    "config_kwargs": {"connect_timeout": 5, "read_timeout": 60, "retries": {"max_attempts": 2}},
+}
+
+
+class StorageUnreachableError(ConnectionError):
+    """A transient storage error persisted through every retry (still transient: retry later)."""
+
+
+class StorageAccessError(UserError):
+    """Missing or bad credentials, or access denied, for a storage URL (not transient)."""
+
+
+def iter_causes(exc: BaseException) -> Iterator[BaseException]:
+    """Yield `exc` and its `__cause__` / `__context__` chain (each exception once)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def _class_names(exc: BaseException) -> set[str]:
+    return {cls.__name__ for cls in type(exc).__mro__}
+
+
+def _error_code(exc: BaseException) -> tuple[str, str]:
+    """Return (S3 error code, HTTP status) of a botocore ClientError-like exception, or ("", "")."""
+    response = getattr(exc, "response", None)
+    if not isinstance(response, dict):
+        return "", ""
+    code = str((response.get("Error") or {}).get("Code", ""))
+    status = str((response.get("ResponseMetadata") or {}).get("HTTPStatusCode", ""))
+    return code, status
+
+
+def _is_access_problem(exc: BaseException) -> bool:
+    code, status = _error_code(exc)
+    return bool(
+        _class_names(exc) & _CREDENTIAL_CLASSES
+        or code in _ACCESS_CODES or status in ("401", "403")
+        or isinstance(exc, PermissionError)
+    )
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Return True when retrying may fix `exc` (network, timeouts, throttling), False otherwise.
+
+    Looks at `exc` and its cause chain: s3fs re-raises a throttled request (botocore
+    `ClientError` "SlowDown", HTTP 503) as `OSError(EBUSY)` with the ClientError as cause.
+    Missing paths, permissions, credentials, full disks and bad data are never transient.
+    """
+    for err in iter_causes(exc):  # the outermost error that says either way decides
+        if isinstance(err, StorageUnreachableError):
+            return True
+        if _is_permanent(err):
+            return False
+        code, status = _error_code(err)
+        if (code in _TRANSIENT_CODES or status in _TRANSIENT_CODES or _class_names(err) & _TRANSIENT_CLASSES
+                or isinstance(err, ConnectionError | TimeoutError | socket.timeout)
+                or (isinstance(err, OSError) and err.errno in _TRANSIENT_ERRNOS)):
+            return True
+    return False
+
+
+def _is_permanent(err: BaseException) -> bool:
+    return (
+        _is_access_problem(err)
+        or isinstance(err, FileNotFoundError | IsADirectoryError | NotADirectoryError | UserError)
+        or (isinstance(err, OSError) and err.errno in _PERMANENT_ERRNOS)
+    )
+
+
+def explain_storage_error(exc: BaseException, url: str) -> StorageAccessError | None:
+    """Return a one-line `StorageAccessError` for a credentials/permission problem, else None.
+
+    The message names `url`, the cause, and how to supply credentials for its protocol.
+    """
+    problems = []
+    for err in iter_causes(exc):
+        if isinstance(err, StorageAccessError):
+            return err
+        if _is_access_problem(err) and not (isinstance(err, PermissionError) and is_local_url(url)):
+            problems.append(err)
+    if not problems:
+        return None
+    err = next((e for e in problems if _error_code(e)[0]), problems[0])  # prefer the S3 error code
+    code, _ = _error_code(err)
+    text = (str(err).strip() or "access denied").splitlines()[0]
+    return StorageAccessError(
+        f"cannot access storage ({type(err).__name__}{f' {code}' if code else ''}: {text})", url,
+        _credentials_hint(url),
+    )
+
+
+def _credentials_hint(url: str) -> str:
+    protocol = url.split("://", 1)[0] if "://" in url else "file"
+    if protocol in ("s3", "s3a"):
+        return ("supply credentials that may read it: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+                "(or AWS_PROFILE / an instance role), and AWS_ENDPOINT_URL for an S3-compatible server")
+    if protocol in ("gs", "gcs"):
+        return "supply credentials that may read it: GOOGLE_APPLICATION_CREDENTIALS or `gcloud auth application-default login`"
+    if protocol in ("abfs", "az", "adl"):
+        return "supply credentials that may read it: AZURE_STORAGE_CONNECTION_STRING or AZURE_STORAGE_ACCOUNT_KEY"
+    return "check the credentials and permissions for this location"
+
+
+def is_local_url(url: str | os.PathLike[str]) -> bool:
+    """Return True for a local path or `file://` / `local://` URL."""
+    text = os.fspath(url)
+    return "://" not in text or text.split("://", 1)[0] in LOCAL_PROTOCOLS
+
+
+def resolve_fs(
+    url: str | os.PathLike[str], storage_options: dict[str, Any] | None = None
+) -> tuple[fsspec.AbstractFileSystem, str, bool]:
+    """Return (filesystem, root path inside it without trailing "/", is_local) of a path or URL.
+
+    s3 URLs get bounded timeouts (connect 5 s, read 60 s) unless `storage_options` sets
+    `config_kwargs`.
+    """
+    text = os.fspath(url)
+    options = dict(storage_options or {})
+    if text.split("://", 1)[0] in ("s3", "s3a") and "://" in text:
+        for key, value in _S3_DEFAULTS.items():
+            options.setdefault(key, value)
+    fs, root = fsspec.core.url_to_fs(text, **options)
+    return fs, root.rstrip("/") or root, is_local_url(text)
+
+
+def call_with_retries(
+    fn: Callable[[], T], *, what: str, url: str, max_retries: int = 4, backoff_s: float = 0.5
+) -> T:
+    """Run `fn`, retrying transient errors (`is_transient`) with exponential backoff.
+
+    Args:
+        fn: the storage operation.
+        what: the operation, for messages ("reading manifest.json").
+        url: the location operated on, named in messages.
+        max_retries: retries after the first attempt (0: no retry).
+        backoff_s: first delay, doubled per retry, capped at 8 s.
+
+    Raises:
+        StorageUnreachableError: a transient error persisted through `max_retries` retries.
+        StorageAccessError: missing/bad credentials or access denied (never retried).
+        Exception: any other error of `fn`, unchanged, on its first occurrence.
+    """
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(max_retries + 1),
+        wait=tenacity.wait_exponential(multiplier=backoff_s, max=8.0),
+        retry=tenacity.retry_if_exception(is_transient),
+        reraise=True,
+    )
+    try:
+        return retrying(fn)
+    except Exception as exc:
+        access = explain_storage_error(exc, url)
+        if access is not None and access is not exc:
+            raise access from exc
+        if not is_transient(exc) or isinstance(exc, StorageUnreachableError):
+            raise
+        raise StorageUnreachableError(
+            f"{what} {url} failed after {max_retries + 1} attempts ({type(exc).__name__}: "
+            f"{str(exc).strip()[:300]}); check the endpoint and the network, then retry"
+        ) from exc
+
+
+def fetch_folder(url: str, workdir: str | os.PathLike[str], *, max_retries: int = 4,
+                 storage_options: dict[str, Any] | None = None) -> Path:
+    """Return a local folder with the contents of `url`: itself when local, else a download.
+
+    Args:
+        url: local folder, `file://` URL or fsspec URL of a folder (`s3://bucket/logs/`).
+        workdir: local scratch folder receiving a download (as `workdir/<last part of url>`).
+        max_retries: retries of transient errors (see `call_with_retries`).
+        storage_options: extra fsspec options.
+
+    Raises:
+        FileNotFoundError: the location does not exist or is not a folder.
+        StorageAccessError: missing/bad credentials or access denied.
+        StorageUnreachableError: the store did not answer after the retries.
+    """
+    fs, root, local = resolve_fs(url, storage_options)
+    is_dir = call_with_retries(lambda: fs.isdir(root), what="listing", url=url, max_retries=max_retries)
+    if not is_dir:
+        raise FileNotFoundError(errno.ENOENT, "no such folder", url)
+    if local:
+        return Path(root)
+    target = Path(workdir) / (root.rstrip("/").rsplit("/", 1)[-1] or "download")
+    call_with_retries(lambda: fs.get(root + "/", str(target), recursive=True), what="downloading",
+                      url=url, max_retries=max_retries)
+    return target
