@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import errno
 import os
-import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -53,43 +52,114 @@ T = TypeVar("T")
 LOCAL_PROTOCOLS = frozenset({"file", "local"})
 
 #: errno values of errors worth retrying: network, contention, stale handles.
-_TRANSIENT_ERRNOS = frozenset({
-    errno.ECONNRESET, errno.ECONNREFUSED, errno.ECONNABORTED, errno.ETIMEDOUT, errno.EPIPE,
-    errno.EAGAIN, errno.EBUSY, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ENETDOWN,
-    errno.ENETRESET, errno.ESTALE, errno.EREMOTEIO,
-})
+_TRANSIENT_ERRNOS = frozenset(
+    {
+        errno.ECONNRESET,
+        errno.ECONNREFUSED,
+        errno.ECONNABORTED,
+        errno.ETIMEDOUT,
+        errno.EPIPE,
+        errno.EAGAIN,
+        errno.EBUSY,
+        errno.EHOSTUNREACH,
+        errno.ENETUNREACH,
+        errno.ENETDOWN,
+        errno.ENETRESET,
+        errno.ESTALE,
+        errno.EREMOTEIO,
+    }
+)
 #: errno values that retrying cannot fix.
-_PERMANENT_ERRNOS = frozenset({
-    errno.ENOENT, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT, errno.EFBIG,
-    errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG, errno.ELOOP, errno.EROFS, errno.EINVAL,
-})
+_PERMANENT_ERRNOS = frozenset(
+    {
+        errno.ENOENT,
+        errno.EACCES,
+        errno.EPERM,
+        errno.ENOSPC,
+        errno.EDQUOT,
+        errno.EFBIG,
+        errno.ENOTDIR,
+        errno.EISDIR,
+        errno.ENAMETOOLONG,
+        errno.ELOOP,
+        errno.EROFS,
+        errno.EINVAL,
+    }
+)
 #: Exception class names (anywhere in the MRO) of transient network errors of the HTTP
 #: stacks fsspec backends use: botocore/aiobotocore (s3fs), aiohttp (s3fs, gcsfs, http),
 #: urllib3/requests. Matched by name so that none of them must be installed.
-_TRANSIENT_CLASSES = frozenset({
-    "EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError", "ConnectionClosedError",
-    "ProxyConnectionError", "ResponseStreamingError", "IncompleteReadError",
-    "ClientConnectionError", "ClientConnectorError", "ServerDisconnectedError",
-    "ServerTimeoutError", "ClientPayloadError", "FSTimeoutError",
-    "NewConnectionError", "ProtocolError", "ConnectTimeout", "ReadTimeout",
-})
+_TRANSIENT_CLASSES = frozenset(
+    {
+        "EndpointConnectionError",
+        "ConnectTimeoutError",
+        "ReadTimeoutError",
+        "ConnectionClosedError",
+        "ProxyConnectionError",
+        "ResponseStreamingError",
+        "IncompleteReadError",
+        "ClientConnectionError",
+        "ClientConnectorError",
+        "ServerDisconnectedError",
+        "ServerTimeoutError",
+        "ClientPayloadError",
+        "FSTimeoutError",
+        "NewConnectionError",
+        "ProtocolError",
+        "ConnectTimeout",
+        "ReadTimeout",
+    }
+)
 #: Exception class names of missing or unusable credentials (botocore, google-auth).
-_CREDENTIAL_CLASSES = frozenset({
-    "NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError",
-    "UnknownCredentialError", "NoAuthTokenError", "DefaultCredentialsError", "RefreshError",
-})
+_CREDENTIAL_CLASSES = frozenset(
+    {
+        "NoCredentialsError",
+        "PartialCredentialsError",
+        "CredentialRetrievalError",
+        "UnknownCredentialError",
+        "NoAuthTokenError",
+        "DefaultCredentialsError",
+        "RefreshError",
+    }
+)
 #: S3 error codes (and HTTP statuses) of throttling and unavailability.
-_TRANSIENT_CODES = frozenset({
-    "SlowDown", "Throttling", "ThrottlingException", "ThrottledException", "RequestLimitExceeded",
-    "TooManyRequests", "TooManyRequestsException", "ServiceUnavailable", "RequestTimeout",
-    "RequestTimeoutException", "InternalError", "429", "500", "502", "503", "504",
-})
+_TRANSIENT_CODES = frozenset(
+    {
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestLimitExceeded",
+        "TooManyRequests",
+        "TooManyRequestsException",
+        "ServiceUnavailable",
+        "RequestTimeout",
+        "RequestTimeoutException",
+        "InternalError",
+        "429",
+        "500",
+        "502",
+        "503",
+        "504",
+    }
+)
 #: S3 error codes of bad credentials or denied access.
-_ACCESS_CODES = frozenset({
-    "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken",
-    "InvalidToken", "TokenRefreshRequired", "AllAccessDisabled", "AccountProblem",
-    "InvalidClientTokenId", "UnrecognizedClientException", "401", "403",
-})
+_ACCESS_CODES = frozenset(
+    {
+        "AccessDenied",
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "ExpiredToken",
+        "InvalidToken",
+        "TokenRefreshRequired",
+        "AllAccessDisabled",
+        "AccountProblem",
+        "InvalidClientTokenId",
+        "UnrecognizedClientException",
+        "401",
+        "403",
+    }
+)
 #: Bounded timeouts and botocore-level retries for s3 unless the caller overrides them.
 _S3_DEFAULTS: dict[str, Any] = {
     "config_kwargs": {"connect_timeout": 5, "read_timeout": 60, "retries": {"max_attempts": 2}},
@@ -132,7 +202,8 @@ def _is_access_problem(exc: BaseException) -> bool:
     code, status = _error_code(exc)
     return bool(
         _class_names(exc) & _CREDENTIAL_CLASSES
-        or code in _ACCESS_CODES or status in ("401", "403")
+        or code in _ACCESS_CODES
+        or status in ("401", "403")
         or isinstance(exc, PermissionError)
     )
 
@@ -150,9 +221,13 @@ def is_transient(exc: BaseException) -> bool:
         if _is_permanent(err):
             return False
         code, status = _error_code(err)
-        if (code in _TRANSIENT_CODES or status in _TRANSIENT_CODES or _class_names(err) & _TRANSIENT_CLASSES
-                or isinstance(err, ConnectionError | TimeoutError | socket.timeout)
-                or (isinstance(err, OSError) and err.errno in _TRANSIENT_ERRNOS)):
+        if (
+            code in _TRANSIENT_CODES
+            or status in _TRANSIENT_CODES
+            or _class_names(err) & _TRANSIENT_CLASSES
+            or isinstance(err, ConnectionError | TimeoutError)
+            or (isinstance(err, OSError) and err.errno in _TRANSIENT_ERRNOS)
+        ):
             return True
     return False
 
@@ -182,7 +257,8 @@ def explain_storage_error(exc: BaseException, url: str) -> StorageAccessError | 
     code, _ = _error_code(err)
     text = (str(err).strip() or "access denied").splitlines()[0]
     return StorageAccessError(
-        f"cannot access storage ({type(err).__name__}{f' {code}' if code else ''}: {text})", url,
+        f"cannot access storage ({type(err).__name__}{f' {code}' if code else ''}: {text})",
+        url,
         _credentials_hint(url),
     )
 
@@ -190,8 +266,10 @@ def explain_storage_error(exc: BaseException, url: str) -> StorageAccessError | 
 def _credentials_hint(url: str) -> str:
     protocol = url.split("://", 1)[0] if "://" in url else "file"
     if protocol in ("s3", "s3a"):
-        return ("supply credentials that may read it: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
-                "(or AWS_PROFILE / an instance role), and AWS_ENDPOINT_URL for an S3-compatible server")
+        return (
+            "supply credentials that may read it: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+            "(or AWS_PROFILE / an instance role), and AWS_ENDPOINT_URL for an S3-compatible server"
+        )
     if protocol in ("gs", "gcs"):
         return "supply credentials that may read it: GOOGLE_APPLICATION_CREDENTIALS or `gcloud auth application-default login`"
     if protocol in ("abfs", "az", "adl"):
@@ -259,8 +337,13 @@ def call_with_retries(
         ) from exc
 
 
-def fetch_folder(url: str, workdir: str | os.PathLike[str], *, max_retries: int = 4,
-                 storage_options: dict[str, Any] | None = None) -> Path:
+def fetch_folder(
+    url: str,
+    workdir: str | os.PathLike[str],
+    *,
+    max_retries: int = 4,
+    storage_options: dict[str, Any] | None = None,
+) -> Path:
     """Return a local folder with the contents of `url`: itself when local, else a download.
 
     Args:
@@ -275,12 +358,18 @@ def fetch_folder(url: str, workdir: str | os.PathLike[str], *, max_retries: int 
         StorageUnreachableError: the store did not answer after the retries.
     """
     fs, root, local = resolve_fs(url, storage_options)
-    is_dir = call_with_retries(lambda: fs.isdir(root), what="listing", url=url, max_retries=max_retries)
+    is_dir = call_with_retries(
+        lambda: fs.isdir(root), what="listing", url=url, max_retries=max_retries
+    )
     if not is_dir:
         raise FileNotFoundError(errno.ENOENT, "no such folder", url)
     if local:
         return Path(root)
     target = Path(workdir) / (root.rstrip("/").rsplit("/", 1)[-1] or "download")
-    call_with_retries(lambda: fs.get(root + "/", str(target), recursive=True), what="downloading",
-                      url=url, max_retries=max_retries)
+    call_with_retries(
+        lambda: fs.get(root + "/", str(target), recursive=True),
+        what="downloading",
+        url=url,
+        max_retries=max_retries,
+    )
     return target

@@ -50,12 +50,14 @@ def parse_overrides(text: str, *, culprit: str = "overrides") -> dict[str, Any]:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(
-            f"not valid JSON ({exc.msg} at character {exc.pos})", culprit,
+            f"not valid JSON ({exc.msg} at character {exc.pos})",
+            culprit,
             'give a JSON object such as {"max_steps": 5}',
         ) from None
     if not isinstance(value, dict):
         raise ConfigError(
-            f"{type(value).__name__} {value!r} is not a JSON object", culprit,
+            f"{type(value).__name__} {value!r} is not a JSON object",
+            culprit,
             'give a JSON object such as {"max_steps": 5}',
         )
     return value
@@ -72,8 +74,9 @@ def _flatten(overrides: Mapping[str, Any], culprit: str) -> dict[str, Any]:
     for key, value in overrides.items():
         if key in SECTIONS and not isinstance(value, Mapping):
             raise ConfigError(
-                f"{key!r} is a section, not a field", culprit,
-                f"name one of its fields, e.g. {{\"{key}.{dataclasses.fields(SECTIONS[key])[0].name}\": ...}}; "
+                f"{key!r} is a section, not a field",
+                culprit,
+                f'name one of its fields, e.g. {{"{key}.{dataclasses.fields(SECTIONS[key])[0].name}": ...}}; '
                 f"fields: {', '.join(p for p in fields if p.startswith(key + '.'))}",
                 fields=(key,),
             )
@@ -87,8 +90,10 @@ def _flatten(overrides: Mapping[str, Any], culprit: str) -> dict[str, Any]:
             flat[by_name[key][0]] = value
         elif len(by_name.get(key, [])) > 1:
             raise ConfigError(
-                f"field name {key!r} is ambiguous", culprit,
-                f"name it by its path, one of {', '.join(by_name[key])}", fields=(key,),
+                f"field name {key!r} is ambiguous",
+                culprit,
+                f"name it by its path, one of {', '.join(by_name[key])}",
+                fields=(key,),
             )
         else:
             unknown.append(str(key))
@@ -97,12 +102,16 @@ def _flatten(overrides: Mapping[str, Any], culprit: str) -> dict[str, Any]:
         hint = f"; did you mean {', '.join(repr(h) for h in hints)}?" if hints else ""
         raise ConfigError(
             f"unknown field{'s' if len(unknown) > 1 else ''} {', '.join(repr(k) for k in unknown)}",
-            culprit, f"use one of {', '.join(fields)}{hint}", fields=tuple(unknown),
+            culprit,
+            f"use one of {', '.join(fields)}{hint}",
+            fields=tuple(unknown),
         )
     return flat
 
 
-def apply_overrides(base: TrainConfig, overrides: Mapping[str, Any], *, culprit: str = "overrides") -> TrainConfig:
+def apply_overrides(
+    base: TrainConfig, overrides: Mapping[str, Any], *, culprit: str = "overrides"
+) -> TrainConfig:
     """Return `base` with the fields in `overrides` replaced, every value checked first.
 
     Args:
@@ -120,11 +129,20 @@ def apply_overrides(base: TrainConfig, overrides: Mapping[str, Any], *, culprit:
     for path, value in _flatten(overrides, culprit).items():
         coerced, problem = check_value(fields[path], value)
         if problem:
-            allowed = "one of the allowed values" if "choices" in fields[path].metadata.get("bounds", {}) else ""
-            what = ("not " + allowed if allowed else "out of range") if _has_kind(fields[path], value) else (
-                "of the wrong type")
+            allowed = (
+                "one of the allowed values"
+                if "choices" in fields[path].metadata.get("bounds", {})
+                else ""
+            )
+            what = (
+                ("not " + allowed if allowed else "out of range")
+                if _has_kind(fields[path], value)
+                else ("of the wrong type")
+            )
             raise ConfigError(
-                f"{path}={value!r} is {what}", culprit, f"give {describe_bounds(fields[path])}",
+                f"{path}={value!r} is {what}",
+                culprit,
+                f"give {describe_bounds(fields[path])}",
                 fields=(path,),
             )
         section, _, name = path.rpartition(".")
@@ -165,7 +183,9 @@ def resolve_train_config(preset: str, overrides: str | Mapping[str, Any], seed: 
         base = get_preset(preset)
     except KeyError:
         raise ConfigError(
-            f"unknown preset {preset!r}", "preset", f"use one of {', '.join(list_presets())}",
+            f"unknown preset {preset!r}",
+            "preset",
+            f"use one of {', '.join(list_presets())}",
             fields=("preset",),
         ) from None
     values = parse_overrides(overrides) if isinstance(overrides, str) else dict(overrides)

@@ -28,9 +28,9 @@ def test_a_field_by_name_path_or_section_replaces_only_that_field():
         assert cfg.optimizer.max_steps == 8
         assert cfg.optimizer.lr == base.optimizer.lr and cfg.data == base.data
     assert apply_overrides(base, {}) == base
-    assert resolve_train_config("pandaset_smoke", '{"lr": 0.01, "batch_size": 1}', 3) == apply_overrides(
-        base, {"optimizer.lr": 0.01, "data.batch_size": 1, "seed": 3}
-    )
+    assert resolve_train_config(
+        "pandaset_smoke", '{"lr": 0.01, "batch_size": 1}', 3
+    ) == apply_overrides(base, {"optimizer.lr": 0.01, "data.batch_size": 1, "seed": 3})
 
 
 def test_unknown_field_names_it_and_lists_the_valid_ones():
@@ -45,16 +45,27 @@ def test_unknown_field_names_it_and_lists_the_valid_ones():
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"max_steps": "ten"}, "optimizer.max_steps='ten' is of the wrong type (overrides): give an int >= 1"),
+        (
+            {"max_steps": "ten"},
+            "optimizer.max_steps='ten' is of the wrong type (overrides): give an int >= 1",
+        ),
         ({"max_steps": 2.5}, "optimizer.max_steps=2.5 is of the wrong type"),
-        ({"mixed_precision": 1}, "parallel.mixed_precision=1 is of the wrong type (overrides): give true or false"),
+        (
+            {"mixed_precision": 1},
+            "parallel.mixed_precision=1 is of the wrong type (overrides): give true or false",
+        ),
         ({"lr": True}, "optimizer.lr=True is of the wrong type"),
-        ({"max_steps": 99999999999999999999999},
-         "optimizer.max_steps=99999999999999999999999 is out of range (overrides): give an int >= 1 and "
-         "<= 9223372036854775807"),
+        (
+            {"max_steps": 99999999999999999999999},
+            "optimizer.max_steps=99999999999999999999999 is out of range (overrides): give an int >= 1 and "
+            "<= 9223372036854775807",
+        ),
         ({"max_steps": 0}, "optimizer.max_steps=0 is out of range"),
         ({"lr": -1}, "optimizer.lr=-1 is out of range (overrides): give a number > 0.0"),
-        ({"backend": "mpi"}, "parallel.backend='mpi' is not one of the allowed values (overrides): give one of"),
+        (
+            {"backend": "mpi"},
+            "parallel.backend='mpi' is not one of the allowed values (overrides): give one of",
+        ),
         ({"warmup_steps": 50}, "optimizer.warmup_steps (50) must be < optimizer.max_steps (12)"),
     ],
 )
