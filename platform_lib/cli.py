@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 
 from platform_lib.loading.commands import add_bench_commands
 from platform_lib.shards.commands import add_data_commands
+from platform_lib.triage.commands import add_triage_command
 
 __all__ = ["COMMAND_GROUPS", "build_parser", "main"]
 
@@ -21,6 +22,7 @@ __all__ = ["COMMAND_GROUPS", "build_parser", "main"]
 COMMAND_GROUPS: list[Callable[[argparse._SubParsersAction], None]] = [
     add_data_commands,
     add_bench_commands,
+    add_triage_command,
 ]
 
 

@@ -1,0 +1,334 @@
+"""Classify a failed run: root cause vs. cascades, class, confidence, evidence.
+
+Algorithm (all knowledge is in `rules.RULES`; this module only ranks matches):
+
+1. Read every evidence line (logs, exit codes, pod status), ordered by time where known.
+2. Each line is claimed by the first rule (table order) whose pattern it contains.
+3. Root candidates are lines claimed by `root` rules. The root is the strongest candidate,
+   the earliest among equals: a specific report (an Xid, an OOM report, a dataset error)
+   beats a generic exception, and the first rank to fail beats the ranks that failed because
+   of it. A root of class `unknown` (a bare SIGKILL) takes the class of a `confirmation`
+   present in the evidence (the kernel's oom-kill lines), never a guessed one.
+4. With no root, the strongest `cascade` stands in (an NCCL watchdog timeout alone ->
+   communication), with confidence capped at `CASCADE_ONLY_CONFIDENCE`: the cause is
+   elsewhere (another node's log, a rank that hung).
+5. Confidence starts at the root's strength, rises with each confirming rule
+   (1 - (1 - c) / 2 per rule) and drops by `AMBIGUITY_FACTOR` when a root of another known
+   class is nearly as strong.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from platform_lib.triage.logs import Evidence, LogLine, read_evidence_lines
+from platform_lib.triage.rules import RULES, Rule
+from platform_lib.triage.taxonomy import CLASS_INFO, FailureClass, Role
+
+__all__ = [
+    "AMBIGUITY_FACTOR",
+    "CASCADE_ONLY_CONFIDENCE",
+    "Finding",
+    "Verdict",
+    "classify",
+    "classify_text",
+    "match_line",
+]
+
+#: Highest confidence of a verdict built from cascades only.
+CASCADE_ONLY_CONFIDENCE = 0.35
+#: Confidence factor when a root of another known class is within `AMBIGUITY_MARGIN`.
+AMBIGUITY_FACTOR = 0.7
+AMBIGUITY_MARGIN = 0.1
+#: Most root lines kept (the same error repeated on several ranks).
+MAX_ROOT_LINES = 8
+HIGH, MEDIUM = 0.75, 0.5
+
+_PID = re.compile(r"\b(?:PID|pid)[:= ]\s*'?(\d+)|\(pid (\d+)\)|Killed process (\d+)")
+_SIGNAL = re.compile(r"\((SIG[A-Z]+)\)|signal: (Bus error|Killed|Aborted)|got signal: (\d+)")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A line claimed by a rule."""
+
+    line: LogLine
+    rule: Rule
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form: where, rank, time, rule, role, class, text."""
+        return {
+            "where": self.line.where,
+            "rank": self.line.rank,
+            "time": self.line.time.isoformat() if self.line.time else None,
+            "rule": self.rule.name,
+            "role": str(self.rule.role),
+            "class": str(self.rule.failure_class),
+            "text": self.line.text,
+        }
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The triage of one failed attempt.
+
+    Attributes:
+        failure_class: the class of the root cause (UNKNOWN when nothing matched).
+        confidence: 0-1; see `confidence_level`.
+        root: the root-cause line(s): the chosen line first, then the same error (same rule,
+            same normalised text) on other ranks. Empty when nothing matched.
+        cascades: lines that are symptoms of the root (collective timeouts, aborts, the
+            launcher's summary), in time order.
+        confirmations: lines corroborating the class.
+        other_roots: root candidates not chosen (weaker or later), in time order.
+        rank, pid, signal: of the root, when the evidence names them.
+        action: what to do (the root rule's advice, else the class's).
+        fingerprint: normalised identity of the root cause (see policy.fingerprint).
+    """
+
+    failure_class: FailureClass
+    confidence: float
+    root: tuple[Finding, ...]
+    cascades: tuple[Finding, ...]
+    confirmations: tuple[Finding, ...]
+    other_roots: tuple[Finding, ...]
+    rank: int | None
+    pid: int | None
+    signal: str | None
+    action: str
+    fingerprint: str
+    from_cascades_only: bool = False
+
+    @property
+    def confidence_level(self) -> str:
+        """`high` (>= 0.75), `medium` (>= 0.5) or `low`."""
+        return (
+            "high" if self.confidence >= HIGH else "medium" if self.confidence >= MEDIUM else "low"
+        )
+
+    @property
+    def root_line(self) -> str | None:
+        """The root-cause line as written, or None when nothing matched."""
+        return self.root[0].line.text if self.root else None
+
+    @property
+    def runbook(self) -> str:
+        """The runbook page of the class."""
+        return CLASS_INFO[self.failure_class].runbook
+
+    def describe(self) -> str:
+        """Multi-line report for a terminal or a task's error message (names rank, pid, signal)."""
+        info = CLASS_INFO[self.failure_class]
+        who = ", ".join(
+            p
+            for p in (
+                f"rank {self.rank}" if self.rank is not None else "",
+                f"pid {self.pid}" if self.pid is not None else "",
+                self.signal or "",
+            )
+            if p
+        )
+        head = (
+            f"triage: {info.title} ({self.confidence_level} confidence, "
+            f"{self.confidence:.2f}){' on ' + who if who else ''}"
+        )
+        lines = [head]
+        if self.root:
+            cause = (
+                "no root cause in the evidence; strongest symptom"
+                if self.from_cascades_only
+                else "root cause"
+            )
+            lines.append(f"  {cause} [{self.root[0].line.where}]: {self.root[0].line.text.strip()}")
+        else:
+            lines.append("  no rule matched the evidence")
+        if self.cascades:
+            ranks = sorted({f.line.rank for f in self.cascades if f.line.rank is not None})
+            lines.append(
+                f"  cascades: {len(self.cascades)} line(s)"
+                + (f" on ranks {', '.join(map(str, ranks))}" if ranks else "")
+                + f", first [{self.cascades[0].line.where}]: "
+                + self.cascades[0].line.text.strip()[:200]
+            )
+        lines.append(f"  action: {self.action}")
+        lines.append(f"  runbook: {info.runbook}; fingerprint {self.fingerprint}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (what `drivetrain triage --json` prints)."""
+        return {
+            "class": str(self.failure_class),
+            "confidence": round(self.confidence, 3),
+            "confidence_level": self.confidence_level,
+            "root_line": self.root_line,
+            "rank": self.rank,
+            "pid": self.pid,
+            "signal": self.signal,
+            "action": self.action,
+            "runbook": self.runbook,
+            "fingerprint": self.fingerprint,
+            "from_cascades_only": self.from_cascades_only,
+            "root": [f.to_dict() for f in self.root],
+            "cascades": [f.to_dict() for f in self.cascades],
+            "confirmations": [f.to_dict() for f in self.confirmations],
+            "other_roots": [f.to_dict() for f in self.other_roots],
+        }
+
+    def mlflow_tags(self, prefix: str = "triage.") -> dict[str, str]:
+        """Tags for the MLflow run of the failed attempt (values cut to 500 characters)."""
+        tags = {
+            "class": str(self.failure_class),
+            "confidence": f"{self.confidence:.2f}",
+            "confidence_level": self.confidence_level,
+            "fingerprint": self.fingerprint,
+            "root_line": (self.root_line or "").strip(),
+            "root_source": self.root[0].line.where if self.root else "",
+            "rank": "" if self.rank is None else str(self.rank),
+            "pid": "" if self.pid is None else str(self.pid),
+            "signal": self.signal or "",
+            "cascades": str(len(self.cascades)),
+            "action": self.action,
+            "runbook": self.runbook,
+        }
+        return {prefix + k: v[:500] for k, v in tags.items()}
+
+
+def match_line(line: LogLine, rules: Sequence[Rule] = RULES) -> Rule | None:
+    """Return the first rule (table order) whose pattern is found in `line.message`."""
+    for rule in rules:
+        if rule.regex.search(line.message):
+            return rule
+    return None
+
+
+def _rank_pid_signal(
+    root: Finding, findings: Sequence[Finding]
+) -> tuple[int | None, int | None, str | None]:
+    """Rank, pid and signal of the root: from its line, else from lines of its rank and source."""
+    rank = root.line.rank
+    near = [root.line] + [
+        f.line
+        for f in findings
+        if f.line is not root.line
+        and ((rank is not None and f.line.rank == rank) or f.line.source == root.line.source)
+    ]
+    pid = signal = None
+    for line in near:
+        if pid is None and (m := _PID.search(line.message)):
+            pid = int(next(g for g in m.groups() if g))
+        if signal is None and (m := _SIGNAL.search(line.message)):
+            value = next(g for g in m.groups() if g)
+            signal = {
+                "Bus error": "SIGBUS",
+                "Killed": "SIGKILL",
+                "Aborted": "SIGABRT",
+                "15": "SIGTERM",
+                "1": "SIGHUP",
+            }.get(value, value)
+        if rank is None and line.rank is not None:
+            rank = line.rank
+    return rank, pid, signal
+
+
+def classify(evidence: Evidence, rules: Sequence[Rule] = RULES) -> Verdict:
+    """Classify one failed attempt from its evidence.
+
+    Args:
+        evidence: logs, exit codes and pod status of the attempt (see `load_evidence`).
+        rules: the rule table (default `RULES`).
+
+    Returns:
+        The verdict; class UNKNOWN with confidence 0 and no root when nothing matched.
+    """
+    from platform_lib.triage.policy import fingerprint, normalise_line  # noqa: PLC0415 (cycle)
+
+    findings = [
+        Finding(line, rule)
+        for line in read_evidence_lines(evidence)
+        if (rule := match_line(line, rules)) is not None
+    ]
+    order = {id(f): n for n, f in enumerate(findings)}
+    roots = [f for f in findings if f.rule.role is Role.ROOT]
+    cascades = [f for f in findings if f.rule.role is Role.CASCADE]
+    confirmations = [f for f in findings if f.rule.role is Role.CONFIRMATION]
+
+    def strongest(candidates: list[Finding]) -> Finding:
+        return min(candidates, key=lambda f: (-f.rule.strength, order[id(f)]))
+
+    from_cascades = False
+    if roots:
+        chosen = strongest(roots)
+    elif cascades:
+        chosen, from_cascades = strongest(cascades), True
+    else:
+        return Verdict(
+            FailureClass.UNKNOWN,
+            0.0,
+            (),
+            (),
+            tuple(confirmations),
+            (),
+            None,
+            None,
+            None,
+            CLASS_INFO[FailureClass.UNKNOWN].action,
+            fingerprint(None, None),
+        )
+
+    klass, confidence = chosen.rule.failure_class, chosen.rule.strength
+    if klass is FailureClass.UNKNOWN and confirmations:
+        best = max(confirmations, key=lambda f: f.rule.strength)
+        klass, confidence = best.rule.failure_class, max(confidence, 0.8 * best.rule.strength)
+    supporting = {f.rule.name for f in confirmations if f.rule.failure_class is klass}
+    for _ in supporting:
+        confidence = 1.0 - (1.0 - confidence) / 2.0
+    rivals = [
+        f
+        for f in roots
+        if f.rule.failure_class not in (klass, FailureClass.UNKNOWN)
+        and f.rule.strength >= chosen.rule.strength - AMBIGUITY_MARGIN
+    ]
+    if rivals:
+        confidence *= AMBIGUITY_FACTOR
+    if from_cascades:
+        confidence = min(confidence, CASCADE_ONLY_CONFIDENCE)
+
+    same = normalise_line(chosen.line.message)
+    root = [chosen] + (
+        []
+        if from_cascades
+        else [
+            f
+            for f in roots
+            if f.rule is chosen.rule and f is not chosen and normalise_line(f.line.message) == same
+        ][: MAX_ROOT_LINES - 1]
+    )
+    root_ids = {id(f) for f in root}
+    rank, pid, signal = _rank_pid_signal(chosen, findings)
+    action = (
+        chosen.rule.action
+        if chosen.rule.failure_class is klass and chosen.rule.action
+        else CLASS_INFO[klass].action
+    )
+    return Verdict(
+        failure_class=klass,
+        confidence=round(confidence, 3),
+        root=tuple(root),
+        cascades=tuple(f for f in cascades if id(f) not in root_ids),
+        confirmations=tuple(confirmations),
+        other_roots=tuple(f for f in roots if id(f) not in root_ids),
+        rank=rank,
+        pid=pid,
+        signal=signal,
+        action=action,
+        fingerprint=fingerprint(klass, chosen.rule.name, chosen.line.message),
+        from_cascades_only=from_cascades,
+    )
+
+
+def classify_text(text: str, source: str = "log") -> Verdict:
+    """Classify one log given as text (convenience for tests and notebooks)."""
+    return classify(Evidence(logs={source: text}))
