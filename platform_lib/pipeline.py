@@ -15,6 +15,7 @@ import fsspec
 
 from platform_lib.registry.lineage import hash_raw_location
 from platform_lib.shards import BuildConfig, load_manifest, validate_dataset
+from platform_lib.sources import list_logs
 
 __all__ = [
     "SOURCES",
@@ -23,6 +24,7 @@ __all__ = [
     "check_source",
     "fetch_raw_logs",
     "is_transient_storage_error",
+    "list_raw_log_urls",
     "resolve_build_config",
     "resolve_model_name",
     "resolve_train_dir",
@@ -85,6 +87,35 @@ def fetch_raw_logs(location: str, workdir: str | Path) -> Path:
     local = Path(workdir) / "raw_logs"
     fs.get(root.rstrip("/") + "/", str(local), recursive=True)
     return local
+
+
+def list_raw_log_urls(source: str, location: str) -> list[str]:
+    """Return one folder URL (or path) per raw log of `source` at `location`, sorted by log id.
+
+    Local folders are listed by the source's own rules (`platform_lib.sources.list_logs`: a
+    root of log folders, or one log folder). On object storage every sub-folder is a log.
+
+    Raises:
+        FileNotFoundError: naming the input `raw_logs` when the location is not a folder or
+            holds no logs.
+    """
+    check_source(source)
+    fs, root = fsspec.core.url_to_fs(location)
+    if not fs.isdir(root):
+        raise FileNotFoundError(f"input raw_logs={location!r} does not exist or is not a folder")
+    protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
+    if "file" in protocols or "local" in protocols:
+        try:
+            return [str(p) for p in list_logs(source, root)]
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            raise FileNotFoundError(f"input raw_logs={location!r} holds no {source} logs "
+                                    f"({exc})") from exc
+    scheme = location.split("://", 1)[0]
+    logs = sorted(p for p in fs.ls(root, detail=False)
+                  if fs.isdir(p) and not p.rstrip("/").rsplit("/", 1)[-1].startswith("."))
+    if not logs:
+        raise FileNotFoundError(f"input raw_logs={location!r} holds no log folders")
+    return [f"{scheme}://{p.rstrip('/')}" for p in logs]
 
 
 def resolve_train_dir(dataset_hash: str, config_hash: str) -> Path:

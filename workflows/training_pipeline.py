@@ -12,7 +12,14 @@ from __future__ import annotations
 from flytekit import workflow
 
 from platform_lib.sources.synthetic import SyntheticConfig
-from tasks.data import build_dataset, dataset_config, hash_raw_logs, materialize_raw_logs
+from tasks.data import (
+    build_log_parts,
+    dataset_config,
+    hash_raw_logs,
+    list_raw_logs,
+    materialize_raw_logs,
+    merge_dataset,
+)
 from tasks.evaluate import evaluate_model
 from tasks.register import register_model
 from tasks.train import resolve_config, train_model
@@ -49,9 +56,10 @@ def training_pipeline(
     config = resolve_config(preset=preset, overrides=overrides, seed=seed)
     logs = materialize_raw_logs(source=source, raw_logs=raw_logs, synthetic=synthetic)
     logs_hash = hash_raw_logs(source=source, raw_logs=logs)
-    dataset = build_dataset(
-        source=source, raw_logs=logs, raw_logs_hash=logs_hash, config=dataset_config(source=source)
-    )
+    build_config = dataset_config(source=source)
+    present = list_raw_logs(source=source, raw_logs=logs)
+    parts = build_log_parts(source, present.logs, present.log_hashes, build_config)
+    dataset = merge_dataset(source=source, parts=parts, config=build_config)
     run = train_model(dataset=dataset, config=config)
     table = evaluate_model(dataset=dataset, run=run, config=config)
     return register_model(

@@ -68,9 +68,10 @@ class ShardCache:
 
     def __init__(
         self, *, url: str, root: str, storage_options: dict, dataset_hash: str, cache_dir: str | None,
-        limit_bytes: int, max_retries: int, backoff_s: float,
+        limit_bytes: int, max_retries: int, backoff_s: float, files: dict[str, str] | None = None,
     ) -> None:
         self.url, self.root, self.storage_options = url, root, storage_options
+        self.files = files or {}  # shard path -> object inside url's filesystem (merged datasets)
         self.base = resolve_cache_dir(cache_dir)
         self.folder = self.base / dataset_hash[:16]
         self.limit_bytes = limit_bytes
@@ -118,7 +119,7 @@ class ShardCache:
             pass
 
     def _download(self, shard_path: str, local: Path, expected_bytes: int) -> None:
-        remote = f"{self.root}/{shard_path}"
+        remote = self.files.get(shard_path) or f"{self.root}/{shard_path}"
         tmp = local.with_name(f".{local.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
 
         def fetch() -> None:

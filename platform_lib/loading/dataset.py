@@ -83,7 +83,8 @@ class BatchStream(IterableDataset):
             cache = None
             if not view.is_local:
                 cache = ShardCache(
-                    url=view.url, root=view.root, storage_options=view.storage_options,
+                    url=view.store_url, root=view.root, storage_options=view.storage_options,
+                    files=dict(zip(view.shard_paths, view.shard_files, strict=True)),
                     dataset_hash=view.dataset_hash, cache_dir=cfg.cache_dir,
                     limit_bytes=cfg.cache_limit_bytes, max_retries=cfg.max_retries,
                     backoff_s=cfg.retry_backoff_s,

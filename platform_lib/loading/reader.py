@@ -118,7 +118,7 @@ class ShardReader:
                 fd = self.cache.open(path, int(self.view.shard_bytes[shard]))
             else:
                 try:
-                    fd = os.open(f"{self.view.root}/{path}", os.O_RDONLY)
+                    fd = os.open(self.view.shard_files[shard], os.O_RDONLY)
                 except FileNotFoundError as exc:
                     raise ShardReadError(f"shard {self._where(shard)} is missing; rebuild the dataset") from exc
         except ShardReadError as exc:

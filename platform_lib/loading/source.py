@@ -26,6 +26,7 @@ from platform_lib.loading.errors import (
     DatasetNotFoundError,
     ObjectStoreUnreachableError,
 )
+from platform_lib.shards.manifest import shard_location
 
 __all__ = ["DatasetView", "call_with_retries", "is_transient", "load_dataset_view", "resolve_fs"]
 
@@ -101,6 +102,8 @@ class DatasetView:
     storage_options: dict[str, Any]
     dataset_hash: str
     shard_paths: list[str]
+    shard_files: list[str]  # where each shard's bytes are, inside the filesystem of store_url
+    store_url: str  # URL whose filesystem holds the shards (= url unless the dataset is merged)
     shard_bytes: np.ndarray  # (S,) int64
     key: np.ndarray  # (R,) object str
     log_id: np.ndarray  # (R,) object str
@@ -164,11 +167,17 @@ def load_dataset_view(
     if split is not None:
         table = table.filter(pc.equal(table["split"], split))
     shard_paths = [s["path"] for s in manifest["shards"]]
+    store_url, shard_files, is_local = url, [f"{root}/{p}" for p in shard_paths], is_local
+    if any(s.get("location") for s in manifest["shards"]):  # merged: bytes stay in the parts
+        located = [resolve_fs(shard_location(url, s), storage_options) for s in manifest["shards"]]
+        store_url, shard_files = shard_location(url, manifest["shards"][0]), [f for _, f, _ in located]
+        is_local = all(local for _, _, local in located)
     shard_bytes = np.array([int(s["bytes"]) for s in manifest["shards"]], dtype=np.int64)
     view = _build_view(table, manifest, shard_bytes, url, error_policy)
     return DatasetView(
         url=url, root=root, is_local=is_local, storage_options=dict(storage_options),
-        dataset_hash=manifest["dataset_hash"], shard_paths=shard_paths, shard_bytes=shard_bytes, **view,
+        dataset_hash=manifest["dataset_hash"], shard_paths=shard_paths, shard_files=shard_files,
+        store_url=store_url, shard_bytes=shard_bytes, **view,
     )
 
 

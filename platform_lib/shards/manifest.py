@@ -26,6 +26,7 @@ __all__ = [
     "compute_dataset_hash",
     "dumps_manifest",
     "load_manifest",
+    "shard_location",
     "write_manifest",
 ]
 
@@ -48,6 +49,22 @@ def compute_dataset_hash(index_sha256: str, shards: list[dict[str, Any]]) -> str
     for shard in shards:
         digest.update(f"{shard['path']}:{shard['sha256']}\n".encode())
     return digest.hexdigest()
+
+
+def shard_location(root: str | Path, entry: dict[str, Any]) -> str:
+    """Return where the bytes of the shard `entry` (one manifest["shards"] item) are.
+
+    `<root>/<path>` for a dataset built in one piece; for a merged dataset
+    (`platform_lib.shards.merge`) the entry's `location`: a URL or absolute path as is, a
+    relative one joined to `root`. `path` stays the dataset-relative name of the shard.
+    """
+    root = str(root).rstrip("/")
+    location = entry.get("location")
+    if not location:
+        return f"{root}/{entry['path']}"
+    if "://" in location or location.startswith("/"):
+        return location
+    return f"{root}/{location}"
 
 
 def dumps_manifest(manifest: dict[str, Any]) -> bytes:

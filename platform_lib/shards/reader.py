@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from platform_lib.shards.errors import DatasetError, ShardFormatError
 from platform_lib.shards.index import INDEX_NAME, read_index
-from platform_lib.shards.manifest import load_manifest
+from platform_lib.shards.manifest import load_manifest, shard_location
 from platform_lib.shards.tar import check_member_name, split_member_name
 
 __all__ = ["DatasetReader", "iter_tar_samples", "open_dataset"]
@@ -118,6 +118,8 @@ class DatasetReader:
         self._fs, self._path = fsspec.core.url_to_fs(self.root)
         with self._fs.open(f"{self._path}/{INDEX_NAME}", "rb") as f:
             self.index: pa.Table = read_index(f, where=f"{self.root}/{INDEX_NAME}")
+        self._files = {e["path"]: fsspec.core.url_to_fs(shard_location(self.root, e))
+                       for e in self.manifest["shards"]}  # path -> (filesystem, file)
         self._row_of = {k: i for i, k in enumerate(self.index.column("key").to_pylist())}
         self._keys_of_shard: dict[str, list[str]] = {p: [] for p in self.shard_paths}
         for key, shard in zip(self.index.column("key").to_pylist(),
@@ -152,7 +154,8 @@ class DatasetReader:
         return self.index.slice(i, 1).to_pylist()[0]
 
     def _read_range(self, shard: str, start: int, size: int, what: str) -> bytes:
-        data = self._fs.cat_file(f"{self._path}/{shard}", start=start, end=start + size)
+        fs, path = self._files[shard]
+        data = fs.cat_file(path, start=start, end=start + size)
         if len(data) != size:
             raise ShardFormatError(f"{what}: got {len(data)} of {size} bytes (truncated "
                                    "shard); run `drivetrain data validate` and rebuild",
@@ -222,7 +225,8 @@ class DatasetReader:
         if path not in self._keys_of_shard:
             raise KeyError(f"{path!r} is not a shard of {self.root}; shards: "
                            f"{self.shard_paths[:5]}...")
-        with self._fs.open(f"{self._path}/{path}", "rb") as f:
+        fs, file = self._files[path]
+        with fs.open(file, "rb") as f:
             yield from iter_tar_samples(f, shard=path, expected_keys=self._keys_of_shard[path])
 
     def iter_samples(self) -> Iterator[dict[str, Any]]:

@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from platform_lib.shards.errors import DatasetError
 from platform_lib.shards.index import INDEX_NAME, read_index
-from platform_lib.shards.manifest import compute_dataset_hash, load_manifest
+from platform_lib.shards.manifest import compute_dataset_hash, load_manifest, shard_location
 from platform_lib.shards.tar import BLOCK_SIZE, check_member_name, padded_size
 from schemas.index import validate_index_frame
 
@@ -277,7 +277,8 @@ def validate_dataset(root: str, *, progress: bool | None = None) -> ValidationRe
         path = entry["path"]
         report.num_shards += 1
         try:
-            data = fs.cat_file(f"{base}/{path}")
+            shard_fs, shard_file = fsspec.core.url_to_fs(shard_location(root, entry))
+            data = shard_fs.cat_file(shard_file)
         except FileNotFoundError:
             problems.append(Problem(message="shard file is missing; rebuild or re-download it",
                                     shard=path))

@@ -40,7 +40,7 @@ def test_missing_raw_folder(local_flyte: Path, executions: collections.Counter) 
     missing = local_flyte / "no-such-folder"
     _fails(executions, r"raw_logs '.*no-such-folder' does not exist", source="pandaset",
            raw_logs=str(missing))
-    assert executions["build_dataset"] == 0
+    assert executions["merge_dataset"] == 0
 
 
 def test_empty_raw_folder(local_flyte: Path, executions: collections.Counter) -> None:
@@ -61,7 +61,7 @@ def test_dataset_with_empty_val_split(local_flyte: Path, executions: collections
     raw = local_flyte / "one-log"
     write_synthetic_logs(SyntheticConfig(num_logs=1, **TINY), raw, progress=False)
     _fails(executions, r"no samples in split\(s\) \['val'\]", source="synthetic", raw_logs=str(raw))
-    assert executions["build_dataset"] == 1
+    assert executions["merge_dataset"] == 1
 
 
 @pytest.mark.parametrize(
@@ -76,4 +76,4 @@ def test_dataset_with_empty_val_split(local_flyte: Path, executions: collections
 def test_impossible_config(local_flyte: Path, executions: collections.Counter, inputs, match) -> None:
     _fails(executions, match, **inputs)
     assert executions["materialize_raw_logs"] == 0 or "source" in inputs
-    assert executions["build_dataset"] == 0
+    assert executions["merge_dataset"] == 0

@@ -21,7 +21,26 @@ TINY = SyntheticConfig(num_logs=3, frames_per_log=2, image_width=64, image_heigh
                        lidar_beams=8, lidar_azimuth_bins=64)
 STEPS = ('{"max_steps": 2, "warmup_steps": 0, "checkpoint.interval": 2, "batch_size": 1, '
          '"num_workers": 0}')
-DOWNSTREAM = ("build_dataset", "train_model", "evaluate_model", "register_model")
+DOWNSTREAM = ("merge_dataset", "train_model", "evaluate_model", "register_model")
+PROBES = {"hash_raw_logs": 1, "list_raw_logs": 1}
+
+
+@pytest.fixture
+def parts_built(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Log ids whose part `build_log_part` really built (not found in the part store)."""
+    import tasks.data
+
+    built: list[str] = []
+
+    def counting(*args, **kwargs):
+        part = original(*args, **kwargs)
+        if part.built:
+            built.append(part.log_id)
+        return part
+
+    original = tasks.data.build_part
+    monkeypatch.setattr(tasks.data, "build_part", counting)
+    return built
 
 
 def _run(raw_logs: str) -> str:
@@ -32,7 +51,7 @@ def _run(raw_logs: str) -> str:
 
 
 def test_rerun_hits_cache_and_changed_raw_file_reruns_downstream(
-    local_flyte: Path, executions: collections.Counter, tmp_path: Path
+    local_flyte: Path, executions: collections.Counter, parts_built: list[str], tmp_path: Path
 ) -> None:
     raw = tmp_path / "raw"
     write_synthetic_logs(TINY, raw, progress=False)
@@ -40,19 +59,22 @@ def test_rerun_hits_cache_and_changed_raw_file_reruns_downstream(
     assert _run(str(raw)) == "models:/cache-test/1"
     assert all(executions[name] == 1 for name in DOWNSTREAM), executions
     assert executions["hash_raw_logs"] == 1 and executions["resolve_config"] == 1
+    assert sorted(parts_built) == ["synth-0000", "synth-0001", "synth-0002"]
 
     executions.clear()
     assert _run(str(raw)) == "models:/cache-test/1"  # same version: registration not re-run
-    assert executions == collections.Counter({"hash_raw_logs": 1}), executions
+    assert executions == collections.Counter(PROBES), executions
 
     # Same bytes at another path: the dataset and everything after are cache hits (their key
     # is the content hash, not the location); only the location pass-through and the probe run.
     executions.clear()
     moved = raw.rename(tmp_path / "moved")
     assert _run(str(moved)) == "models:/cache-test/1"
-    assert executions == collections.Counter({"hash_raw_logs": 1, "materialize_raw_logs": 1})
+    assert set(executions) <= {*PROBES, "materialize_raw_logs", "map_build_log_part"}, executions
+    assert sorted(parts_built) == ["synth-0000", "synth-0001", "synth-0002"]  # nothing rebuilt
 
     # One changed raw file (one LiDAR point of one frame): build and everything after re-run.
+    parts_built.clear()
     lidar = sorted(moved.rglob("*.npy"))[0]
     data = bytearray(lidar.read_bytes())
     data[-1] ^= 0x01
@@ -61,3 +83,4 @@ def test_rerun_hits_cache_and_changed_raw_file_reruns_downstream(
     assert _run(str(moved)) == "models:/cache-test/2"
     assert all(executions[name] == 1 for name in DOWNSTREAM), executions
     assert executions["resolve_config"] == 0 and executions["dataset_config"] == 0
+    assert parts_built == [lidar.relative_to(moved).parts[0]]  # only the changed log's part

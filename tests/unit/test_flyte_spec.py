@@ -7,6 +7,7 @@ Serialises with flytekit's own `get_serializable` (what `pyflyte register` does)
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -18,7 +19,7 @@ from flyteidl.admin.task_pb2 import TaskSpec
 from flytekit.configuration import Image, ImageConfig, SerializationSettings
 from flytekit.tools.translator import get_serializable
 
-from tasks.data import build_dataset, hash_raw_logs
+from tasks.data import build_log_part, hash_raw_logs, list_raw_logs
 from tasks.placement import QUEUE_LABEL, Placement, PlacementError, placement_from_env
 from tasks.train import build_train_task
 from workflows.training_pipeline import training_pipeline
@@ -30,14 +31,21 @@ SETTINGS = SerializationSettings(
     project="drivetrain", domain="development", version="test",
 )
 #: I/O tasks: they touch storage, so they retry transient errors on a cluster.
-IO_TASKS = {"materialize_raw_logs", "hash_raw_logs", "build_dataset", "train_model",
-            "evaluate_model", "register_model"}
+IO_TASKS = {"materialize_raw_logs", "hash_raw_logs", "list_raw_logs", "map_build_log_part",
+            "merge_dataset", "train_model", "evaluate_model", "register_model"}
+#: The change probes: never cached, by design.
+PROBES = {"hash_raw_logs", "list_raw_logs"}
 #: Cache versions bumped when a task's output type changed (older cached literals no longer load).
 CACHE_VERSIONS = {"resolve_config": "2"}
 
 
+def _short(name: str) -> str:
+    """Task name without module, map tasks without their hash suffix."""
+    return re.sub(r"^(map_.+)_[0-9a-f]{32}-arraynode$", r"\1", name.split(".")[-1])
+
+
 def _tasks() -> dict:
-    return {node.flyte_entity.name.split(".")[-1]: node.flyte_entity for node in training_pipeline.nodes}
+    return {_short(node.flyte_entity.name): node.flyte_entity for node in training_pipeline.nodes}
 
 
 def _spec(entity):
@@ -58,7 +66,7 @@ def test_every_task_is_cached_with_a_version_and_retries() -> None:
     for name, entity in tasks.items():
         meta = _spec(entity).template.metadata
         assert meta.retries.retries >= (2 if name in IO_TASKS else 1), name
-        if entity is hash_raw_logs:  # the change probe: never cached, by design
+        if entity in (hash_raw_logs, list_raw_logs):  # the change probes: never cached
             assert not meta.discoverable
             continue
         assert meta.discoverable, f"{name} is not cached"
@@ -66,9 +74,11 @@ def test_every_task_is_cached_with_a_version_and_retries() -> None:
 
 
 def test_dataset_build_cache_key_excludes_raw_location() -> None:
-    meta = _spec(build_dataset).template.metadata
-    assert list(meta.cache_ignore_input_vars) == ["raw_logs"]
-    assert set(build_dataset.python_interface.inputs) == {"source", "raw_logs", "raw_logs_hash", "config"}
+    meta = _spec(build_log_part).template.metadata
+    assert list(meta.cache_ignore_input_vars) == ["log"]
+    assert set(build_log_part.python_interface.inputs) == {"source", "log", "log_hash", "config"}
+    mapped = _spec(_tasks()["map_build_log_part"]).template
+    assert mapped.metadata.discoverable and list(mapped.metadata.cache_ignore_input_vars) == ["log"]
 
 
 def test_single_node_training_is_a_plain_pod() -> None:
@@ -150,18 +160,18 @@ def test_pyflyte_package_serialises_every_entity(tmp_path: Path) -> None:
     with tarfile.open(out) as tar:
         names = sorted(tar.getnames())
         task_files = [n for n in names if "_tasks." in n]
-        assert len(task_files) == 8
+        assert len(task_files) == 11
         assert sum("workflows.training_pipeline.training_pipeline" in n for n in names) == 2
         specs = {}
         for name in task_files:
             spec = TaskSpec()
             spec.ParseFromString(tar.extractfile(name).read())
-            specs[spec.template.id.name.split(".")[-1]] = spec.template
+            specs[_short(spec.template.id.name)] = spec.template
     assert specs["train_model"].type == "pytorch"  # 16 A100s = 2 nodes x 8 at package time
     assert specs["train_model"].custom["elasticConfig"]["minReplicas"] == 2
     assert specs["train_model"].metadata.metadata.labels[QUEUE_LABEL] == "planning"
     assert {_image(t) for t in specs.values()} == {IMAGE}
-    assert {n for n, t in specs.items() if t.metadata.discoverable} == set(specs) - {"hash_raw_logs"}
+    assert {n for n, t in specs.items() if t.metadata.discoverable} == set(specs) - PROBES
 
 
 def test_transient_storage_errors_become_retryable_user_errors_do_not() -> None:

@@ -1,0 +1,283 @@
+"""Fanned-out dataset build: one *part* per raw log, then a merge that writes no shard bytes.
+
+A part is a complete dataset (docs/format.md) built from ONE raw log, stored content-addressed
+at `<part store>/<source>/<part key>/` where the part key hashes the log's content hash and
+every setting that shapes the part's bytes (`part_key`). Building the same log twice finds
+the part already published and returns it (`build_part` reports `built=False`), so a
+retraining run over N old logs and 1 new log builds one part. Parts are independent, so they
+build in any order, on any number of processes or nodes (a Flyte map task on a cluster).
+
+The merge (`merge_parts`) reads only the parts' manifests and indexes and writes a new
+index.parquet + manifest.json whose shard entries keep the dataset-relative form
+`shards/shard-NNNNNN.tar` (numbered over the parts sorted by log id) and carry a `location`:
+where the bytes of that shard already are (a URL, an absolute path, or a path relative to the
+dataset root). Splits are assigned over all logs at merge time (`split.assign_splits`), so a
+new log can move the val choice without rebuilding any part. `dataset_hash` covers the index
+and the (path, sha256) of every shard, never a location: the same parts give the same
+dataset hash whatever the order they are listed or built in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import fsspec
+
+from platform_lib.shards.build import BuildConfig, _check_output, _publish, write_dataset
+from platform_lib.shards.errors import BuildError
+from platform_lib.shards.index import INDEX_NAME, read_index, write_index
+from platform_lib.shards.manifest import (
+    FORMAT_VERSION,
+    MANIFEST_NAME,
+    builder_version,
+    compute_dataset_hash,
+    load_manifest,
+    write_manifest,
+)
+from platform_lib.shards.sources import iter_log
+from platform_lib.shards.split import assign_splits
+from platform_lib.shards.writer import fsync_dir
+from platform_lib.sources import hash_raw_log
+from platform_lib.sources.frame import CLASS_GROUPS
+
+__all__ = ["PartResult", "build_part", "merge_parts", "part_key", "resolve_part_store"]
+
+#: Settings of `BuildConfig` that do not shape a part's bytes (splits are assigned at merge).
+_MERGE_ONLY_FIELDS = ("split", "val_fraction", "val_logs", "val_frames_per_log", "overwrite",
+                      "progress", "workers")
+
+
+@dataclass(kw_only=True, frozen=True)
+class PartResult:
+    """One published part."""
+
+    location: str
+    """folder or URL of the part (a complete one-log dataset)"""
+    log_id: str
+    """the raw log's id"""
+    log_hash: str
+    """the raw log's content hash (`platform_lib.sources.hash_raw_log`)"""
+    built: bool
+    """False when the part was already in the store (nothing was read or written)"""
+
+
+def resolve_part_store(store: str | None = None) -> str:
+    """Return the part store: `store`, `$DRIVETRAIN_PART_STORE`, or `$DRIVETRAIN_HOME/parts`.
+
+    A cluster points it at object storage (e.g. `s3://bucket/drivetrain/parts`) so that every
+    node sees the parts every other node built.
+    """
+    if store:
+        return store.rstrip("/")
+    env = os.environ.get("DRIVETRAIN_PART_STORE")
+    if env:
+        return env.rstrip("/")
+    home = Path(os.environ.get("DRIVETRAIN_HOME") or "~/.drivetrain").expanduser().resolve()
+    return str(home / "parts")
+
+
+def _part_config(config: BuildConfig) -> BuildConfig:
+    """The config a part is built with: the byte-shaping fields of `config`, everything train."""
+    return dataclasses.replace(config, split="by_log", val_fraction=0.0, val_logs=(),
+                               overwrite=False, progress=False, workers=1)
+
+
+def part_key(source: str, log_hash: str, config: BuildConfig) -> str:
+    """Return the content address of the part of one log (sha256 hex).
+
+    It hashes the source name, the raw log's content hash, the part-shaping build settings
+    (`BuildConfig.recorded()` without the split fields, which includes the pyarrow version)
+    and the builder and format versions: change any of them and the log is built again.
+    """
+    recorded = {k: v for k, v in _part_config(config).recorded().items()
+                if k not in _MERGE_ONLY_FIELDS}
+    text = json.dumps({"source": source, "log_hash": log_hash, "config": recorded,
+                       "builder": builder_version(), "format": FORMAT_VERSION}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
+    protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
+    return "file" in protocols or "local" in protocols
+
+
+def build_part(source: str, log_dir: str | Path, config: BuildConfig, *,
+               store: str | None = None, log_hash: str | None = None) -> PartResult:
+    """Build (or find) the part of the raw log at `log_dir` in the part store.
+
+    Args:
+        source: raw-log format ("synthetic" | "pandaset").
+        log_dir: local folder of ONE raw log (its name is the log id).
+        config: build settings; only the byte-shaping ones matter (see `part_key`).
+        store: part store folder or URL (`resolve_part_store`).
+        log_hash: the log's content hash when already known (else computed).
+
+    Returns:
+        Where the part is and whether it was built now.
+
+    Raises:
+        BuildError: the log has bad frames (without `config.quarantine`) or no usable frame;
+            the message names the log and the per-reason counts.
+
+    Publishing is atomic: locally the part is staged and renamed into place; on object
+    storage its shards and index are uploaded first and its manifest last, so a part without
+    manifest.json is incomplete and is rebuilt.
+    """
+    log_dir = Path(log_dir)
+    log_hash = log_hash or hash_raw_log(log_dir)
+    root = resolve_part_store(store)
+    location = f"{root}/{source}/{part_key(source, log_hash, config)}"
+    fs, path = fsspec.core.url_to_fs(location)
+    if fs.exists(f"{path}/{MANIFEST_NAME}"):
+        return PartResult(location=location, log_id=log_dir.name, log_hash=log_hash, built=False)
+    frames = iter_log(source, log_dir)
+    logs = [{"log_id": log_dir.name, "content_hash": log_hash}]
+    if _is_local(fs):
+        try:
+            write_dataset(frames, path, _part_config(config), source=source, source_logs=logs,
+                          input_root=log_dir.parent)
+        except BuildError as exc:
+            if not fs.exists(f"{path}/{MANIFEST_NAME}"):
+                raise
+            del exc  # a concurrent builder published the same part first: identical bytes
+    else:
+        with tempfile.TemporaryDirectory(prefix="drivetrain-part-") as tmp:
+            local = Path(tmp) / "part"
+            write_dataset(frames, local, _part_config(config), source=source, source_logs=logs,
+                          input_root=log_dir.parent)
+            fs.put(str(local / "shards") + "/", f"{path}/shards/", recursive=True)
+            fs.put_file(str(local / INDEX_NAME), f"{path}/{INDEX_NAME}")
+            fs.put_file(str(local / MANIFEST_NAME), f"{path}/{MANIFEST_NAME}")  # last
+    return PartResult(location=location, log_id=log_dir.name, log_hash=log_hash, built=True)
+
+
+def _relative_location(part: str, output: Path) -> str:
+    """`part` relative to the dataset root when it lies inside it, else `part` unchanged."""
+    if "://" in part:
+        return part
+    try:
+        return Path(part).resolve().relative_to(output).as_posix()
+    except ValueError:
+        return str(Path(part).resolve())
+
+
+def _read_part(location: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    manifest = load_manifest(location)
+    if len(manifest.get("source_logs", [])) != 1:
+        raise BuildError(f"part {location} holds {len(manifest.get('source_logs', []))} logs, "
+                         "a part holds exactly one; rebuild it with build_part")
+    fs, path = fsspec.core.url_to_fs(location)
+    data = fs.cat_file(f"{path}/{manifest['index']['path']}")
+    if hashlib.sha256(data).hexdigest() != manifest["index"]["sha256"]:
+        raise BuildError(f"part {location}/{INDEX_NAME} differs from its manifest's sha256 "
+                         "(corrupt or replaced); delete the part folder and rebuild it")
+    return manifest, read_index(io.BytesIO(data), where=f"{location}/{INDEX_NAME}").to_pylist()
+
+
+def merge_parts(parts: Sequence[str], output_dir: str | Path, config: BuildConfig, *,
+                source: str) -> dict[str, Any]:
+    """Publish a dataset at `output_dir` over the shards of `parts` without copying them.
+
+    Args:
+        parts: part folders or URLs (`build_part`), in any order.
+        output_dir: local folder receiving index.parquet and manifest.json only.
+        config: split settings applied over all logs; `overwrite` as in `build_dataset`.
+        source: the raw-log format every part must have been built from.
+
+    Returns:
+        The manifest; shard entries carry `location` (see module docstring).
+
+    Raises:
+        BuildError: no parts, two parts of one log id, a part of another source or shard
+            size, cameras that differ between logs (naming both logs), a corrupt part index,
+            or split settings that cannot be applied.
+    """
+    if not parts:
+        raise BuildError("no parts to merge: the raw-log location holds no logs")
+    output = Path(output_dir).absolute()
+    _check_output(output, config.overwrite)
+    loaded = sorted((_read_part(p) + (p,) for p in parts),
+                    key=lambda t: t[0]["source_logs"][0]["log_id"])
+    seen: dict[str, str] = {}
+    for manifest, _, where in loaded:
+        log_id = manifest["source_logs"][0]["log_id"]
+        if log_id in seen:
+            raise BuildError(f"parts {seen[log_id]} and {where} both hold log {log_id!r}; "
+                             "pass each raw log once")
+        seen[log_id] = where
+        if manifest["source"] != source:
+            raise BuildError(f"part {where} was built from source {manifest['source']!r}, "
+                             f"not {source!r}; rebuild it")
+        if manifest["build_config"]["shard_size_mb"] != config.shard_size_mb:
+            raise BuildError(f"part {where} has shard_size_mb "
+                             f"{manifest['build_config']['shard_size_mb']}, the merge "
+                             f"{config.shard_size_mb}; rebuild the part")
+    first = loaded[0][0]
+    rows: list[dict[str, Any]] = []
+    shards: list[dict[str, Any]] = []
+    for manifest, part_rows, where in loaded:
+        if manifest["sensors"]["cameras"] != first["sensors"]["cameras"]:
+            raise BuildError(
+                f"log {manifest['source_logs'][0]['log_id']} has cameras "
+                f"{manifest['sensors']['cameras']}, log {first['source_logs'][0]['log_id']} "
+                f"has {first['sensors']['cameras']}; every log needs the same camera rig")
+        base = len(shards)
+        for entry in manifest["shards"]:
+            shards.append({**entry, "path": f"shards/shard-{len(shards):06d}.tar",
+                           "location": _relative_location(f"{where}/{entry['path']}", output)})
+        for row in part_rows:
+            rows.append({**row, "shard_id": base + row["shard_id"],
+                         "shard": shards[base + row["shard_id"]]["path"]})
+    try:
+        splits, split_record = assign_splits(
+            [(r["log_id"], r["frame_index"]) for r in rows], method=config.split,
+            val_fraction=config.val_fraction, val_logs=config.val_logs,
+            val_frames_per_log=config.val_frames_per_log)
+    except ValueError as exc:
+        raise BuildError(f"cannot assign splits over the parts: {exc}; fix the split") from exc
+    for row, split in zip(rows, splits, strict=True):
+        row["split"] = split
+    output.parent.mkdir(parents=True, exist_ok=True)
+    staging = output.parent / f".{output.name}.staging-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    try:
+        index_sha, index_bytes = write_index(rows, staging / INDEX_NAME)
+        manifest = {
+            "format_version": FORMAT_VERSION,
+            "builder_version": builder_version(),
+            "dataset_hash": compute_dataset_hash(index_sha, shards),
+            "source": source,
+            "num_samples": len(rows),
+            "num_shards": len(shards),
+            "total_bytes": index_bytes + sum(s["bytes"] for s in shards),
+            "sensors": {"cameras": first["sensors"]["cameras"], "lidar": True,
+                        "lidar_seg": any(m["sensors"]["lidar_seg"] for m, _, _ in loaded),
+                        "radar": any(m["sensors"]["radar"] for m, _, _ in loaded)},
+            "shards": shards,
+            "index": {"path": INDEX_NAME, "sha256": index_sha, "bytes": index_bytes},
+            "source_logs": [m["source_logs"][0] for m, _, _ in loaded],
+            "splits": split_record,
+            "class_counts": {g: sum(m["class_counts"][g] for m, _, _ in loaded)
+                             for g in (*CLASS_GROUPS, "other")},
+            "quarantine": sorted((q for m, _, _ in loaded for q in m["quarantine"]),
+                                 key=lambda q: (q["key"], q["reason"])),
+            "build_config": {**config.recorded(), "parts": "per-log"},
+        }
+        fsync_dir(staging)
+        write_manifest(staging, manifest)
+        _publish(staging, output, config.overwrite)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return manifest
