@@ -17,12 +17,12 @@ __all__ = ["evaluate_model"]
 
 @task(cache=Cache(version="1"), retries=2, requests=Resources(cpu="2", mem="4Gi"))
 def evaluate_model(dataset: FlyteDirectory, run: FlyteDirectory, config: TrainConfig) -> FlyteFile:
-    """Evaluate the run's weights on `config.val_split`; return the metrics table (JSON)."""
+    """Evaluate the run's weights on `config.data.val_split`; return the metrics table (JSON)."""
     with recoverable_storage_errors("downloading the dataset and the run folder"):
         dataset_dir, run_dir = dataset.download(), run.download()
     out = Path(current_context().working_directory) / "eval"
     result = evaluate(
         str(Path(run_dir) / "model.safetensors"), config, str(dataset_dir),
-        split=config.val_split, output_dir=str(out),
+        split=config.data.val_split, output_dir=str(out),
     )
     return FlyteFile(result.metrics_json)
