@@ -17,7 +17,7 @@ from pipeline_helpers import run_pipeline_cli
 pytestmark = pytest.mark.distributed
 
 #: Tasks of training_pipeline with a cache (all but the hash_raw_logs probe).
-CACHED_TASKS = 7
+CACHED_TASKS = 8  # materialize, 2 configs, map_build_log_part, merge, train, evaluate, register
 
 
 def test_pandaset_pipeline_registers_reproducible_champion(
