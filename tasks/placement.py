@@ -95,6 +95,18 @@ class AcceleratorType:
     """tolerations of the pool's taints (= the flavor's spec.tolerations), Kubernetes field names"""
     nodes: int
     """nodes in the pool: the capacity the ClusterQueues' nominal quotas must add up to"""
+    node_cpu: int
+    """allocatable CPU cores per node"""
+    node_memory_gib: int
+    """allocatable memory per node, in GiB"""
+
+    @property
+    def capacity(self) -> dict[str, int]:
+        """Pool capacity per resource (cpu in cores, memory in GiB, accelerators)."""
+        out = {"cpu": self.nodes * self.node_cpu, "memory": self.nodes * self.node_memory_gib}
+        if self.resource:
+            out[self.resource] = self.nodes * self.per_node
+        return out
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -114,9 +126,12 @@ class Team:
 
 
 def _nvidia_pool(
-    name: str, product: str, *, cpu: int, memory_gib: int, nodes: int
+    name: str, product: str, *, cpu: int, memory_gib: int, nodes: int, node: tuple[int, int]
 ) -> AcceleratorType:
-    """An 8-GPU NVIDIA node pool: GPU feature discovery's product label, the GPU taint."""
+    """An 8-GPU NVIDIA node pool: GPU feature discovery's product label, the GPU taint.
+
+    `cpu`/`memory_gib` are requested per GPU; `node` is (allocatable cores, GiB) per node.
+    """
     return AcceleratorType(
         name=name,
         resource="nvidia.com/gpu",
@@ -127,6 +142,8 @@ def _nvidia_pool(
         node_labels={"nvidia.com/gpu.product": product},
         tolerations=({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},),
         nodes=nodes,
+        node_cpu=node[0],
+        node_memory_gib=node[1],
     )
 
 
@@ -143,9 +160,15 @@ ACCELERATORS: dict[str, AcceleratorType] = {
             flavor="cpu-standard",
             node_labels={"drivetrain.io/node-pool": "cpu-standard"},
             nodes=8,
+            node_cpu=32,
+            node_memory_gib=128,
         ),
-        _nvidia_pool("a100-80gb", "NVIDIA-A100-SXM4-80GB", cpu=10, memory_gib=110, nodes=8),
-        _nvidia_pool("h100-80gb", "NVIDIA-H100-80GB-HBM3", cpu=22, memory_gib=220, nodes=4),
+        _nvidia_pool(
+            "a100-80gb", "NVIDIA-A100-SXM4-80GB", cpu=10, memory_gib=110, nodes=8, node=(96, 1100)
+        ),
+        _nvidia_pool(
+            "h100-80gb", "NVIDIA-H100-80GB-HBM3", cpu=22, memory_gib=220, nodes=4, node=(180, 1900)
+        ),
     )
 }
 
