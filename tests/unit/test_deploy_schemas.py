@@ -9,19 +9,12 @@ import pytest
 
 from tests.unit.deploy_helpers import CHECK_PY, load_check, mutate
 
-
-@pytest.fixture(scope="module")
-def check():
-    return load_check()
+check = load_check()
+DOCS = check.load_documents()
 
 
-@pytest.fixture(scope="module")
-def docs(check):
-    return check.load_documents()
-
-
-def test_every_object_validates(check, docs) -> None:
-    kinds = {(d.obj["apiVersion"], d.kind) for d in docs}
+def test_every_object_validates() -> None:
+    kinds = {(d.obj["apiVersion"], d.kind) for d in DOCS}
     # every custom kind deploy/ relies on is present and checked against its CRD
     assert {("kueue.x-k8s.io/v1beta2", k) for k in ("ResourceFlavor", "Cohort", "ClusterQueue",
                                                      "LocalQueue")} <= kinds
@@ -30,7 +23,7 @@ def test_every_object_validates(check, docs) -> None:
     crds = check.load_crds()
     assert ("kueue.x-k8s.io/v1beta2", "ClusterQueue") in crds
     assert ("kubeflow.org/v1", "PyTorchJob") in crds
-    assert check.schema_errors(docs) == []
+    assert check.schema_errors(DOCS) == []
 
 
 def test_the_cli_passes_on_the_repository() -> None:
@@ -53,8 +46,8 @@ def test_the_cli_passes_on_the_repository() -> None:
     ("PyTorchJob", "drivetrain-train-example",
      lambda o: o["spec"]["elasticPolicy"].update(minReplicas="two"), "'two' is not of type 'integer'"),
 ])
-def test_schema_violations_are_caught(check, docs, kind, name, change, expected) -> None:
-    errors = check.schema_errors(mutate(docs, kind, name, change))
+def test_schema_violations_are_caught(kind, name, change, expected) -> None:
+    errors = check.schema_errors(mutate(DOCS, kind, name, change))
     assert errors and all(f"{kind}/{name}" in e and expected in e for e in errors), errors
 
 
@@ -72,8 +65,8 @@ def test_schema_violations_are_caught(check, docs, kind, name, change, expected)
                                               borrowWithinCohort={"policy": "LowerPriority"}),
      "reclaimWithinCohort=Never and borrowWithinCohort.Policy!=Never"),
 ])
-def test_cel_rules_of_the_crds_are_enforced(check, docs, kind, name, change, rule_message) -> None:
-    errors = check.schema_errors(mutate(docs, kind, name, change))
+def test_cel_rules_of_the_crds_are_enforced(kind, name, change, rule_message) -> None:
+    errors = check.schema_errors(mutate(DOCS, kind, name, change))
     assert len(errors) == 1 and rule_message in errors[0], errors
 
 
@@ -85,6 +78,6 @@ def test_cel_rules_of_the_crds_are_enforced(check, docs, kind, name, change, rul
     ("Service", "mlflow", lambda o: o["spec"]["ports"][0].update(port="http"),
      "'http' is not of type 'integer'"),
 ])
-def test_builtin_kind_violations_are_caught(check, docs, kind, name, change, expected) -> None:
-    errors = check.schema_errors(mutate(docs, kind, name, change))
+def test_builtin_kind_violations_are_caught(kind, name, change, expected) -> None:
+    errors = check.schema_errors(mutate(DOCS, kind, name, change))
     assert len(errors) == 1 and expected in errors[0], errors
