@@ -6,8 +6,11 @@ time blocked on the next batch. Printed: input wait as % of step time, mean and 
 excluding the first `--warmup` steps (worker start-up). Then a stall of known length is
 injected before one batch and the meter's reading is compared with it (must be within 10%).
 
+With --metrics, the input wait of real training runs (their metrics.jsonl, e.g. of `make run`)
+is printed first, computed the same way (wait / step time, first step left out).
+
 Usage: python bench/input_wait.py [--dataset DIR] [--steps-ms 0 10 50 100] [--workers 1 2 4]
-       [--batch-size 8] [--steps 60]
+       [--batch-size 8] [--steps 60] [--metrics RUN/metrics.jsonl ...]
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ def ensure_dataset(path: str | None) -> Path:
     """Use `path`, else the bench/loader.py dataset when built, else build a small synthetic one."""
     if path:
         return Path(path)
-    shared = Path(tempfile.gettempdir()) / "drivetrain-bench-loader" / "dataset"
+    shared = Path(tempfile.gettempdir()) / "drivetrain-bench-loader" / "synthetic" / "dataset"
     if (shared / "manifest.json").exists():
         return shared
     from platform_lib.shards import BuildConfig, build_dataset
@@ -89,6 +92,40 @@ def measure(dataset: Path, *, step_ms: float, workers: int, batch_size: int, ste
     return {**meter.summary(), "waits_s": meter.waits_s}
 
 
+def training_input_wait(path: Path, skip_first: int = 1) -> dict:
+    """Input wait of a training run, from its metrics.jsonl (rank 0's lines: "step",
+    "input_wait_s", "step_time_s"), leaving out the first `skip_first` steps (start-up), as
+    the training loop's own `InputWaitMeter(skip_first=1)` does.
+
+    Returns: steps, input_wait_fraction (sum wait / sum step time), mean/max wait in s, and
+    the steps whose wait exceeded 10% of their step time.
+    """
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = [r for r in rows if "input_wait_s" in r and r["step"] > skip_first]
+    if not rows:
+        raise ValueError(f"{path}: no metrics lines with input_wait_s after step {skip_first}")
+    waits = np.array([r["input_wait_s"] for r in rows])
+    steps = np.array([r["step_time_s"] for r in rows])
+    return {"path": str(path), "steps": len(rows), "input_wait_fraction": float(waits.sum() / steps.sum()),
+            "mean_wait_s": float(waits.mean()), "max_wait_s": float(waits.max()),
+            "mean_step_s": float(steps.mean()),
+            "stalled_steps": [int(r["step"]) for r, w, t in zip(rows, waits, steps, strict=True) if w > 0.1 * t]}
+
+
+def print_training_input_wait(paths: list[str]) -> list[dict]:
+    """Print `training_input_wait` of each metrics.jsonl; return the results."""
+    results = [training_input_wait(Path(p)) for p in paths]
+    print(f"{'training run (metrics.jsonl)':<60} {'steps':>6} {'input wait %':>13} {'mean wait ms':>13} "
+          f"{'max wait ms':>12} {'mean step ms':>13}  steps waiting > 10% of their time")
+    for r in results:
+        stalled = r["stalled_steps"]
+        shown = ", ".join(map(str, stalled[:12])) + (" ..." if len(stalled) > 12 else "")
+        print(f"{r['path'][-60:]:<60} {r['steps']:6d} {100 * r['input_wait_fraction']:12.2f}% "
+              f"{1000 * r['mean_wait_s']:13.2f} {1000 * r['max_wait_s']:12.2f} {1000 * r['mean_step_s']:13.1f}  "
+              f"{len(stalled)}: {shown}")
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dataset")
@@ -100,8 +137,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stall-s", type=float, default=0.5, help="injected stall, in s")
     parser.add_argument("--raw", action="store_true",
                         help="no sample_transform: batches of decoded sample dicts (many small arrays)")
+    parser.add_argument("--metrics", nargs="*", default=[],
+                        help="metrics.jsonl of training runs (e.g. `make run`) to report next to the grid")
     parser.add_argument("--json", help="also write the results as JSON here")
     args = parser.parse_args(argv)
+    training = print_training_input_wait(args.metrics) if args.metrics else []
     dataset = ensure_dataset(args.dataset)
     print(f"dataset {dataset}, batch {args.batch_size}, {args.steps} steps (first {args.warmup} excluded), "
           f"{os.cpu_count()} CPUs, decode cpu, " + ("decoded sample dicts" if args.raw else
@@ -127,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"injected stall {1000 * args.stall_s:.0f} ms before step {at}: measured {1000 * measured:.1f} ms "
           f"(error {100 * error:.1f}%, {'within' if error <= 0.10 else 'OUTSIDE'} 10%)")
     if args.json:
-        Path(args.json).write_text(json.dumps({"grid": results, "stall_s": args.stall_s,
+        Path(args.json).write_text(json.dumps({"grid": results, "training": training, "stall_s": args.stall_s,
                                                "stall_measured_s": measured}, indent=2))
     return 0 if error <= 0.10 else 1
 

@@ -1,28 +1,40 @@
-"""Loader throughput against peers and limits, on one synthetic dataset, at equal worker counts.
+"""Loader throughput against peers and limits, at equal workers, on synthetic and full-size PandaSet frames.
 
-Rows (samples/s and MB/s of shard bytes; every pipeline decodes with the same
-`platform_lib.shards.codec.decode_sample`, batches of --batch-size, --workers DataLoader workers):
-    ours                  platform_lib.loading.build_loader, decode="none" and "cpu" (verify on)
-    webdataset            upstream webdataset 1.x over the same tar shards (shard + sample shuffle)
-    mosaicml-streaming    StreamingDataset over the same samples written as MDS (only when
-                          `streaming` is importable: run with .bench-venv/bin/python)
-    files                 one file per member, unpacked from the shards (map-style Dataset)
-    limit: seq read       --workers processes reading the shard files sequentially (8 MiB reads)
-    limit: mem decode     --workers processes decoding samples already in memory (no I/O)
-Each row also prints its ratio to this loader with the same decode mode. Everything runs on a
-warm page cache (the shards are read once first), so I/O limits are memory-bandwidth limits.
+Datasets (built once under --work):
+    synthetic   rendered synthetic logs (6 JPEG cameras, LiDAR with labels, radar), replicated
+    pandaset    the 10 frames of the real PandaSet sample (../shared/data/pandaset/002), replicated
+                under distinct log ids to --pandaset-frames frames: 6 x 1920x1080 JPEG untouched +
+                ~170k-point LiDAR, ~4.4 MB per frame
 
-The dataset: --num-logs x --frames-per-log rendered synthetic frames (6 cameras), replicated
---replicas times under distinct log ids (same bytes per replica: rendering is slow on 2 cores).
+Rows (samples/s; every pipeline: --workers DataLoader workers, the same identity collate (a
+batch is a list of decoded samples; no torch conversion), the same decode functions
+`decode_sample` + `loading.decode.decode_sample_cameras`):
+    ours verify=V        platform_lib.loading.build_loader, verify shard/member/none (decode none)
+    ours                 build_loader with the default verify, decode none / cpu / cpu@WxH
+                         (camera_resize; DCT-domain downscaling) / gpu (nvJPEG, only with CUDA)
+    webdataset           upstream webdataset: WebDataset(shardshuffle) .shuffle(1000) .map(decode)
+                         .batched(B, identity collate) in a WebLoader(batch_size=None) -- its docs' setup
+    mosaicml-streaming   StreamingDataset over the same samples written as MDS, DataLoader(batch_size=B)
+                         (only when `streaming` is importable: run with .bench-venv/bin/python)
+    files                one file per member, map-style Dataset, shuffled DataLoader
+    limit: seq read      --workers processes reading the shard files sequentially (8 MiB reads)
+    limit: mem decode    --workers processes decoding samples already in memory (no I/O, no hand-off)
+Batch sizes: every row at each of --batch-sizes (the verify variants at the first only).
+Worker memory: for indexes of --memory-rows rows (the dataset's index tiled under distinct keys),
+the private memory (USS, PSS from /proc/PID/smaps_rollup) of each loader worker
+after --memory-batches batches.
+Everything runs on a warm page cache (the files are read once first). Targets (issue 7, for the
+pandaset dataset) are printed with their verdicts at the end.
 
-Usage: python bench/loader.py [--work DIR] [--workers 2] [--batch-size 16] [--replicas 40]
-       [--peers all|webdataset] [--json OUT]
+Usage: python bench/loader.py [--datasets synthetic pandaset] [--work DIR] [--workers 2]
+       [--batch-sizes 16 1] [--peers all|webdataset] [--memory-rows 10000 100000 1000000] [--json OUT]
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import multiprocessing as mp
 import os
@@ -34,22 +46,30 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 from torch.utils.data import DataLoader, Dataset
 
 from platform_lib.loading import LoaderConfig, build_loader
+from platform_lib.loading.decode import CameraResize, decode_sample_cameras, gpu_decode_available
 from platform_lib.shards import BuildConfig, build_dataset
 from platform_lib.shards.build import write_dataset
 from platform_lib.shards.codec import decode_sample
+from platform_lib.shards.manifest import compute_dataset_hash
+from platform_lib.shards.sources import open_source
 from platform_lib.sources.synthetic import SyntheticConfig, read_synthetic, write_synthetic_logs
 
 _CHUNK = 8 * 2**20
+PANDASET = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "pandaset"
+VERIFY_POLICIES = ("shard", "member", "none")
 
 
 @dataclasses.dataclass
 class Row:
+    dataset: str
     name: str
     decode: str
+    batch_size: int
     samples: int
     seconds: float
     bytes_per_sample: float
@@ -63,37 +83,137 @@ class Row:
         return self.samples * self.bytes_per_sample / self.seconds / 1e6
 
 
-def _replicated(root: Path, replicas: int) -> Iterable:
-    by_log: dict[str, list] = {}
-    for frame in read_synthetic(root):
-        by_log.setdefault(frame.log_id, []).append(frame)
-    for log_id in sorted(by_log):  # (log_id, frame_index) order, as the writer requires
-        for copy in range(replicas):
-            for frame in by_log[log_id]:
+# ---------------------------------------------------------------- datasets
+
+
+def _replicated(frames_by_log: dict[str, list], copies: int) -> Iterable:
+    for log_id in sorted(frames_by_log):  # (log_id, frame_index) order, as the writer requires
+        for copy in range(copies):
+            for frame in frames_by_log[log_id]:
                 yield dataclasses.replace(frame, log_id=f"{log_id}-r{copy:03d}")
 
 
-def prepare_dataset(work: Path, args: argparse.Namespace) -> Path:
+def _source_logs(small: Path, copies: int) -> list[dict]:
+    logs = json.loads((small / "manifest.json").read_text())["source_logs"]
+    return [
+        {"log_id": f"{log['log_id']}-r{c:03d}", "content_hash": log["content_hash"]}
+        for log in logs
+        for c in range(copies)
+    ]
+
+
+def _fresh(folder: Path, spec: dict) -> bool:
+    spec_file = folder / "spec.json"
+    if (
+        (folder / "dataset" / "manifest.json").exists()
+        and spec_file.exists()
+        and json.loads(spec_file.read_text()) == spec
+    ):
+        return False
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    return True
+
+
+def prepare_synthetic(work: Path, args: argparse.Namespace) -> Path:
     """Generate (once) the synthetic logs and the replicated dataset; return the dataset folder."""
-    spec = {k: getattr(args, k) for k in ("num_logs", "frames_per_log", "width", "height", "replicas", "shard_size_mb")}
-    dataset = work / "dataset"
-    if (dataset / "manifest.json").exists() and json.loads((work / "spec.json").read_text()) == spec:
-        return dataset
-    shutil.rmtree(work, ignore_errors=True)
-    raw = work / "raw"
-    config = SyntheticConfig(num_logs=args.num_logs, frames_per_log=args.frames_per_log,
-                             image_width=args.width, image_height=args.height, lidar_azimuth_bins=1024)
-    write_synthetic_logs(config, raw)
-    small = work / "small"
-    build_dataset("synthetic", raw, small, BuildConfig(shard_size_mb=args.shard_size_mb, val_fraction=0.0))
-    source_logs = [{"log_id": f"{log['log_id']}-r{c:03d}", "content_hash": log["content_hash"]}
-                   for c in range(args.replicas)
-                   for log in json.loads((small / "manifest.json").read_text())["source_logs"]]
-    write_dataset(_replicated(raw, args.replicas), dataset,
-                  BuildConfig(shard_size_mb=args.shard_size_mb, val_fraction=0.0),
-                  source="synthetic", source_logs=source_logs)
-    (work / "spec.json").write_text(json.dumps(spec))
-    return dataset
+    folder = work / "synthetic"
+    spec = {
+        k: getattr(args, k)
+        for k in ("num_logs", "frames_per_log", "width", "height", "replicas", "shard_size_mb")
+    }
+    if _fresh(folder, spec):
+        raw, small = folder / "raw", folder / "small"
+        write_synthetic_logs(
+            SyntheticConfig(
+                num_logs=args.num_logs,
+                frames_per_log=args.frames_per_log,
+                image_width=args.width,
+                image_height=args.height,
+                lidar_azimuth_bins=1024,
+            ),
+            raw,
+            progress=False,
+        )
+        build_dataset(
+            "synthetic",
+            raw,
+            small,
+            BuildConfig(shard_size_mb=args.shard_size_mb, val_fraction=0.0, progress=False),
+        )
+        by_log: dict[str, list] = {}
+        for frame in read_synthetic(raw):
+            by_log.setdefault(frame.log_id, []).append(frame)
+        write_dataset(
+            _replicated(by_log, args.replicas),
+            folder / "dataset",
+            BuildConfig(shard_size_mb=args.shard_size_mb, val_fraction=0.0, progress=False),
+            source="synthetic",
+            source_logs=_source_logs(small, args.replicas),
+        )
+        (folder / "spec.json").write_text(json.dumps(spec))
+    return folder / "dataset"
+
+
+def prepare_pandaset(work: Path, args: argparse.Namespace) -> Path:
+    """Build (once) the PandaSet sample replicated to >= --pandaset-frames frames; return the dataset."""
+    folder = work / "pandaset"
+    copies = -(-args.pandaset_frames // 10)
+    spec = {"copies": copies, "shard_size_mb": args.pandaset_shard_size_mb, "source": str(PANDASET)}
+    if _fresh(folder, spec):
+        small = folder / "small"
+        build_dataset("pandaset", PANDASET, small, BuildConfig(val_fraction=0.0, progress=False))
+        frames, _, _ = open_source("pandaset", PANDASET)
+        by_log: dict[str, list] = {}
+        for frame in frames:
+            by_log.setdefault(frame.log_id, []).append(frame)
+        write_dataset(
+            _replicated(by_log, copies),
+            folder / "dataset",
+            BuildConfig(
+                shard_size_mb=args.pandaset_shard_size_mb, val_fraction=0.0, progress=False
+            ),
+            source="pandaset",
+            source_logs=_source_logs(small, copies),
+        )
+        (folder / "spec.json").write_text(json.dumps(spec))
+    return folder / "dataset"
+
+
+def _index(dataset: Path) -> list[dict]:
+    return pq.read_table(dataset / "index.parquet", columns=["key", "shard", "members"]).to_pylist()
+
+
+def read_indexed_sample(dataset: Path, row: dict) -> dict:
+    """Return {"__key__", member name: bytes} of one index row, read by byte range."""
+    with open(dataset / row["shard"], "rb") as f:
+        sample = {"__key__": row["key"]}
+        for m in row["members"]:
+            f.seek(m["offset"])
+            sample[m["name"]] = f.read(m["size"])
+    return sample
+
+
+# ---------------------------------------------------------------- decode modes
+
+
+def _resize_of(mode: str) -> CameraResize | None:
+    """ "cpu@704x256" -> CameraResize(704, 256); "cpu"/"none" -> None."""
+    if "@" not in mode:
+        return None
+    width, height = mode.split("@", 1)[1].split("x")
+    return CameraResize(width=int(width), height=int(height))
+
+
+class SampleDecoder:
+    """The decode every pipeline runs on a sample's member bytes (picklable)."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode, self.resize = mode, _resize_of(mode)
+
+    def __call__(self, members: dict) -> dict:
+        sample = decode_sample(members, decode="none")
+        return sample if self.mode == "none" else decode_sample_cameras(sample, self.resize)
 
 
 def _list_collate(batch: list) -> list:
@@ -107,36 +227,69 @@ def _time_batches(loader: Iterable, count: Callable[[object], int]) -> tuple[int
     return samples, time.perf_counter() - start
 
 
-def bench_ours(dataset: Path, decode: str, args, verify: bool = True) -> tuple[int, float]:
-    loader = build_loader(str(dataset), rank=0, world_size=1, batch_size=args.batch_size,
-                          num_workers=args.workers, seed=0, decode=decode, config=LoaderConfig(verify=verify))
+# ---------------------------------------------------------------- pipelines
+
+
+def _verify_option(verify: str | None) -> dict:
+    """LoaderConfig verify option for a policy name (a bool before the verify policies existed)."""
+    if verify is None:
+        return {}
+    field = next(f for f in dataclasses.fields(LoaderConfig) if f.name == "verify")
+    if field.type in (bool, "bool"):
+        if verify == "shard":
+            raise NotImplementedError("verify='shard' needs the verify policies of issue 7")
+        return {"verify": verify == "member"}
+    return {"verify": verify}
+
+
+def bench_ours(
+    dataset: Path, mode: str, batch_size: int, args, verify: str | None = None
+) -> tuple[int, float]:
+    decode = mode.split("@")[0]
+    config = LoaderConfig(camera_resize=_resize_of(mode), **_verify_option(verify))
+    loader = build_loader(
+        str(dataset),
+        rank=0,
+        world_size=1,
+        batch_size=batch_size,
+        num_workers=args.workers,
+        seed=0,
+        decode=decode,
+        config=config,
+    )
     return _time_batches(loader, lambda b: len(b["__key__"]))
 
 
-class _WdsDecode:
-    def __init__(self, decode: str) -> None:
-        self.decode = decode
-
-    def __call__(self, sample: dict) -> dict:
-        return decode_sample(sample, decode=self.decode)
-
-
-def bench_webdataset(dataset: Path, decode: str, args) -> tuple[int, float]:
+def bench_webdataset(dataset: Path, mode: str, batch_size: int, args) -> tuple[int, float]:
     import webdataset as wds
 
     urls = sorted(str(p) for p in (dataset / "shards").glob("*.tar"))
-    pipeline = (wds.WebDataset(urls, shardshuffle=len(urls), nodesplitter=wds.single_node_only,
-                               workersplitter=wds.split_by_worker, empty_check=False)
-                .shuffle(1000).map(_WdsDecode(decode)).batched(args.batch_size, collation_fn=_list_collate))
-    loader = DataLoader(pipeline, batch_size=None, num_workers=args.workers)
+    pipeline = (
+        wds.WebDataset(
+            urls,
+            shardshuffle=len(urls),
+            nodesplitter=wds.single_node_only,
+            workersplitter=wds.split_by_worker,
+            empty_check=False,
+        )
+        .shuffle(1000)
+        .map(SampleDecoder(mode))
+        .batched(batch_size, collation_fn=_list_collate)
+    )
+    # batch_size=None + the identity collate: without it torch would convert every array to a
+    # tensor and pass each through its own file descriptor (default_convert)
+    loader = wds.WebLoader(
+        pipeline, batch_size=None, num_workers=args.workers, collate_fn=_list_collate
+    )
     return _time_batches(loader, len)
 
 
 class _MemberFiles(Dataset):
     """One file per member: <folder>/<key>.<member>."""
 
-    def __init__(self, folder: Path, members: dict[str, list[str]], decode: str) -> None:
-        self.folder, self.keys, self.members, self.decode = folder, sorted(members), members, decode
+    def __init__(self, folder: Path, members: dict[str, list[str]], mode: str) -> None:
+        self.folder, self.keys, self.members = folder, sorted(members), members
+        self.decode = SampleDecoder(mode)
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -144,73 +297,71 @@ class _MemberFiles(Dataset):
     def __getitem__(self, i: int) -> dict:
         key = self.keys[i]
         raw = {name: (self.folder / f"{key}.{name}").read_bytes() for name in self.members[key]}
-        return decode_sample({**raw, "__key__": key}, decode=self.decode)
+        return self.decode({**raw, "__key__": key})
 
 
-def _unpack(dataset: Path, work: Path) -> tuple[Path, dict[str, list[str]]]:
-    folder = work / "unpacked"
-    index = pq.read_table(dataset / "index.parquet", columns=["key", "shard", "members"]).to_pylist()
+def _unpack(dataset: Path) -> tuple[Path, dict[str, list[str]]]:
+    folder = dataset.parent / "unpacked"
+    index = _index(dataset)
     members = {row["key"]: [m["name"] for m in row["members"]] for row in index}
     if not (folder / ".done").exists():
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
         for row in index:
-            with open(dataset / row["shard"], "rb") as f:
-                for m in row["members"]:
-                    f.seek(m["offset"])
-                    (folder / f"{row['key']}.{m['name']}").write_bytes(f.read(m["size"]))
+            for name, data in read_indexed_sample(dataset, row).items():
+                if name != "__key__":
+                    (folder / f"{row['key']}.{name}").write_bytes(data)
         (folder / ".done").touch()
     return folder, members
 
 
-def bench_files(dataset: Path, work: Path, decode: str, args) -> tuple[int, float]:
-    folder, members = _unpack(dataset, work)
-    loader = DataLoader(_MemberFiles(folder, members, decode), batch_size=args.batch_size, shuffle=True,
-                        num_workers=args.workers, collate_fn=_list_collate)
+def bench_files(dataset: Path, mode: str, batch_size: int, args) -> tuple[int, float]:
+    folder, members = _unpack(dataset)
+    loader = DataLoader(
+        _MemberFiles(folder, members, mode),
+        batch_size=batch_size,
+        shuffle=True,
+        num_workers=args.workers,
+        collate_fn=_list_collate,
+    )
     return _time_batches(loader, len)
 
 
-def _write_mds(dataset: Path, work: Path) -> Path:
+def _write_mds(dataset: Path) -> Path:
     from streaming import MDSWriter
 
-    out = work / "mds"
+    out = dataset.parent / "mds"
     if (out / "index.json").exists():
         return out
-    index = pq.read_table(dataset / "index.parquet", columns=["key", "shard", "members"]).to_pylist()
+    index = _index(dataset)
     columns = {"__key__": "str", **{m["name"]: "bytes" for m in index[0]["members"]}}
-    with MDSWriter(out=str(out), columns=columns, size_limit=args_shard_bytes(dataset)) as writer:
+    shard_bytes = int(json.loads((dataset / "manifest.json").read_text())["shards"][0]["bytes"])
+    with MDSWriter(out=str(out), columns=columns, size_limit=shard_bytes) as writer:
         for row in index:
             writer.write(read_indexed_sample(dataset, row))
     return out
 
 
-def read_indexed_sample(dataset: Path, row: dict) -> dict:
-    """Return {"__key__", member name: bytes} of one index row, read by byte range."""
-    with open(dataset / row["shard"], "rb") as f:
-        sample = {"__key__": row["key"]}
-        for m in row["members"]:
-            f.seek(m["offset"])
-            sample[m["name"]] = f.read(m["size"])
-    return sample
-
-
-def args_shard_bytes(dataset: Path) -> int:
-    return int(json.loads((dataset / "manifest.json").read_text())["shards"][0]["bytes"])
-
-
-def bench_mds(dataset: Path, work: Path, decode: str, args) -> tuple[int, float]:
+def bench_mds(dataset: Path, mode: str, batch_size: int, args) -> tuple[int, float]:
     from streaming import StreamingDataset
     from streaming.base.util import clean_stale_shared_memory
 
+    decoder = SampleDecoder(mode)
+
     class Decoded(StreamingDataset):
         def get_item(self, idx: int) -> dict:
-            return decode_sample(super().get_item(idx), decode=decode)
+            return decoder(super().get_item(idx))
 
-    local = _write_mds(dataset, work)
+    local = _write_mds(dataset)
     clean_stale_shared_memory()
-    ds = Decoded(local=str(local), batch_size=args.batch_size, shuffle=True, shuffle_seed=0)
-    loader = DataLoader(ds, batch_size=args.batch_size, num_workers=args.workers, collate_fn=_list_collate)
+    ds = Decoded(local=str(local), batch_size=batch_size, shuffle=True, shuffle_seed=0)
+    loader = DataLoader(
+        ds, batch_size=batch_size, num_workers=args.workers, collate_fn=_list_collate
+    )
     return _time_batches(loader, len)
+
+
+# ---------------------------------------------------------------- limits
 
 
 def _read_files(paths: list[str]) -> int:
@@ -236,65 +387,130 @@ _SAMPLES: list[dict] = []
 
 
 def _decode_range(bounds: tuple[int, int, str]) -> int:
-    lo, hi, decode = bounds
+    lo, hi, mode = bounds
+    decoder = SampleDecoder(mode)
     for sample in _SAMPLES[lo:hi]:
-        decode_sample(sample, decode=decode)
+        decoder(sample)
     return hi - lo
 
 
-def limit_memory_decode(dataset: Path, decode: str, args, limit: int) -> tuple[int, float]:
-    index = pq.read_table(dataset / "index.parquet", columns=["key", "shard", "members"]).to_pylist()[:limit]
+def limit_memory_decode(dataset: Path, mode: str, args, limit: int) -> tuple[int, float]:
     _SAMPLES.clear()
-    _SAMPLES.extend(read_indexed_sample(dataset, row) for row in index)
+    _SAMPLES.extend(read_indexed_sample(dataset, row) for row in _index(dataset)[:limit])
     edges = np.linspace(0, len(_SAMPLES), args.workers + 1).astype(int)
     with mp.get_context("fork").Pool(args.workers) as pool:
         pool.map(len, [[0]] * args.workers)
         start = time.perf_counter()
-        done = sum(pool.map(_decode_range, [(edges[w], edges[w + 1], decode) for w in range(args.workers)]))
+        done = sum(
+            pool.map(_decode_range, [(edges[w], edges[w + 1], mode) for w in range(args.workers)])
+        )
         seconds = time.perf_counter() - start
     _SAMPLES.clear()
     return int(done), seconds
 
 
-def run(args: argparse.Namespace) -> list[Row]:
-    work = Path(args.work)
-    dataset = prepare_dataset(work, args)
+# ---------------------------------------------------------------- worker memory
+
+
+def tiled_index_dataset(dataset: Path, rows: int, out: Path) -> Path:
+    """Write a dataset at `out` whose index has `rows` rows: `dataset`'s rows tiled, keys made
+    distinct (shards are symlinked; every row still points at real sample bytes)."""
+    if (out / "manifest.json").exists():
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    table = pq.read_table(dataset / "index.parquet")
+    take = np.arange(rows) % table.num_rows
+    tiled = table.take(pa.array(take))
+    copy = np.arange(rows) // table.num_rows
+    keys = [f"{k}-t{c}" for k, c in zip(tiled["key"].to_pylist(), copy.tolist(), strict=True)]
+    logs = [f"{k}-t{c}" for k, c in zip(tiled["log_id"].to_pylist(), copy.tolist(), strict=True)]
+    tiled = tiled.set_column(tiled.schema.get_field_index("key"), "key", pa.array(keys))
+    tiled = tiled.set_column(tiled.schema.get_field_index("log_id"), "log_id", pa.array(logs))
+    pq.write_table(tiled, out / "index.parquet")
+    (out / "shards").symlink_to((dataset / "shards").resolve())
     manifest = json.loads((dataset / "manifest.json").read_text())
-    num = manifest["num_samples"]
-    per_sample = float(pq.read_table(dataset / "index.parquet", columns=["sample_size"])["sample_size"]
-                       .to_numpy().sum()) / num
-    print(f"dataset {dataset}: {num} samples, {manifest['num_shards']} shards, "
-          f"{per_sample / 1e3:.0f} KB/sample, workers={args.workers}, batch={args.batch_size}, "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} (other processes skew results)", flush=True)
-    _read_files(sorted(str(p) for p in (dataset / "shards").glob("*.tar")))  # warm the page cache
-    has_streaming = _importable("streaming")
-    limit = min(num, args.decode_limit_samples)
-    jobs: list[tuple[str, str, Callable[[], tuple[int, float]]]] = []
-    for decode in ("none", "cpu"):
-        jobs.append(("ours", decode, lambda d=decode: bench_ours(dataset, d, args)))
-        if decode == "none":
-            jobs.append(("ours verify=False", decode, lambda d=decode: bench_ours(dataset, d, args, verify=False)))
-        jobs.append(("webdataset", decode, lambda d=decode: bench_webdataset(dataset, d, args)))
-        if args.peers == "all" and has_streaming:
-            jobs.append(("mosaicml-streaming", decode, lambda d=decode: bench_mds(dataset, work, d, args)))
-        if args.peers == "all":
-            jobs.append(("files", decode, lambda d=decode: bench_files(dataset, work, d, args)))
-        jobs.append(("limit: mem decode", decode, lambda d=decode: limit_memory_decode(dataset, d, args, limit)))
-    jobs.append(("limit: seq read", "-", lambda: (num, limit_sequential_read(dataset, args))))
-    # Rounds over all pipelines; the best round counts (other processes on the machine only slow runs down).
-    best: dict[tuple[str, str], Row] = {}
-    for round_ in range(args.repeat):
-        for name, decode, job in jobs:
-            samples, seconds = job()
-            row = Row(name, decode, samples, seconds, per_sample)
-            print(f"  round {round_ + 1}: {name:<22} {decode:<5} {row.samples_s:9.1f} samples/s "
-                  f"{row.mb_s:9.1f} MB/s  (load average {os.getloadavg()[0]:.1f})", flush=True)
-            if (name, decode) not in best or row.samples_s > best[(name, decode)].samples_s:
-                best[(name, decode)] = row
-    rows = list(best.values())
-    if args.peers == "all" and not has_streaming:
-        print("  mosaicml-streaming: not importable here; run with .bench-venv/bin/python (see bench/README.md)")
-    return rows
+    index_sha = hashlib.sha256((out / "index.parquet").read_bytes()).hexdigest()
+    manifest["index"] = {**manifest["index"], "sha256": index_sha}
+    if "bytes" in manifest["index"]:
+        manifest["index"]["bytes"] = (out / "index.parquet").stat().st_size
+    manifest["num_samples"] = rows
+    manifest["dataset_hash"] = compute_dataset_hash(index_sha, manifest["shards"])
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    return out
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        found.extend(int(c) for c in text)
+    return found
+
+
+def private_memory(pid: int) -> tuple[int, int]:
+    """(USS, PSS) of process `pid` in bytes, from /proc/PID/smaps_rollup (Linux >= 4.14).
+
+    USS = Private_Clean + Private_Dirty (+ Private_Hugetlb): the pages only this process maps,
+    e.g. index pages a forked worker copied on write (or on refcount updates)."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
+        name, value = line.split(":", 1)
+        fields[name] = int(value.split()[0]) * 1024
+    uss = (
+        fields.get("Private_Clean", 0)
+        + fields.get("Private_Dirty", 0)
+        + fields.get("Private_Hugetlb", 0)
+    )
+    return uss, fields.get("Pss", 0)
+
+
+def _measure_worker_memory(dataset: str, workers: int, batches: int, queue) -> None:
+    # verify none: the tiled rows' keys differ from the names in the tar headers they point at
+    loader = build_loader(
+        dataset,
+        rank=0,
+        world_size=1,
+        batch_size=4,
+        num_workers=workers,
+        seed=0,
+        decode="none",
+        config=LoaderConfig(**_verify_option("none")),
+    )
+    found: dict[int, tuple[int, int]] = {}
+    for i, _ in enumerate(loader):
+        if i + 1 >= batches:
+            for pid in _children(os.getpid()):
+                try:
+                    found[pid] = private_memory(pid)
+                except (FileNotFoundError, ProcessLookupError):
+                    continue
+            break
+    queue.put({"uss": [u for u, _ in found.values()], "pss": [p for _, p in found.values()]})
+
+
+def worker_memory(dataset: Path, rows: int, args) -> dict:
+    """USS/PSS of each worker after --memory-batches batches, in a fresh (spawned) process."""
+    tiled = tiled_index_dataset(dataset, rows, dataset.parent / f"index-{rows}")
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(
+        target=_measure_worker_memory, args=(str(tiled), args.workers, args.memory_batches, queue)
+    )
+    proc.start()
+    while True:
+        try:
+            result = queue.get(timeout=1.0)
+            break
+        except Exception:  # queue.Empty: still running, unless it died
+            if not proc.is_alive():
+                raise RuntimeError(
+                    f"worker-memory process for {rows} rows exited with {proc.exitcode}"
+                ) from None
+    proc.join()
+    return {"rows": rows, **result}
+
+
+# ---------------------------------------------------------------- run
 
 
 def _importable(name: str) -> bool:
@@ -305,40 +521,330 @@ def _importable(name: str) -> bool:
     return True
 
 
-def print_ratios(rows: list[Row]) -> None:
-    ours = {r.decode: r for r in rows if r.name == "ours"}
-    print(f"\n{'pipeline':<22} {'decode':<6} {'samples/s':>10} {'MB/s':>9} {'ours / this':>12}")
+def _decode_modes(args) -> list[str]:
+    modes = ["none", "cpu", f"cpu@{args.camera_width}x{args.camera_height}"]
+    if gpu_decode_available():
+        modes.append(f"gpu@{args.camera_width}x{args.camera_height}")
+    return modes
+
+
+def run_dataset(label: str, dataset: Path, args) -> list[Row]:
+    manifest = json.loads((dataset / "manifest.json").read_text())
+    num = manifest["num_samples"]
+    per_sample = (
+        float(
+            pq.read_table(dataset / "index.parquet", columns=["sample_size"])["sample_size"]
+            .to_numpy()
+            .sum()
+        )
+        / num
+    )
+    print(
+        f"\n== {label}: {dataset}: {num} samples, {manifest['num_shards']} shards, "
+        f"{per_sample / 1e6:.2f} MB/sample, workers={args.workers}, batch sizes {args.batch_sizes}, "
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
+    has_streaming = args.peers == "all" and _importable("streaming")
+    if has_streaming:
+        _write_mds(dataset)
+    if args.peers == "all":
+        _unpack(dataset)
+    _read_files(sorted(str(p) for p in (dataset / "shards").glob("*.tar")))  # warm the page cache
+    limit = min(num, args.decode_limit_samples)
+    first = args.batch_sizes[0]
+    jobs: list[tuple[str, str, int, Callable[[], tuple[int, float]]]] = []
+    for verify in VERIFY_POLICIES:
+        jobs.append(
+            (
+                f"ours verify={verify}",
+                "none",
+                first,
+                lambda v=verify: bench_ours(dataset, "none", first, args, verify=v),
+            )
+        )
+    for b in args.batch_sizes[1:]:
+        jobs.append(
+            (
+                "ours verify=shard",
+                "none",
+                b,
+                lambda b=b: bench_ours(dataset, "none", b, args, verify="shard"),
+            )
+        )
+    for mode in _decode_modes(args):
+        for b in args.batch_sizes:
+            if mode != "none":
+                jobs.append(("ours", mode, b, lambda m=mode, b=b: bench_ours(dataset, m, b, args)))
+            if mode.startswith("gpu"):
+                continue
+            jobs.append(
+                ("webdataset", mode, b, lambda m=mode, b=b: bench_webdataset(dataset, m, b, args))
+            )
+            if has_streaming:
+                jobs.append(
+                    (
+                        "mosaicml-streaming",
+                        mode,
+                        b,
+                        lambda m=mode, b=b: bench_mds(dataset, m, b, args),
+                    )
+                )
+            if args.peers == "all":
+                jobs.append(
+                    ("files", mode, b, lambda m=mode, b=b: bench_files(dataset, m, b, args))
+                )
+        if not mode.startswith("gpu"):
+            jobs.append(
+                (
+                    "limit: mem decode",
+                    mode,
+                    0,
+                    lambda m=mode: limit_memory_decode(dataset, m, args, limit),
+                )
+            )
+    jobs.append(("limit: seq read", "-", 0, lambda: (num, limit_sequential_read(dataset, args))))
+    rows = []
+    for name, mode, b, job in jobs:
+        try:
+            samples, seconds = job()
+        except NotImplementedError as exc:
+            print(f"  {name:<24} {mode:<13} skipped: {exc}", flush=True)
+            continue
+        row = Row(label, name, mode, b, samples, seconds, per_sample)
+        rows.append(row)
+        print(
+            f"  {name:<24} {mode:<13} b={b:<3} {row.samples_s:9.1f} samples/s {row.mb_s:9.1f} MB/s "
+            f"(load average {os.getloadavg()[0]:.1f})",
+            flush=True,
+        )
+    if args.peers == "all" and not has_streaming:
+        print(
+            "  mosaicml-streaming: not importable here; run with .bench-venv/bin/python (see bench/README.md)"
+        )
+    return rows
+
+
+def _find(rows: list[Row], name: str, mode: str, batch: int | None = None) -> Row | None:
     for r in rows:
-        mine = ours.get(r.decode, ours.get("none"))
-        print(f"{r.name:<22} {r.decode:<6} {r.samples_s:10.1f} {r.mb_s:9.1f} {mine.samples_s / r.samples_s:12.2f}")
+        if r.name == name and r.decode == mode and (batch is None or r.batch_size in (batch, 0)):
+            return r
+    return None
+
+
+def print_table(rows: list[Row], args) -> None:
+    first = args.batch_sizes[0]
+    print(
+        f"\n{'dataset':<10} {'pipeline':<24} {'decode':<13} {'batch':>5} {'samples/s':>10} {'MB/s':>9} "
+        f"{'ours / this':>12}"
+    )
+    for r in rows:
+        ours = _find(
+            rows,
+            "ours verify=shard" if r.decode == "none" else "ours",
+            r.decode,
+            r.batch_size or first,
+        )
+        ours = ours or _find(rows, "ours verify=member", r.decode, first)
+        ratio = f"{ours.samples_s / r.samples_s:12.2f}" if ours else f"{'':>12}"
+        print(
+            f"{r.dataset:<10} {r.name:<24} {r.decode:<13} {r.batch_size or '-':>5} {r.samples_s:10.1f} "
+            f"{r.mb_s:9.1f} {ratio}"
+        )
+
+
+def print_targets(rows: list[Row], memory: list[dict], args) -> list[dict]:
+    """Print the issue-7 targets (pandaset rows when present) with verdicts; return them."""
+    label = "pandaset" if any(r.dataset == "pandaset" for r in rows) else rows[0].dataset
+    mine = [r for r in rows if r.dataset == label]
+    b = args.batch_sizes[0]
+    small = f"cpu@{args.camera_width}x{args.camera_height}"
+
+    def rate(name, mode, batch=b):
+        row = _find(mine, name, mode, batch)
+        return row.samples_s if row else None
+
+    targets = []
+
+    def target(what, num, den, need, fmt="{:.2f}x"):
+        if num is None or den is None:
+            targets.append({"target": what, "value": None, "need": need, "verdict": "not measured"})
+            return
+        value = num / den
+        targets.append(
+            {
+                "target": what,
+                "value": value,
+                "need": need,
+                "verdict": "met" if value >= need else "MISSED",
+                "text": fmt.format(value),
+            }
+        )
+
+    ours_none = rate("ours verify=shard", "none") or rate("ours verify=member", "none")
+    target(
+        "decode none, verify shard: >= 1.5x MDS", ours_none, rate("mosaicml-streaming", "none"), 1.5
+    )
+    target(
+        "decode none, verify shard: >= 1.5x webdataset", ours_none, rate("webdataset", "none"), 1.5
+    )
+    target(
+        "decode none, verify shard: >= 40% of seq read",
+        ours_none,
+        rate("limit: seq read", "-"),
+        0.40,
+        "{:.0%}",
+    )
+    target(
+        "decode cpu full: >= 1.2x MDS (same decode)",
+        rate("ours", "cpu"),
+        rate("mosaicml-streaming", "cpu"),
+        1.2,
+    )
+    target(
+        "decode cpu full: >= 80% of mem decode limit",
+        rate("ours", "cpu"),
+        rate("limit: mem decode", "cpu"),
+        0.8,
+        "{:.0%}",
+    )
+    if len(args.batch_sizes) > 1:
+        one = 1 if 1 in args.batch_sizes else args.batch_sizes[-1]
+        big = max(args.batch_sizes)
+        target(
+            f"decode cpu full: batch {big} no slower than batch {one}",
+            rate("ours", "cpu", big),
+            rate("ours", "cpu", one),
+            1.0,
+        )
+    target(
+        f"decode {small} (DCT): >= 3x full-size decode",
+        rate("ours", small),
+        rate("ours", "cpu"),
+        3.0,
+    )
+    if len(memory) >= 2:
+        lo, hi = memory[0], memory[-1]
+        growth = (max(hi["uss"]) - max(lo["uss"])) / 2**20
+        targets.append(
+            {
+                "target": f"worker USS growth {lo['rows']} -> {hi['rows']} rows <= 20 MiB",
+                "value": growth,
+                "need": 20.0,
+                "verdict": "met" if growth <= 20 else "MISSED",
+                "text": f"{growth:.1f} MiB",
+            }
+        )
+    print(f"\nTargets ({label}, {args.workers} workers, batch {b}; ratios from this run):")
+    for t in targets:
+        print(f"  {t['target']:<52} {t.get('text', '-'):>10}  {t['verdict']}")
+    return targets
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "drivetrain-bench-loader"))
-    parser.add_argument("--workers", type=int, default=2, help="DataLoader workers / processes per pipeline")
-    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument(
+        "--work", default=os.path.join(tempfile.gettempdir(), "drivetrain-bench-loader")
+    )
+    parser.add_argument(
+        "--datasets",
+        nargs="+",
+        choices=("synthetic", "pandaset"),
+        default=["synthetic", "pandaset"],
+    )
+    parser.add_argument(
+        "--workers", type=int, default=2, help="DataLoader workers / processes per pipeline"
+    )
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[16, 1])
     parser.add_argument("--num-logs", type=int, default=4)
     parser.add_argument("--frames-per-log", type=int, default=20)
-    parser.add_argument("--width", type=int, default=480, help="camera image width, pixels")
-    parser.add_argument("--height", type=int, default=272, help="camera image height, pixels")
-    parser.add_argument("--replicas", type=int, default=40, help="copies of the rendered logs")
+    parser.add_argument(
+        "--width", type=int, default=480, help="synthetic camera image width, pixels"
+    )
+    parser.add_argument(
+        "--height", type=int, default=272, help="synthetic camera image height, pixels"
+    )
+    parser.add_argument(
+        "--replicas", type=int, default=20, help="copies of the rendered synthetic logs"
+    )
     parser.add_argument("--shard-size-mb", type=float, default=64.0)
-    parser.add_argument("--decode-limit-samples", type=int, default=1200,
-                        help="samples held in memory for the decode limit")
+    parser.add_argument(
+        "--pandaset-frames", type=int, default=300, help="PandaSet frames after replication"
+    )
+    parser.add_argument("--pandaset-shard-size-mb", type=float, default=256.0)
+    parser.add_argument("--camera-width", type=int, default=704, help="reduced decode size, pixels")
+    parser.add_argument(
+        "--camera-height", type=int, default=256, help="reduced decode size, pixels"
+    )
+    parser.add_argument(
+        "--decode-limit-samples",
+        type=int,
+        default=300,
+        help="samples held in memory for the decode limit",
+    )
     parser.add_argument("--peers", choices=("all", "webdataset"), default="all")
-    parser.add_argument("--repeat", type=int, default=2, help="rounds over all pipelines; the best counts")
+    parser.add_argument(
+        "--memory-rows",
+        type=int,
+        nargs="*",
+        default=[10_000, 100_000, 1_000_000],
+        help="index sizes for the worker-memory rows (empty: skip)",
+    )
+    parser.add_argument(
+        "--memory-batches", type=int, default=20, help="batches read before measuring memory"
+    )
     parser.add_argument("--json", help="also write the rows as JSON here")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    rows = run(args)
-    print_ratios(rows)
+    work = Path(args.work)
+    print(
+        f"bench/loader.py {' '.join(argv if argv is not None else sys.argv[1:])}; uptime load "
+        f"{os.getloadavg()}",
+        flush=True,
+    )
+    datasets = {
+        "synthetic": lambda: prepare_synthetic(work, args),
+        "pandaset": lambda: prepare_pandaset(work, args),
+    }
+    rows: list[Row] = []
+    built = {name: datasets[name]() for name in args.datasets}
+    for name, dataset in built.items():
+        rows.extend(run_dataset(name, dataset, args))
+    memory = []
+    if args.memory_rows:
+        base = built.get("pandaset", next(iter(built.values())))
+        print(
+            f"\nworker private memory ({args.workers} workers, after {args.memory_batches} batches of 4, "
+            f"index of {base.parent.name} tiled):"
+        )
+        for n in args.memory_rows:
+            m = worker_memory(base, n, args)
+            memory.append(m)
+            print(
+                f"  {n:>9} rows: USS {', '.join(f'{u / 2**20:.1f}' for u in m['uss'])} MiB, "
+                f"PSS {', '.join(f'{p / 2**20:.1f}' for p in m['pss'])} MiB",
+                flush=True,
+            )
+    print_table(rows, args)
+    targets = print_targets(rows, memory, args)
+    print(f"\nload average at the end {os.getloadavg()}")
     if args.json:
-        Path(args.json).write_text(json.dumps([{**dataclasses.asdict(r), "samples_s": r.samples_s,
-                                                "mb_s": r.mb_s} for r in rows], indent=2))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "rows": [
+                        {**dataclasses.asdict(r), "samples_s": r.samples_s, "mb_s": r.mb_s}
+                        for r in rows
+                    ],
+                    "memory": memory,
+                    "targets": targets,
+                },
+                indent=2,
+            )
+        )
     return 0
 
 
