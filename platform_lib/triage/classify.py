@@ -49,6 +49,18 @@ HIGH, MEDIUM = 0.75, 0.5
 
 _PID = re.compile(r"\b(?:PID|pid)[:= ]\s*'?(\d+)|\(pid (\d+)\)|Killed process (\d+)")
 _SIGNAL = re.compile(r"\((SIG[A-Z]+)\)|signal: (Bus error|Killed|Aborted)|got signal: (\d+)")
+_SIGNAL_NAMES = {
+    "Bus error": "SIGBUS",
+    "Killed": "SIGKILL",
+    "Aborted": "SIGABRT",
+    "15": "SIGTERM",
+    "1": "SIGHUP",
+    "2": "SIGINT",
+}
+_EXIT_REPORT = re.compile(r"exitcode\s*:|received by PID")
+_NO_MATCH = re.match("", "")
+#: Rules whose lines report a worker killed by a signal (rank/pid/signal of last resort).
+_KILL_RULES = ("sigkill", "sigbus", "worker-sigterm", "native-crash")
 
 
 @dataclass(frozen=True)
@@ -204,32 +216,61 @@ def match_line(line: LogLine, rules: Sequence[Rule] = RULES) -> Rule | None:
     return None
 
 
-def _rank_pid_signal(
-    root: Finding, findings: Sequence[Finding]
-) -> tuple[int | None, int | None, str | None]:
-    """Rank, pid and signal of the root: from its line, else from lines of its rank and source."""
-    rank = root.line.rank
-    near = [root.line] + [
-        f.line
-        for f in findings
-        if f.line is not root.line
-        and ((rank is not None and f.line.rank == rank) or f.line.source == root.line.source)
-    ]
+def _pid_signal(message: str) -> tuple[int | None, str | None]:
     pid = signal = None
-    for line in near:
-        if pid is None and (m := _PID.search(line.message)):
-            pid = int(next(g for g in m.groups() if g))
-        if signal is None and (m := _SIGNAL.search(line.message)):
-            value = next(g for g in m.groups() if g)
-            signal = {
-                "Bus error": "SIGBUS",
-                "Killed": "SIGKILL",
-                "Aborted": "SIGABRT",
-                "15": "SIGTERM",
-                "1": "SIGHUP",
-            }.get(value, value)
-        if rank is None and line.rank is not None:
-            rank = line.rank
+    if m := _PID.search(message):
+        pid = int(next(g for g in m.groups() if g))
+    if m := _SIGNAL.search(message):
+        value = next(g for g in m.groups() if g)
+        signal = _SIGNAL_NAMES.get(value, value)
+    return pid, signal
+
+
+def _rank_pid_signal(
+    root: Finding, findings: Sequence[Finding], lines: Sequence[LogLine]
+) -> tuple[int | None, int | None, str | None]:
+    """Rank, pid and signal of the root cause.
+
+    Looked up in order: the root line; lines of the same rule class in the same source (the
+    DataLoader's "worker (pid N) is killed by signal: Bus error" after the bus error); the
+    line that names the pid together with a rank (a launcher summary entry); the exit report
+    of the rank (`exitcode : -9 (pid: N)`, `Signal 9 (SIGKILL) received by PID N`); when the
+    root names no rank (a kernel or pod-level report), the first worker killed by a signal.
+    """
+    rank = root.line.rank
+    pid, signal = _pid_signal(root.line.message)
+    named = {
+        k: v
+        for k, v in (root.rule.regex.search(root.line.message) or _NO_MATCH).groupdict().items()
+        if v is not None
+    }
+    if named.get("rank", named.get("rank2")) is not None:  # the rule names the culprit rank
+        rank = int(named.get("rank", named.get("rank2")))
+        pid = int(named["pid"]) if "pid" in named else None
+    for f in findings:
+        if pid is not None and signal is not None:
+            break
+        if f.line.source == root.line.source and f.rule.failure_class is root.rule.failure_class:
+            p, s = _pid_signal(f.line.message)
+            pid, signal = pid or p, signal or s
+    if rank is None and pid is not None:
+        names_pid = re.compile(rf"\b(?:pid:? |PID |pid=){pid}\b")
+        rank = next(
+            (ln.rank for ln in lines if ln.rank is not None and names_pid.search(ln.message)), None
+        )
+    if rank is None:
+        killed = next((f for f in findings if f.rule.name in _KILL_RULES), None)
+        if killed is not None:
+            rank = killed.line.rank
+            p, s = _pid_signal(killed.line.message)
+            pid, signal = pid or p, signal or s
+    if rank is not None:
+        for ln in lines:
+            if pid is not None and signal is not None:
+                break
+            if ln.rank == rank and _EXIT_REPORT.search(ln.message):
+                p, s = _pid_signal(ln.message)
+                pid, signal = pid or p, signal or s
     return rank, pid, signal
 
 
@@ -245,9 +286,11 @@ def classify(evidence: Evidence, rules: Sequence[Rule] = RULES) -> Verdict:
     """
     from platform_lib.triage.policy import fingerprint, normalise_line  # noqa: PLC0415 (cycle)
 
+    lines = read_evidence_lines(evidence)
     findings = [
         Finding(line, rule)
-        for line in read_evidence_lines(evidence)
+        for line in lines
+        if not line.is_code
         if (rule := match_line(line, rules)) is not None
     ]
     order = {id(f): n for n, f in enumerate(findings)}
@@ -307,7 +350,7 @@ def classify(evidence: Evidence, rules: Sequence[Rule] = RULES) -> Verdict:
         ][: MAX_ROOT_LINES - 1]
     )
     root_ids = {id(f) for f in root}
-    rank, pid, signal = _rank_pid_signal(chosen, findings)
+    rank, pid, signal = _rank_pid_signal(chosen, findings, lines)
     action = (
         chosen.rule.action
         if chosen.rule.failure_class is klass and chosen.rule.action

@@ -54,6 +54,7 @@ _SUMMARY_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)")
 _SUMMARY_TIME = re.compile(r"^\s*time\s*:\s*(\S+)")
 _SUMMARY_BORDER = re.compile(r"^\s*(?:={8,}|-{8,})\s*$")
 _FIRST_OBSERVED = "Root Cause (first observed failure):"
+_TRACEBACK_FRAME = re.compile(r'^\s*File "[^"]+", line \d+, in ')
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,8 @@ class LogLine:
             naive, in the writer's clock; year-less formats take the evidence's year.
         first_observed: the line is in torchelastic's "Root Cause (first observed failure)"
             section (the first process to exit, not necessarily the cause).
+        is_code: the line is source code quoted by a Python traceback (indented below a
+            `File "...", line N, in f` line); rules never match it.
     """
 
     source: str
@@ -80,6 +83,7 @@ class LogLine:
     rank: int | None = None
     time: datetime | None = None
     first_observed: bool = False
+    is_code: bool = False
 
     @property
     def where(self) -> str:
@@ -184,6 +188,7 @@ def parse_log(text: str, source: str, *, year: int = 1970) -> list[LogLine]:
     path_rank = _rank_from_path(source)
     lines: list[LogLine] = []
     last_time: dict[int | None, datetime] = {}
+    after_frame: dict[int | None, int | None] = {}  # indent of a preceding `File` line
     for lineno, raw in enumerate(text.splitlines(), 1):
         raw = raw.rstrip()
         if not raw.strip():
@@ -202,7 +207,17 @@ def parse_log(text: str, source: str, *, year: int = 1970) -> list[LogLine]:
             last_time[None] = time
         else:
             time = last_time.get(rank, last_time.get(None))
-        lines.append(LogLine(source, lineno, raw, message, rank, time))
+        indent = len(message) - len(message.lstrip())
+        frame_indent = after_frame.get(rank)
+        is_code = frame_indent is not None and indent > frame_indent
+        after_frame[rank] = indent if _TRACEBACK_FRAME.match(message) else None
+        lines.append(LogLine(source, lineno, raw, message, rank, time, is_code=is_code))
+    # lines before the first time stamp of the file take the next one (keeps file order)
+    next_time = None
+    for k in range(len(lines) - 1, -1, -1):
+        if lines[k].time is None and next_time is not None:
+            lines[k] = replace(lines[k], time=next_time)
+        next_time = lines[k].time or next_time
     return _attribute_summary_entries(lines, year)
 
 

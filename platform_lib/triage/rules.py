@@ -67,6 +67,7 @@ _XID = r"NVRM: Xid \(PCI:[0-9a-fA-F:.]+\): "
 RULES: tuple[Rule, ...] = (
     # --- context: harmless look-alikes claimed first, and lines that only name rank/pid ---------
     Rule("nccl-info", C.UNKNOWN, Role.CONTEXT, r"\bNCCL INFO\b"),
+    Rule("fault-injection-notice", C.UNKNOWN, Role.CONTEXT, r"\[drivetrain fault\]"),
     Rule(
         "python-warning",
         C.UNKNOWN,
@@ -246,10 +247,25 @@ RULES: tuple[Rule, ...] = (
         "collective-hang-attributed",
         C.COMMUNICATION,
         Role.ROOT,
-        r"(?i)hang detected.*\brank \d+|rank \d+ never (?:joined|entered|reached)",
+        r"rank\(?s?\)? \[?(?P<rank>\d+)[\d, ]*\]? never (?:joined|entered|reached)|"
+        r"(?i:hang detected).*\brank (?P<rank2>\d+)",
         0.65,
         "a rank stopped calling collectives: its stack and Flight Recorder dump show where "
         "(data loader stall, deadlock, slow storage); restart from the last checkpoint",
+    ),
+    Rule(
+        "collective-hang-detected",
+        C.COMMUNICATION,
+        Role.CASCADE,
+        r"CollectiveHangError|collective timeout \([\d.]+ ?s\) detected",
+        0.35,
+    ),
+    Rule(
+        "hung-rank-stack",
+        C.COMMUNICATION,
+        Role.CONFIRMATION,
+        r"hung rank (?P<rank>\d+) \(pid (?P<pid>\d+)",
+        0.6,
     ),
     Rule(
         "rendezvous-failure",
@@ -351,6 +367,25 @@ RULES: tuple[Rule, ...] = (
         "is resumed on the next start",
     ),
     Rule(
+        "preempted-error",
+        C.PREEMPTION_PLATFORM,
+        Role.ROOT,
+        r"(?:rank (?P<rank>\d+) pid (?P<pid>\d+): )?preempted by SIG\w+ after step|"
+        r"PreemptedError: ",
+        0.85,
+        "the job was asked to stop and saved a final checkpoint: the next start resumes from it",
+    ),
+    Rule(
+        "storage-connection",
+        C.PREEMPTION_PLATFORM,
+        Role.ROOT,
+        r"^\s*" + _PY_EXC + r"(?:ConnectionResetError|ConnectionAbortedError|BrokenPipeError|"
+        r"TimeoutError|EndpointConnectionError)\b|CheckpointSaveError: .*(?:[Cc]onnection|timed out)",
+        0.6,
+        "a storage or network call failed; usually transient: the restart retries from the last "
+        "complete checkpoint",
+    ),
+    Rule(
         "worker-sigterm",
         C.PREEMPTION_PLATFORM,
         Role.ROOT,
@@ -406,7 +441,7 @@ RULES: tuple[Rule, ...] = (
         "config-invalid",
         C.CONFIGURATION,
         Role.ROOT,
-        r"invalid \w*Config\b|unknown \w*Config fields|ValueError: .*\bconfig(?:uration)?\b.*"
+        r"\bConfigError: |invalid \w*Config\b|unknown \w*Config fields|StorageAccessError: |ValueError: .*\bconfig(?:uration)?\b.*"
         r"(?:must|invalid|expected)",
         0.9,
     ),
@@ -448,8 +483,8 @@ RULES: tuple[Rule, ...] = (
         "non-finite-loss",
         C.USER_CODE,
         Role.ROOT,
-        r"(?i)(?:non-finite|nan|inf(?:inite)?) loss\b|loss (?:is|became|was) (?:nan|inf)|"
-        r"FloatingPointError: ",
+        r"(?i)(?:non-finite|nan|inf(?:inite)?) (?:local |global )?loss\b|"
+        r"(?i:loss (?:is|became|was) (?:nan|inf))|(?:FloatingPointError|NonFiniteError): ",
         0.7,
         "the loss diverged: lower the learning rate or lengthen warmup, check loss scaling "
         "and the inputs of that step; restart from the last checkpoint",
@@ -482,7 +517,7 @@ RULES: tuple[Rule, ...] = (
         Role.ROOT,
         r"^\s*" + _PY_EXC + r"(?:[A-Z]\w*(?:Error|Exception)|AssertionError|NotImplementedError)"
         r"(?::\s|:?$)",
-        0.45,
+        0.55,
     ),
     # --- signals without other evidence ------------------------------------------------------
     Rule(
