@@ -54,6 +54,7 @@ _SUMMARY_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)")
 _SUMMARY_TIME = re.compile(r"^\s*time\s*:\s*(\S+)")
 _SUMMARY_BORDER = re.compile(r"^\s*(?:={8,}|-{8,})\s*$")
 _FIRST_OBSERVED = "Root Cause (first observed failure):"
+_GLOG_HEADER = re.compile(r"^\[?[IWEF]\d{4} \d{2}:\d{2}:\d{2}\.\d+ +\d* *[^\]\s]*\] ?")
 _TRACEBACK_FRAME = re.compile(r'^\s*File "[^"]+", line \d+, in ')
 
 
@@ -207,10 +208,11 @@ def parse_log(text: str, source: str, *, year: int = 1970) -> list[LogLine]:
             last_time[None] = time
         else:
             time = last_time.get(rank, last_time.get(None))
-        indent = len(message) - len(message.lstrip())
+        body = _GLOG_HEADER.sub("", message, count=1)  # torchelastic logs tracebacks via glog
+        indent = len(body) - len(body.lstrip())
         frame_indent = after_frame.get(rank)
         is_code = frame_indent is not None and indent > frame_indent
-        after_frame[rank] = indent if _TRACEBACK_FRAME.match(message) else None
+        after_frame[rank] = indent if _TRACEBACK_FRAME.match(body) else None
         lines.append(LogLine(source, lineno, raw, message, rank, time, is_code=is_code))
     # lines before the first time stamp of the file take the next one (keeps file order)
     next_time = None

@@ -105,8 +105,8 @@ RULES: tuple[Rule, ...] = (
         0.95,
         "lower the per-rank batch size or activation memory (activation checkpointing, more "
         "FSDP sharding); if the message reports much memory 'reserved by PyTorch but "
-        "unallocated', set PYTORCH_ALLOC_CONF=expandable_segments:True (PYTORCH_CUDA_ALLOC_CONF "
-        "/ PYTORCH_HIP_ALLOC_CONF on older torch)",
+        "unallocated', set PYTORCH_ALLOC_CONF=expandable_segments:True (the deprecated alias "
+        "PYTORCH_CUDA_ALLOC_CONF, or PYTORCH_HIP_ALLOC_CONF on ROCm, on older torch)",
     ),
     Rule(
         "cuda-oom-short",

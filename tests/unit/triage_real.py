@@ -1,0 +1,153 @@
+"""Real failed runs on CPU whose logs form part (a) of the triage corpus.
+
+Each `produce_*` function runs a real process (the training launcher with 2 spawned ranks,
+the dataset builder, a config resolution) that fails the way a user's run fails, and returns
+its combined stdout+stderr. Nothing is simulated: the failure is caused (a path that does not
+exist, an impossible config field, bytes overwritten inside a shard, an address-space limit
+via RLIMIT_AS) and the log is what the platform printed.
+
+Regenerate the committed logs in tests/data/triage/real/ with
+
+    .venv/bin/python tests/unit/triage_real.py --write
+
+(takes ~1-2 min on 2 cores); `test_triage_corpus.py` reads them, and its slow test
+regenerates the cheap ones and checks that the verdict's class and root fingerprint hold.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+REAL_DIR = Path(__file__).resolve().parents[1] / "data" / "triage" / "real"
+_SMALL = """
+from dataclasses import replace
+from platform_lib.training import get_preset, launch_local
+cfg = get_preset("small")
+cfg = replace(cfg, optimizer=replace(cfg.optimizer, max_steps=4, warmup_steps=1),
+              checkpoint=replace(cfg.checkpoint, interval=2))
+"""
+
+
+def _run(script: str, *args: str, limit_as_bytes: int | None = None, timeout: float = 300) -> str:
+    """Run `script` with the venv's python; return stdout+stderr (it must fail)."""
+
+    def limit() -> None:  # runs in the child before exec: an address-space limit, inherited
+        if limit_as_bytes is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (limit_as_bytes, limit_as_bytes))
+
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        preexec_fn=limit if limit_as_bytes else None,
+    )
+    if proc.returncode == 0:
+        raise RuntimeError(f"expected the run to fail, it succeeded:\n{proc.stdout}{proc.stderr}")
+    return proc.stdout + proc.stderr
+
+
+def _build_dataset(folder: Path) -> Path:
+    """Build a small synthetic dataset (4 logs x 6 frames, 1 MB shards) with the real builder."""
+    out = folder / "dataset"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "platform_lib.cli",
+            "data",
+            "build",
+            "--source",
+            "synthetic",
+            "--input",
+            str(folder / "raw"),
+            "--output",
+            str(out),
+            "--num-logs",
+            "4",
+            "--frames-per-log",
+            "6",
+            "--shard-size-mb",
+            "1",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    return out
+
+
+def produce_missing_dataset(tmp: Path) -> str:
+    """2-rank training on a dataset folder that does not exist."""
+    return _run(
+        _SMALL + "import sys\nlaunch_local(cfg, sys.argv[1], sys.argv[2], nproc=2)\n",
+        str(tmp / "no-such-dataset"),
+        str(tmp / "run"),
+    )
+
+
+def produce_bad_config(tmp: Path) -> str:
+    """A preset with an impossible override (negative learning rate)."""
+    return _run(_SMALL + "cfg = replace(cfg, optimizer=replace(cfg.optimizer, lr=-0.5))\n")
+
+
+def produce_corrupt_shard(tmp: Path) -> str:
+    """2-rank training on a dataset whose shards had 4 KiB overwritten in the middle."""
+    dataset = _build_dataset(tmp)
+    for shard in sorted((dataset / "shards").glob("*.tar")):
+        with open(shard, "r+b") as f:
+            f.seek(shard.stat().st_size // 2)
+            f.write(b"\xa5" * 4096)
+    return _run(
+        _SMALL + "import sys\nlaunch_local(cfg, sys.argv[1], sys.argv[2], nproc=2)\n",
+        str(dataset),
+        str(tmp / "run"),
+    )
+
+
+def produce_host_oom(tmp: Path) -> str:
+    """2-rank training whose ranks run under a 3 GiB address-space limit (RLIMIT_AS).
+
+    The limit is set in the launcher before exec and inherited by the spawned ranks; the
+    batch (64 samples) needs more than the limit leaves after importing torch.
+    """
+    dataset = _build_dataset(tmp)
+    script = _SMALL + (
+        "import sys\ncfg = replace(cfg, data=replace(cfg.data, batch_size=64))\n"
+        "launch_local(cfg, sys.argv[1], sys.argv[2], nproc=2)\n"
+    )
+    return _run(script, str(dataset), str(tmp / "run"), limit_as_bytes=3 << 30)
+
+
+PRODUCERS: dict[str, Callable[[Path], str]] = {
+    "missing_dataset": produce_missing_dataset,
+    "bad_config": produce_bad_config,
+    "corrupt_shard": produce_corrupt_shard,
+    "host_oom_rlimit_as": produce_host_oom,
+}
+
+
+def main(argv: list[str]) -> int:
+    """`--write [name ...]`: regenerate the committed logs (all, or the named ones)."""
+    if not argv or argv[0] != "--write":
+        print(__doc__)
+        return 2
+    for name in argv[1:] or list(PRODUCERS):
+        with tempfile.TemporaryDirectory(prefix=f"triage-{name}-") as tmp:
+            text = PRODUCERS[name](Path(tmp))
+        (REAL_DIR / f"{name}.log").write_text(text)
+        print(f"wrote {REAL_DIR / f'{name}.log'} ({len(text.splitlines())} lines)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
