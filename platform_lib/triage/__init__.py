@@ -2,7 +2,7 @@
 
 from platform_lib.triage.attempt import assess_failure, evidence_from_child_failure, failure_message
 from platform_lib.triage.classify import Finding, Verdict, classify, classify_text
-from platform_lib.triage.logs import Evidence, LogLine, ProcessExit, load_evidence
+from platform_lib.triage.logs import Evidence, LogLine, ProcessExit, load_evidence, save_evidence
 from platform_lib.triage.policy import (
     Attempt,
     RestartDecision,
@@ -12,6 +12,7 @@ from platform_lib.triage.policy import (
     fingerprint,
     load_history,
 )
+from platform_lib.triage.record import record_verdict
 from platform_lib.triage.rules import RULES, Rule
 from platform_lib.triage.taxonomy import CLASS_INFO, FailureClass, Role
 
@@ -39,4 +40,6 @@ __all__ = [
     "fingerprint",
     "load_evidence",
     "load_history",
+    "record_verdict",
+    "save_evidence",
 ]

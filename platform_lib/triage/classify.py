@@ -46,6 +46,8 @@ AMBIGUITY_MARGIN = 0.1
 #: Most root lines kept (the same error repeated on several ranks).
 MAX_ROOT_LINES = 8
 HIGH, MEDIUM = 0.75, 0.5
+#: Characters of a line the rules see (config dumps and tensors printed on one line are long).
+MAX_MATCH_CHARS = 2000
 
 _PID = re.compile(r"\b(?:PID|pid)[:= ]\s*'?(\d+)|\(pid (\d+)\)|Killed process (\d+)")
 _SIGNAL = re.compile(r"\((SIG[A-Z]+)\)|signal: (Bus error|Killed|Aborted)|got signal: (\d+)")
@@ -210,8 +212,9 @@ class Verdict:
 
 def match_line(line: LogLine, rules: Sequence[Rule] = RULES) -> Rule | None:
     """Return the first rule (table order) whose pattern is found in `line.message`."""
+    message = line.message[:MAX_MATCH_CHARS]
     for rule in rules:
-        if rule.regex.search(line.message):
+        if rule.regex.search(message):
             return rule
     return None
 

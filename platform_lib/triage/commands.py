@@ -9,10 +9,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from platform_lib.triage.record import EVIDENCE_ARTIFACT_PATH
+
 __all__ = ["EVIDENCE_ARTIFACT_PATH", "add_triage_command", "fetch_run_evidence"]
 
-#: MLflow artifact folder that holds a failed attempt's evidence (`save_evidence` layout).
-EVIDENCE_ARTIFACT_PATH = "triage"
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 
 

@@ -61,7 +61,7 @@ class Rule:
             ) from exc
 
 
-_PY_EXC = r"(?:[A-Za-z_][\w]*\.)*"  # optional module path before an exception name
+_PY_EXC = r"(?:[A-Za-z_][\w]*\.)*"  # optional module path before an exception name (anchored)
 _XID = r"NVRM: Xid \(PCI:[0-9a-fA-F:.]+\): "
 
 RULES: tuple[Rule, ...] = (
@@ -74,7 +74,7 @@ RULES: tuple[Rule, ...] = (
         Role.CONTEXT,
         r"\b(?:UserWarning|FutureWarning|DeprecationWarning|RuntimeWarning|ResourceWarning)\b",
     ),
-    Rule("retry-notice", C.UNKNOWN, Role.CONTEXT, r"(?i)\bretry(?:ing)?\b.*\battempt \d+"),
+    Rule("retry-notice", C.UNKNOWN, Role.CONTEXT, r"\b[Rr]etry(?:ing)?\b.*\battempt \d+"),
     Rule(
         "elastic-closing-signal",
         C.UNKNOWN,
@@ -113,7 +113,7 @@ RULES: tuple[Rule, ...] = (
         C.OOM_ACCELERATOR,
         Role.ROOT,
         r"CUDA error: out of memory|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED|"
-        r"NCCL WARN Failed to CUDA calloc|NCCL WARN Cuda failure 'out of memory'",
+        r"NCCL WARN Failed to CUDA calloc|Cuda failure (?:\d+ )?'out of memory'",
         0.85,
     ),
     # --- out of memory, host -----------------------------------------------------------------
@@ -146,8 +146,8 @@ RULES: tuple[Rule, ...] = (
         "node-memory-pressure",
         C.OOM_HOST,
         Role.ROOT,
-        r"reason=Evicted message=The node was low on resource: memory",
-        0.85,
+        r"reason=(?:Evicted|TerminationByKubelet) message=The node was low on resource: memory",
+        0.92,
     ),
     Rule(
         "cpu-allocator",
@@ -240,8 +240,8 @@ RULES: tuple[Rule, ...] = (
         "nic-link-down",
         C.COMMUNICATION,
         Role.ROOT,
-        r"mlx5_core \S+: .*[Ll]ink down|Port module event.*(?:unplugged|error)",
-        0.75,
+        r"mlx5_core .*\b[Ll]ink down\b|Port module event.*(?:unplugged|error)",
+        0.85,
     ),
     Rule(
         "collective-hang-attributed",
@@ -361,7 +361,7 @@ RULES: tuple[Rule, ...] = (
         C.PREEMPTION_PLATFORM,
         Role.ROOT,
         r"SignalException: Process \d+ got signal: (?:15|1)\b|"
-        r"(?i:received SIGTERM|SIGTERM received|got SIGTERM)",
+        r"[Rr]eceived SIGTERM|SIGTERM received|got SIGTERM",
         0.75,
         "the pod was asked to stop (preemption, eviction, scale-down): the final checkpoint "
         "is resumed on the next start",
@@ -406,7 +406,7 @@ RULES: tuple[Rule, ...] = (
         "dataset-error",
         C.DATA,
         Role.ROOT,
-        _PY_EXC + r"(?:SampleIntegrityError|ShardReadError|DatasetIndexError|SampleDecodeError|"
+        r"(?:SampleIntegrityError|ShardReadError|DatasetIndexError|SampleDecodeError|"
         r"ShardFormatError|DatasetNotFoundError|ManifestMissingError|DatasetError|"
         r"ResumeStateError|SchemaError|SchemaErrors): ",
         0.9,
@@ -415,7 +415,7 @@ RULES: tuple[Rule, ...] = (
         "storage-unreachable",
         C.DATA,
         Role.ROOT,
-        _PY_EXC + r"ObjectStoreUnreachableError: |botocore\.exceptions\.\w*(?:Connect|"
+        r"ObjectStoreUnreachableError: |botocore\.exceptions\.\w*(?:Connect|"
         r"Timeout|ReadTimeout)\w*Error",
         0.7,
         "the dataset's object store did not answer: usually transient, the restart retries",
@@ -483,8 +483,8 @@ RULES: tuple[Rule, ...] = (
         "non-finite-loss",
         C.USER_CODE,
         Role.ROOT,
-        r"(?i)(?:non-finite|nan|inf(?:inite)?) (?:local |global )?loss\b|"
-        r"(?i:loss (?:is|became|was) (?:nan|inf))|(?:FloatingPointError|NonFiniteError): ",
+        r"\b(?:[Nn]on-finite|[Nn]a[Nn]|[Ii]nf(?:inite)?) (?:local |global )?loss\b|"
+        r"\b[Ll]oss (?:is|became|was) (?:[Nn]a[Nn]|[Ii]nf)|(?:FloatingPointError|NonFiniteError): ",
         0.7,
         "the loss diverged: lower the learning rate or lengthen warmup, check loss scaling "
         "and the inputs of that step; restart from the last checkpoint",
