@@ -62,6 +62,8 @@ class Rule:
 
 
 _PY_EXC = r"(?:[A-Za-z_][\w]*\.)*"  # optional module path before an exception name (anchored)
+#: Start of a line's message, optionally after a glog header (torchelastic logs tracebacks so).
+_LINE_START = r"^(?:\[?[IWEF]\d{4} [\d:.]+ +\d+ [^\]\s]+\] )?\s*"
 _XID = r"NVRM: Xid \(PCI:[0-9a-fA-F:.]+\): "
 
 RULES: tuple[Rule, ...] = (
@@ -160,7 +162,7 @@ RULES: tuple[Rule, ...] = (
         "python-memory-error",
         C.OOM_HOST,
         Role.ROOT,
-        r"^\s*" + _PY_EXC + r"(?:MemoryError|_ArrayMemoryError)\b|Unable to allocate [\d.]+ "
+        _LINE_START + _PY_EXC + r"(?:MemoryError|_ArrayMemoryError)\b|Unable to allocate [\d.]+ "
         r"[KMGTP]?i?B for an array|Cannot allocate memory",
         0.85,
     ),
@@ -379,7 +381,7 @@ RULES: tuple[Rule, ...] = (
         "storage-connection",
         C.PREEMPTION_PLATFORM,
         Role.ROOT,
-        r"^\s*" + _PY_EXC + r"(?:ConnectionResetError|ConnectionAbortedError|BrokenPipeError|"
+        _LINE_START + _PY_EXC + r"(?:ConnectionResetError|ConnectionAbortedError|BrokenPipeError|"
         r"TimeoutError|EndpointConnectionError)\b|CheckpointSaveError: .*(?:[Cc]onnection|timed out)",
         0.6,
         "a storage or network call failed; usually transient: the restart retries from the last "
@@ -473,7 +475,7 @@ RULES: tuple[Rule, ...] = (
         "environment-import",
         C.CONFIGURATION,
         Role.ROOT,
-        r"^\s*(?:ModuleNotFoundError: No module named|ImportError: )",
+        _LINE_START + r"(?:ModuleNotFoundError: No module named|ImportError: )",
         0.75,
         "the image or virtual environment lacks a package or has an incompatible one: fix "
         "the image / requirements",
@@ -504,6 +506,32 @@ RULES: tuple[Rule, ...] = (
         r"Segmentation fault|Signal 11 \(SIGSEGV\)|Fatal Python error: ",
         0.5,
     ),
+    # --- signals without other evidence ------------------------------------------------------
+    Rule(
+        "sigabrt",
+        C.UNKNOWN,
+        Role.CASCADE,
+        r"Signal 6 \(SIGABRT\) received by PID|exitcode\s*: -6\b|terminated with signal SIGABRT",
+        0.25,
+        "an abort is usually a cascade (the NCCL watchdog or c10 aborts the process after "
+        "another failure): look for the first failure on another rank",
+    ),
+    Rule(
+        "sigkill",
+        C.UNKNOWN,
+        Role.ROOT,
+        r"Signal 9 \(SIGKILL\) received by PID|exitcode\s*: -9\b|terminated with signal SIGKILL",
+        0.3,
+        "killed by SIGKILL from outside the process (the kernel OOM killer, the kubelet after "
+        "the grace period, or an operator): not proof of OOM; check dmesg and the pod status",
+    ),
+    Rule(
+        "sigbus",
+        C.UNKNOWN,
+        Role.ROOT,
+        r"Signal 7 \(SIGBUS\) received by PID|terminated with signal SIGBUS",
+        0.3,
+    ),
     Rule(
         "elastic-summary",
         C.UNKNOWN,
@@ -515,28 +543,10 @@ RULES: tuple[Rule, ...] = (
         "python-exception",
         C.USER_CODE,
         Role.ROOT,
-        r"^\s*" + _PY_EXC + r"(?:[A-Z]\w*(?:Error|Exception)|AssertionError|NotImplementedError)"
+        _LINE_START
+        + _PY_EXC
+        + r"(?:[A-Z]\w*(?:Error|Exception)|AssertionError|NotImplementedError)"
         r"(?::\s|:?$)",
         0.55,
     ),
-    # --- signals without other evidence ------------------------------------------------------
-    Rule(
-        "sigabrt",
-        C.UNKNOWN,
-        Role.CASCADE,
-        r"Signal 6 \(SIGABRT\) received by PID|exitcode\s*: -6\b",
-        0.25,
-        "an abort is usually a cascade (the NCCL watchdog or c10 aborts the process after "
-        "another failure): look for the first failure on another rank",
-    ),
-    Rule(
-        "sigkill",
-        C.UNKNOWN,
-        Role.ROOT,
-        r"Signal 9 \(SIGKILL\) received by PID|exitcode\s*: -9\b",
-        0.3,
-        "killed by SIGKILL from outside the process (the kernel OOM killer, the kubelet after "
-        "the grace period, or an operator): not proof of OOM; check dmesg and the pod status",
-    ),
-    Rule("sigbus", C.UNKNOWN, Role.ROOT, r"Signal 7 \(SIGBUS\) received by PID", 0.3),
 )

@@ -84,10 +84,15 @@ def test_first_observed_failure_is_not_taken_as_root_cause() -> None:
     assert not verdict.root[0].line.first_observed and verdict.rank == 1
 
 
-def test_bare_sigkill_is_not_reported_as_oom() -> None:
-    verdict = classify(load_evidence(CORPUS / "public" / "17_childfailed_bare_sigkill.log"))
-    assert verdict.failure_class is FailureClass.UNKNOWN
-    assert (verdict.rank, verdict.pid, verdict.signal) == (1, 7713, "SIGKILL")
+@pytest.mark.parametrize(
+    ("case", "pid"),
+    [("public/17_childfailed_bare_sigkill.log", 7713), ("real/kill9_rank1.log", None)],
+)
+def test_bare_sigkill_is_not_reported_as_oom(case: str, pid: int | None) -> None:
+    verdict = classify(load_evidence(CORPUS / case))
+    assert verdict.failure_class is FailureClass.UNKNOWN and verdict.confidence_level == "low"
+    assert (verdict.rank, verdict.signal) == (1, "SIGKILL") and verdict.pid is not None
+    assert pid is None or verdict.pid == pid
     assert "not proof of OOM" in verdict.action
 
 
@@ -117,7 +122,7 @@ def test_every_rule_that_can_decide_is_exercised_by_the_corpus() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["bad_config", "missing_dataset"])
+@pytest.mark.parametrize("name", ["bad_config", "missing_dataset", "kill9_rank1"])
 def test_real_failures_regenerate_with_the_same_verdict(name: str, tmp_path: Path) -> None:
     """Run the failure again for real; class and root fingerprint match the committed log."""
     from triage_real import PRODUCERS

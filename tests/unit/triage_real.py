@@ -4,7 +4,7 @@ Each `produce_*` function runs a real process (the training launcher with 2 spaw
 the dataset builder, a config resolution) that fails the way a user's run fails, and returns
 its combined stdout+stderr. Nothing is simulated: the failure is caused (a path that does not
 exist, an impossible config field, bytes overwritten inside a shard, an address-space limit
-via RLIMIT_AS) and the log is what the platform printed.
+via RLIMIT_AS, a `kill -9` of a rank from outside) and the log is what the platform printed.
 
 Regenerate the committed logs in tests/data/triage/real/ with
 
@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import os
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -128,11 +130,67 @@ def produce_host_oom(tmp: Path) -> str:
     return _run(script, str(dataset), str(tmp / "run"), limit_as_bytes=3 << 30)
 
 
+def produce_kill9_rank1(tmp: Path) -> str:
+    """2-rank training; once step 1 is logged, `kill -9` of local rank 1 from outside.
+
+    The ranks are the launcher's `spawn_main` children, started in local-rank order (so the
+    second pid is local rank 1). No fault injection inside the process: a real SIGKILL, as
+    from the OOM killer or an operator, with nothing else in the log to explain it.
+    """
+    dataset = _build_dataset(tmp)
+    script = _SMALL + (
+        "import sys\ncfg = replace(cfg, optimizer=replace(cfg.optimizer, "
+        "max_steps=400))\nlaunch_local(cfg, sys.argv[1], sys.argv[2], nproc=2)\n"
+    )
+    log = tmp / "kill9.log"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(script), str(dataset), str(tmp / "run")],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+    try:
+        deadline = time.monotonic() + 240
+        while "[drivetrain train] step 1/" not in log.read_text():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"training did not reach step 1:\n{log.read_text()}")
+            time.sleep(0.2)
+        ranks = sorted(
+            int(p.name)
+            for p in Path("/proc").iterdir()
+            if p.name.isdigit() and _parent(p) == proc.pid and b"spawn_main" in _cmdline(p)
+        )
+        os.kill(ranks[1], signal.SIGKILL)
+        proc.wait(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return log.read_text()
+
+
+def _parent(proc_dir: Path) -> int | None:
+    try:
+        return int((proc_dir / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _cmdline(proc_dir: Path) -> bytes:
+    try:
+        return (proc_dir / "cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 PRODUCERS: dict[str, Callable[[Path], str]] = {
     "missing_dataset": produce_missing_dataset,
     "bad_config": produce_bad_config,
     "corrupt_shard": produce_corrupt_shard,
     "host_oom_rlimit_as": produce_host_oom,
+    "kill9_rank1": produce_kill9_rank1,
 }
 
 
