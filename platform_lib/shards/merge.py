@@ -31,8 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import fsspec
-
 from platform_lib.shards.build import BuildConfig, _check_output, _publish, write_dataset
 from platform_lib.shards.errors import BuildError
 from platform_lib.shards.index import INDEX_NAME, read_index, write_index
@@ -49,6 +47,7 @@ from platform_lib.shards.split import assign_splits
 from platform_lib.shards.writer import fsync_dir
 from platform_lib.sources import hash_raw_log
 from platform_lib.sources.frame import CLASS_GROUPS
+from platform_lib.storage import resolve_fs
 
 __all__ = ["PartResult", "build_part", "merge_parts", "part_key", "resolve_part_store"]
 
@@ -106,11 +105,6 @@ def part_key(source: str, log_hash: str, config: BuildConfig) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
-    protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
-    return "file" in protocols or "local" in protocols
-
-
 def build_part(source: str, log_dir: str | Path, config: BuildConfig, *,
                store: str | None = None, log_hash: str | None = None) -> PartResult:
     """Build (or find) the part of the raw log at `log_dir` in the part store.
@@ -137,12 +131,12 @@ def build_part(source: str, log_dir: str | Path, config: BuildConfig, *,
     log_hash = log_hash or hash_raw_log(log_dir)
     root = resolve_part_store(store)
     location = f"{root}/{source}/{part_key(source, log_hash, config)}"
-    fs, path = fsspec.core.url_to_fs(location)
+    fs, path, is_local = resolve_fs(location)
     if fs.exists(f"{path}/{MANIFEST_NAME}"):
         return PartResult(location=location, log_id=log_dir.name, log_hash=log_hash, built=False)
     frames = iter_log(source, log_dir)
     logs = [{"log_id": log_dir.name, "content_hash": log_hash}]
-    if _is_local(fs):
+    if is_local:
         try:
             write_dataset(frames, path, _part_config(config), source=source, source_logs=logs,
                           input_root=log_dir.parent)
@@ -176,7 +170,7 @@ def _read_part(location: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     if len(manifest.get("source_logs", [])) != 1:
         raise BuildError(f"part {location} holds {len(manifest.get('source_logs', []))} logs, "
                          "a part holds exactly one; rebuild it with build_part")
-    fs, path = fsspec.core.url_to_fs(location)
+    fs, path, _ = resolve_fs(location)
     data = fs.cat_file(f"{path}/{manifest['index']['path']}")
     if hashlib.sha256(data).hexdigest() != manifest["index"]["sha256"]:
         raise BuildError(f"part {location}/{INDEX_NAME} differs from its manifest's sha256 "
