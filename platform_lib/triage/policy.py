@@ -18,8 +18,8 @@ A restart is worth its cost only if the next attempt can get further than this o
 - Preemption is exempt from the recurrence rule (being preempted twice before the next
   checkpoint is not the job's fault) but not from its budget.
 
-History lives in a JSON file next to the checkpoints (`load_history` / `append_attempt`),
-so it survives pod restarts and Flyte retries.
+History lives in a JSON file next to the checkpoints (`load_history` / `append_attempt`, a
+local path or an object-store URL), so it survives pod restarts and Flyte retries.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from platform_lib.storage import call_with_retries, resolve_fs
 from platform_lib.triage.taxonomy import FailureClass
 
 __all__ = [
@@ -244,29 +245,42 @@ def decide_restart(
 
 
 def load_history(path: str | Path) -> list[Attempt]:
-    """Read the attempt history (a JSON list); an absent file is an empty history.
+    """Read the attempt history (a JSON list) from a path or URL; absent = empty history.
+
+    Object-store URLs (`s3://...`) go through `platform_lib.storage` (bounded retries).
 
     Raises:
         ValueError: the file is not a JSON list of attempts (names the file).
     """
-    p = Path(path)
-    if not p.exists():
+    fs, root, _ = resolve_fs(path)
+    url = os.fspath(path)
+    if not call_with_retries(lambda: fs.exists(root), what="checking", url=url):
         return []
+    text = call_with_retries(lambda: fs.cat_file(root), what="reading", url=url)
     try:
-        return [Attempt.from_dict(d) for d in json.loads(p.read_text())]
+        return [Attempt.from_dict(d) for d in json.loads(text)]
     except (json.JSONDecodeError, TypeError, ValueError) as exc:
         raise ValueError(
-            f"{p}: not a triage attempt history ({exc}); delete it to start a new history"
+            f"{url}: not a triage attempt history ({exc}); delete it to start a new history"
         ) from exc
 
 
 def append_attempt(path: str | Path, attempt: Attempt) -> list[Attempt]:
-    """Append `attempt` to the history file atomically (temp file + rename); return the history."""
-    p = Path(path)
-    history = [*load_history(p), attempt]
+    """Append `attempt` to the history at `path` atomically; return the new history.
+
+    Local files: written to a temporary file beside it, then renamed. Object stores: one PUT
+    of the whole file (atomic there). One writer per run (the failed task) is assumed.
+    """
+    history = [*load_history(path), attempt]
+    data = json.dumps([a.to_dict() for a in history], indent=1).encode()
+    fs, root, local = resolve_fs(path)
+    if not local:
+        call_with_retries(lambda: fs.pipe_file(root, data), what="writing", url=os.fspath(path))
+        return history
+    p = Path(root)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump([a.to_dict() for a in history], f, indent=1)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
     os.replace(tmp, p)
     return history

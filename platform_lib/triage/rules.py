@@ -382,7 +382,7 @@ RULES: tuple[Rule, ...] = (
         C.PREEMPTION_PLATFORM,
         Role.ROOT,
         _LINE_START + _PY_EXC + r"(?:ConnectionResetError|ConnectionAbortedError|BrokenPipeError|"
-        r"TimeoutError|EndpointConnectionError)\b|CheckpointSaveError: .*(?:[Cc]onnection|timed out)",
+        r"TimeoutError|EndpointConnectionError|StorageUnreachableError)\b|CheckpointSaveError: .*(?:[Cc]onnection|timed out)",
         0.6,
         "a storage or network call failed; usually transient: the restart retries from the last "
         "complete checkpoint",
