@@ -33,6 +33,7 @@ from platform_lib.shards import BuildConfig, load_manifest
 from platform_lib.shards.merge import build_part, merge_parts
 from platform_lib.sources.synthetic import SyntheticConfig, write_synthetic_logs
 from tasks.errors import recoverable_storage_errors
+from tasks.image import TASK_IMAGE
 
 __all__ = [
     "RawLogList",
@@ -54,7 +55,7 @@ def _dataset_hash(directory: FlyteDirectory) -> str:
 Dataset = Annotated[FlyteDirectory, HashMethod(_dataset_hash)]
 
 
-@task(cache=Cache(version="1"), retries=3, requests=Resources(cpu="1", mem="2Gi"))
+@task(container_image=TASK_IMAGE, cache=Cache(version="1"), retries=3, requests=Resources(cpu="1", mem="2Gi"))
 def materialize_raw_logs(source: str, raw_logs: str, synthetic: SyntheticConfig) -> str:
     """Return the raw-log location: `raw_logs`, or freshly generated synthetic logs when empty."""
     pipeline.check_source(source)
@@ -71,7 +72,7 @@ def materialize_raw_logs(source: str, raw_logs: str, synthetic: SyntheticConfig)
     return remote
 
 
-@task(retries=3)
+@task(container_image=TASK_IMAGE, retries=3)
 def hash_raw_logs(source: str, raw_logs: str) -> str:
     """Return the content hash of the raw logs (uncached on purpose: it detects changes)."""
     pipeline.check_source(source)
@@ -79,7 +80,7 @@ def hash_raw_logs(source: str, raw_logs: str) -> str:
         return hash_raw_location(raw_logs)
 
 
-@task(cache=Cache(version="1"), retries=1)
+@task(container_image=TASK_IMAGE, cache=Cache(version="1"), retries=1)
 def dataset_config(source: str) -> BuildConfig:
     """Return the dataset build config of `source` (its train/val split rule)."""
     return pipeline.resolve_build_config(source)
@@ -92,7 +93,7 @@ class RawLogList(NamedTuple):
     log_hashes: list[str]
 
 
-@task(retries=3)
+@task(container_image=TASK_IMAGE, retries=3)
 def list_raw_logs(source: str, raw_logs: str) -> RawLogList:
     """Return the logs under `raw_logs` now and their content hashes (uncached: the probe)."""
     with recoverable_storage_errors(f"listing raw_logs={raw_logs!r}"):
@@ -101,7 +102,7 @@ def list_raw_logs(source: str, raw_logs: str) -> RawLogList:
 
 
 @task(
-    cache=Cache(version="1", ignored_inputs=("log",)), retries=3,
+    container_image=TASK_IMAGE, cache=Cache(version="1", ignored_inputs=("log",)), retries=3,
     requests=Resources(cpu="1", mem="2Gi"),
 )
 def build_log_part(source: str, log: str, log_hash: str, config: BuildConfig) -> str:
@@ -120,7 +121,7 @@ def build_log_parts(source, logs, log_hashes, config):
     return mapper(log=logs, log_hash=log_hashes)
 
 
-@task(cache=Cache(version="1"), retries=3, requests=Resources(cpu="1", mem="2Gi"))
+@task(container_image=TASK_IMAGE, cache=Cache(version="1"), retries=3, requests=Resources(cpu="1", mem="2Gi"))
 def merge_dataset(source: str, parts: list[str], config: BuildConfig) -> Dataset:
     """Write index + manifest over `parts` (no shard bytes copied) and validate the dataset."""
     out = Path(current_context().working_directory) / "dataset"

@@ -11,11 +11,12 @@ from flytekit.types.file import FlyteFile
 from platform_lib.training.config import TrainConfig
 from platform_lib.training.evaluate import evaluate
 from tasks.errors import recoverable_storage_errors
+from tasks.image import TASK_IMAGE
 
 __all__ = ["evaluate_model"]
 
 
-@task(cache=Cache(version="1"), retries=2, requests=Resources(cpu="2", mem="4Gi"))
+@task(container_image=TASK_IMAGE, cache=Cache(version="1"), retries=2, requests=Resources(cpu="2", mem="4Gi"))
 def evaluate_model(dataset: FlyteDirectory, run: FlyteDirectory, config: TrainConfig) -> FlyteFile:
     """Evaluate the run's weights on `config.data.val_split`; return the metrics table (JSON)."""
     with recoverable_storage_errors("downloading the dataset and the run folder"):

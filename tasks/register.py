@@ -23,6 +23,7 @@ from platform_lib import pipeline
 from platform_lib.registry.record import record_training_run
 from platform_lib.training.config import TrainConfig
 from tasks.errors import recoverable_storage_errors
+from tasks.image import TASK_IMAGE
 
 __all__ = ["MLFLOW_SECRETS", "mlflow_credentials", "register_model"]
 
@@ -57,7 +58,7 @@ def mlflow_credentials() -> Iterator[None]:
             os.environ.pop(variable, None)
 
 
-@task(cache=Cache(version="1"), retries=3, secret_requests=MLFLOW_SECRETS)
+@task(container_image=TASK_IMAGE, cache=Cache(version="1"), retries=3, secret_requests=MLFLOW_SECRETS)
 def register_model(
     model_name: str,
     source: str,

@@ -33,6 +33,7 @@ from platform_lib.training.config import TrainConfig, hash_config
 from platform_lib.training.overrides import resolve_train_config
 from platform_lib.training.train import train
 from tasks.errors import recoverable_storage_errors, user_errors
+from tasks.image import TASK_IMAGE
 from tasks.placement import Placement, placement_from_env
 
 __all__ = ["build_train_task", "resolve_config", "train_model"]
@@ -42,7 +43,7 @@ __all__ = ["build_train_task", "resolve_config", "train_model"]
 PLACEMENT = placement_from_env()
 
 
-@task(cache=Cache(version="2"), retries=1)
+@task(container_image=TASK_IMAGE, cache=Cache(version="2"), retries=1)
 def resolve_config(preset: str, overrides: str, seed: int) -> TrainConfig:
     """Return the preset's TrainConfig with `overrides` (a JSON object) and `seed` applied.
 
@@ -104,6 +105,7 @@ def build_train_task(placement: Placement) -> PythonFunctionTask:
     )
     return task(
         _TRAIN_FUNCTION,
+        container_image=TASK_IMAGE,
         task_config=PlacedElastic(
             nnodes=placement.nnodes, nproc_per_node=placement.nproc_per_node, max_restarts=1,
             increase_shared_mem=False, placement=placement,

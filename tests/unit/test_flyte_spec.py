@@ -15,11 +15,13 @@ from collections import OrderedDict
 from pathlib import Path
 
 import pytest
+from flyteidl.admin.launch_plan_pb2 import LaunchPlan as LaunchPlanPb
 from flyteidl.admin.task_pb2 import TaskSpec
 from flytekit.configuration import Image, ImageConfig, SerializationSettings
 from flytekit.tools.translator import get_serializable
 
 from tasks.data import build_log_part, hash_raw_logs, list_raw_logs
+from tasks.image import PINNED, TASK_IMAGE
 from tasks.placement import QUEUE_LABEL, Placement, PlacementError, placement_from_env
 from tasks.train import build_train_task
 from workflows.training_pipeline import training_pipeline
@@ -147,31 +149,96 @@ def test_registration_fails_when_the_namespace_has_no_queue_for_the_team() -> No
         get_serializable(OrderedDict(), production, train)
 
 
-def test_pyflyte_package_serialises_every_entity(tmp_path: Path) -> None:
-    out = tmp_path / "flyte-package.tgz"
-    env = {**os.environ, "HOME": str(tmp_path), "DRIVETRAIN_TEAM": "planning",
-           "DRIVETRAIN_ACCELERATOR": "a100-80gb", "DRIVETRAIN_ACCELERATOR_COUNT": "16"}
+def _pyflyte_package(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     pyflyte = str(Path(sys.executable).parent / "pyflyte")
-    result = subprocess.run(
-        [pyflyte, "--pkgs", "workflows", "package", "--image", IMAGE, "--output", str(out), "--force"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    return subprocess.run(
+        [pyflyte, "--pkgs", "workflows", "package", "--image", IMAGE,
+         "--output", str(tmp_path / "flyte-package.tgz"), "--force"],
+        cwd=REPO, env={**os.environ, "HOME": str(tmp_path), **env}, capture_output=True,
+        text=True, timeout=300,
     )
+
+
+def test_pyflyte_package_serialises_every_entity(tmp_path: Path) -> None:
+    result = _pyflyte_package(tmp_path, DRIVETRAIN_TEAM="planning",
+                              DRIVETRAIN_ACCELERATOR="a100-80gb", DRIVETRAIN_ACCELERATOR_COUNT="16")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    with tarfile.open(out) as tar:
+    specs, plans = {}, {}
+    with tarfile.open(tmp_path / "flyte-package.tgz") as tar:
         names = sorted(tar.getnames())
         task_files = [n for n in names if "_tasks." in n]
         assert len(task_files) == 11
         assert sum("workflows.training_pipeline.training_pipeline" in n for n in names) == 2
-        specs = {}
         for name in task_files:
             spec = TaskSpec()
             spec.ParseFromString(tar.extractfile(name).read())
             specs[_short(spec.template.id.name)] = spec.template
-    assert specs["train_model"].type == "pytorch"  # 16 A100s = 2 nodes x 8 at package time
-    assert specs["train_model"].custom["elasticConfig"]["minReplicas"] == 2
-    assert specs["train_model"].metadata.metadata.labels[QUEUE_LABEL] == "planning"
-    assert {_image(t) for t in specs.values()} == {IMAGE}
+        for name in names:
+            if name.endswith("_3.pb"):  # launch plans (flytekit's package: 1 task, 2 wf, 3 lp)
+                plan = LaunchPlanPb()
+                plan.ParseFromString(tar.extractfile(name).read())
+                plans[plan.id.name] = plan
+    # the training task: 16 A100s = a PyTorchJob of 2 nodes x 8, in planning's queue
+    train = specs["train_model"]
+    assert train.type == "pytorch"
+    assert train.custom["elasticConfig"] == {"rdzvBackend": "c10d", "minReplicas": 2,
+                                             "maxReplicas": 2, "nprocPerNode": 8, "maxRestarts": 1}
+    assert train.custom["workerReplicas"] == {"replicas": 2}
+    assert dict(train.metadata.metadata.labels) == {QUEUE_LABEL: "planning"}
+    pod = train.k8s_pod.pod_spec
+    assert pod["containers"][0]["resources"]["requests"] == {"cpu": "80", "memory": "880Gi", "gpu": "8"}
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+    # no other task enters a Kueue queue (manageJobsWithoutQueueName is off)
+    assert [n for n, t in specs.items() if t.metadata.metadata.labels] == ["train_model"]
+    # one image for every task: the ImageSpec (tag = its content hash), not the --image default
+    (image,) = {_image(t) for t in specs.values()}
+    assert image.startswith(f"{TASK_IMAGE.registry}/drivetrain:") and image != IMAGE
     assert {n for n, t in specs.items() if t.metadata.discoverable} == set(specs) - PROBES
+    # the launch plans run the same workflow; the scheduled one carries its cron schedule
+    assert {"drivetrain_scheduled_retrain", "drivetrain_on_demand"} <= set(plans)
+    for plan in plans.values():
+        assert plan.spec.workflow_id.name == "workflows.training_pipeline.training_pipeline"
+    schedule = plans["drivetrain_scheduled_retrain"].spec.entity_metadata.schedule
+    assert schedule.cron_schedule.schedule == "0 3 * * *"
+
+
+def test_pyflyte_package_refuses_an_unknown_queue(tmp_path: Path) -> None:
+    result = _pyflyte_package(tmp_path, DRIVETRAIN_TEAM="robotics")
+    assert result.returncode != 0
+    assert "DRIVETRAIN_TEAM: team='robotics': unknown queue" in " ".join(
+        (result.stdout + result.stderr).split())
+    assert not (tmp_path / "flyte-package.tgz").exists()
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"DRIVETRAIN_TEAM": "mapping", "DRIVETRAIN_ACCELERATOR": "a100-80gb"},
+     "DRIVETRAIN_TEAM: team='mapping' has no quota for accelerator='a100-80gb'"),
+    ({"DRIVETRAIN_ACCELERATOR": "a100-80gb", "DRIVETRAIN_ACCELERATOR_COUNT": "12"},
+     "DRIVETRAIN_ACCELERATOR_COUNT: accelerator_count=12 does not divide into a100-80gb nodes of 8"),
+    ({"DRIVETRAIN_ACCELERATOR_COUNT": "eight"},
+     "DRIVETRAIN_ACCELERATOR_COUNT='eight': not an integer"),
+])
+def test_placement_settings_are_checked_when_the_task_is_built(env, message) -> None:
+    """What `pyflyte package/register` runs when it imports tasks.train (see the test above)."""
+    with pytest.raises(PlacementError) as info:
+        placement_from_env(env)
+    assert message in str(info.value)
+
+
+def test_task_image_pins_every_runtime_dependency_within_its_range() -> None:
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    declared = {Requirement(r).name: Requirement(r) for r in
+                tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]}
+    pins = {Requirement(p).name: Requirement(p) for p in PINNED}
+    assert set(pins) == set(declared)
+    for name, pin in pins.items():
+        (spec,) = pin.specifier
+        assert spec.operator == "==", pin
+        assert declared[name].specifier.contains(spec.version), f"{pin} outside {declared[name]}"
+    assert TASK_IMAGE.packages == list(PINNED) and TASK_IMAGE.python_version == "3.11"
 
 
 def test_transient_storage_errors_become_retryable_user_errors_do_not() -> None:

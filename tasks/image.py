@@ -1,0 +1,50 @@
+"""The task image: defined once, with pinned dependencies, used by every Flyte task.
+
+`pyflyte register` / `pyflyte run --remote` build it (flytekit's default Docker builder) and
+push it to `DRIVETRAIN_IMAGE_REGISTRY` unless an image with the same content hash exists;
+local runs ignore it. The project's own code is not baked in: Flyte's fast registration
+(`--copy auto`, the default) ships it with each registered version, and the elastic launcher
+hands it to its spawned workers.
+
+`PINNED` holds one exact version per runtime dependency of pyproject.toml, each within the
+range pyproject allows (checked by tests/unit/test_flyte_spec.py). On Linux x86_64 the PyPI
+wheel of torch 2.13.0 is the CUDA build; the NVIDIA driver comes from the GPU node.
+"""
+
+from __future__ import annotations
+
+import os
+
+from flytekit import ImageSpec
+
+__all__ = ["PINNED", "TASK_IMAGE"]
+
+#: Exact versions installed in the task image (one per runtime dependency of pyproject.toml).
+PINNED = (
+    "torch==2.13.0",
+    "flytekit==1.16.31",
+    "flytekitplugins-kfpytorch==1.16.31",
+    "mlflow==3.17.2",
+    "pyarrow==25.0.1",
+    "pandas==3.1.1",
+    "numpy==2.4.6",
+    "webdataset==1.0.2",
+    "pandera==0.35.0",
+    "pillow==13.0.0",
+    "simplejpeg==1.9.0",
+    "fsspec==2026.9.0",
+    "s3fs==2026.9.0",
+    "filelock==4.3.1",
+    "tqdm==4.70.1",
+    "safetensors==0.8.0",
+    "tenacity==9.2.1",
+    "matplotlib==3.11.2",
+)
+
+TASK_IMAGE = ImageSpec(
+    name="drivetrain",
+    python_version="3.11",
+    packages=list(PINNED),
+    registry=os.environ.get("DRIVETRAIN_IMAGE_REGISTRY", "localhost:30000"),
+    builder="default",
+)
