@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from platform_lib.triage.classify import Verdict, classify
+from platform_lib.triage.classifier import Verdict, classify
 from platform_lib.triage.logs import Evidence, ProcessExit, load_evidence
 from platform_lib.triage.policy import (
     Attempt,

@@ -46,7 +46,7 @@ def fetch_run_evidence(run_id: str, dst: str | Path) -> Path:
 
 
 def _run_triage(args: argparse.Namespace) -> int:
-    from platform_lib.triage.classify import classify
+    from platform_lib.triage.classifier import classify
     from platform_lib.triage.logs import load_evidence
 
     target = Path(args.target)

@@ -366,7 +366,7 @@ def load_evidence(path: str | Path) -> Evidence:
 
     Raises:
         FileNotFoundError: `path` does not exist.
-        ValueError: a JSON file is malformed (names the file).
+        ValueError: a JSON file is malformed (names the file), or a folder holds no evidence.
     """
     root = Path(path)
     if not root.exists():
@@ -407,6 +407,11 @@ def load_evidence(path: str | Path) -> Evidence:
             raise ValueError(
                 f"{p}: not a valid {p.name} ({exc}); see platform_lib/triage/README.md"
             ) from exc
+    if not (logs or exits or pod_status):
+        raise ValueError(
+            f"{root}: no evidence: expected log files ({', '.join(LOG_SUFFIXES)}), error.json, "
+            f"{EXIT_CODES_FILE} or {POD_STATUS_FILE}"
+        )
     return Evidence(logs=logs, exits=tuple(exits), pod_status=pod_status)
 
 

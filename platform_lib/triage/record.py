@@ -8,7 +8,7 @@ from __future__ import annotations
 import tempfile
 from typing import Any
 
-from platform_lib.triage.classify import Verdict
+from platform_lib.triage.classifier import Verdict
 from platform_lib.triage.logs import Evidence, save_evidence
 
 __all__ = ["EVIDENCE_ARTIFACT_PATH", "record_verdict"]

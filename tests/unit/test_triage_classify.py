@@ -199,6 +199,32 @@ def test_save_and_load_evidence_roundtrip(tmp_path) -> None:
         save_evidence(Evidence(logs={"../x.log": ""}), tmp_path / "ev2")
     with pytest.raises(FileNotFoundError):
         load_evidence(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "metrics.jsonl").write_text("{}")
+    with pytest.raises(ValueError, match="no evidence"):
+        load_evidence(tmp_path / "empty")
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "exit_codes.json").write_text('[{"rank": 1}]')
+    with pytest.raises(ValueError, match="exit_codes.json"):
+        load_evidence(tmp_path / "bad")
+
+
+def test_time_formats() -> None:
+    from platform_lib.triage.logs import parse_time
+
+    expect = datetime(2026, 12, 1, 10, 15, 32)
+    for text in (
+        "2026-12-01T10:15:32Z rest",
+        "2026-12-01 10:15:32,000 INFO x",
+        "[rank0]: 2026-12-01_10:15:32 x",
+        "E1201 10:15:32.000000 12 api.py:1] x",
+        "[W1201 10:15:32.000000000 ProcessGroupNCCL.cpp:1] x",
+        "Dec  1 10:15:32 host kernel: x",
+        "[Tue Dec  1 10:15:32 2026] NVRM: x",
+    ):
+        assert parse_time(text.removeprefix("[rank0]: "), 2026) == expect, text
+    assert parse_time("[12345.678901] kernel uptime only", 2026) is None
+    assert parse_time("step 5 loss 0.1", 2026) is None
 
 
 def test_cli_triage_text_json_and_errors(tmp_path, capsys) -> None:

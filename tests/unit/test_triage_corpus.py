@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from platform_lib.triage import RULES, Evidence, FailureClass, Role, classify, load_evidence
-from platform_lib.triage.classify import match_line
+from platform_lib.triage.classifier import match_line
 from platform_lib.triage.logs import parse_log
 from platform_lib.triage.policy import normalise_line
 
