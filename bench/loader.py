@@ -102,12 +102,29 @@ def _source_logs(small: Path, copies: int) -> list[dict]:
     ]
 
 
+def _readable(dataset: Path) -> bool:
+    """True if this checkout's loader reads the dataset (False after a format change: rebuild)."""
+    try:
+        loader = build_loader(
+            str(dataset), rank=0, world_size=1, batch_size=1, num_workers=0, seed=0, decode="none"
+        )
+        next(iter(loader))
+    except Exception as exc:
+        print(
+            f"  {dataset} is not readable by this checkout ({type(exc).__name__}: {exc}); rebuilding",
+            flush=True,
+        )
+        return False
+    return True
+
+
 def _fresh(folder: Path, spec: dict) -> bool:
     spec_file = folder / "spec.json"
     if (
         (folder / "dataset" / "manifest.json").exists()
         and spec_file.exists()
         and json.loads(spec_file.read_text()) == spec
+        and _readable(folder / "dataset")
     ):
         return False
     shutil.rmtree(folder, ignore_errors=True)
