@@ -19,7 +19,9 @@ batch is a list of decoded samples; no torch conversion), the same decode functi
     files                one file per member, map-style Dataset, shuffled DataLoader
     limit: seq read      --workers processes reading the shard files sequentially (8 MiB reads)
     limit: mem decode    --workers processes decoding samples already in memory (no I/O, no hand-off)
-Batch sizes: every row at each of --batch-sizes (the verify variants at the first only).
+Batch sizes: this loader's rows at each of --batch-sizes, the peers' at each for decode none and
+at the first for decoding rows, the verify variants at the first. Decoding rows stop after
+--decode-samples samples (decode none rows read every sample).
 Worker memory: for indexes of --memory-rows rows (the dataset's index tiled under distinct keys),
 the private memory (USS, PSS from /proc/PID/smaps_rollup) of each loader worker
 after --memory-batches batches.
@@ -237,11 +239,22 @@ def _list_collate(batch: list) -> list:
     return batch
 
 
-def _time_batches(loader: Iterable, count: Callable[[object], int]) -> tuple[int, float]:
+def _time_batches(
+    loader: Iterable, count: Callable[[object], int], limit: int | None = None
+) -> tuple[int, float]:
+    """Samples and seconds of one pass over `loader` (worker start included), stopping after
+    the batch that reaches `limit` samples."""
     start, samples = time.perf_counter(), 0
     for batch in loader:
         samples += count(batch)
+        if limit is not None and samples >= limit:
+            break
     return samples, time.perf_counter() - start
+
+
+def _limit(mode: str, args) -> int | None:
+    """Samples per row: decoding rows stop after --decode-samples (decode is the slow part)."""
+    return None if mode == "none" else args.decode_samples
 
 
 # ---------------------------------------------------------------- pipelines
@@ -274,7 +287,7 @@ def bench_ours(
         decode=decode,
         config=config,
     )
-    return _time_batches(loader, lambda b: len(b["__key__"]))
+    return _time_batches(loader, lambda b: len(b["__key__"]), _limit(mode, args))
 
 
 def bench_webdataset(dataset: Path, mode: str, batch_size: int, args) -> tuple[int, float]:
@@ -298,7 +311,7 @@ def bench_webdataset(dataset: Path, mode: str, batch_size: int, args) -> tuple[i
     loader = wds.WebLoader(
         pipeline, batch_size=None, num_workers=args.workers, collate_fn=_list_collate
     )
-    return _time_batches(loader, len)
+    return _time_batches(loader, len, _limit(mode, args))
 
 
 class _MemberFiles(Dataset):
@@ -341,7 +354,7 @@ def bench_files(dataset: Path, mode: str, batch_size: int, args) -> tuple[int, f
         num_workers=args.workers,
         collate_fn=_list_collate,
     )
-    return _time_batches(loader, len)
+    return _time_batches(loader, len, _limit(mode, args))
 
 
 def _write_mds(dataset: Path) -> Path:
@@ -375,7 +388,7 @@ def bench_mds(dataset: Path, mode: str, batch_size: int, args) -> tuple[int, flo
     loader = DataLoader(
         ds, batch_size=batch_size, num_workers=args.workers, collate_fn=_list_collate
     )
-    return _time_batches(loader, len)
+    return _time_batches(loader, len, _limit(mode, args))
 
 
 # ---------------------------------------------------------------- limits
@@ -593,8 +606,8 @@ def run_dataset(label: str, dataset: Path, args) -> list[Row]:
         for b in args.batch_sizes:
             if mode != "none":
                 jobs.append(("ours", mode, b, lambda m=mode, b=b: bench_ours(dataset, m, b, args)))
-            if mode.startswith("gpu"):
-                continue
+            if mode.startswith("gpu") or (b != first and mode != "none"):
+                continue  # peers at the other batch sizes: decode none only (time on 2 cores)
             jobs.append(
                 ("webdataset", mode, b, lambda m=mode, b=b: bench_webdataset(dataset, m, b, args))
             )
@@ -798,6 +811,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=300,
         help="samples held in memory for the decode limit",
+    )
+    parser.add_argument(
+        "--decode-samples",
+        type=int,
+        default=160,
+        help="samples per decoding row (whole batches; decode none rows read the whole dataset)",
     )
     parser.add_argument("--peers", choices=("all", "webdataset"), default="all")
     parser.add_argument(

@@ -26,7 +26,7 @@ def test_bench_loader_and_input_wait_run_on_tiny_data(tmp_path):
     rows = out["rows"]
     names = {(r["name"], r["decode"], r["batch_size"]) for r in rows}
     assert {("ours verify=none", "none", 2), ("ours", "cpu", 2), ("ours", "cpu", 1), ("ours", "cpu@32x16", 2),
-            ("webdataset", "none", 2), ("webdataset", "cpu@32x16", 1), ("limit: seq read", "-", 0),
+            ("webdataset", "none", 2), ("webdataset", "cpu@32x16", 2), ("webdataset", "none", 1), ("limit: seq read", "-", 0),
             ("limit: mem decode", "cpu", 0), ("limit: mem decode", "cpu@32x16", 0)} <= names
     assert all(r["samples"] == 12 and r["samples_s"] > 0 for r in rows if not r["name"].startswith("limit"))
     assert [m["rows"] for m in out["memory"]] == [50, 200]
