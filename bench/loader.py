@@ -771,6 +771,35 @@ def print_targets(rows: list[Row], memory: list[dict], args) -> list[dict]:
     return targets
 
 
+def profile_ours(dataset: Path, mode: str, args) -> None:
+    """cProfile of this loader's worker path in one process (num_workers=0): top lines by tottime."""
+    import cProfile
+    import pstats
+
+    config = LoaderConfig(camera_resize=_resize_of(mode))
+    loader = build_loader(
+        str(dataset),
+        rank=0,
+        world_size=1,
+        batch_size=args.batch_sizes[0],
+        num_workers=0,
+        seed=0,
+        decode=mode.split("@")[0],
+        config=config,
+    )
+    profiler = cProfile.Profile()
+    start = time.perf_counter()
+    profiler.enable()
+    samples, _ = _time_batches(loader, lambda b: len(b["__key__"]), args.profile_samples)
+    profiler.disable()
+    ms = (time.perf_counter() - start) / samples * 1e3
+    print(
+        f"\n== profile: ours decode={mode}, {dataset.parent.name}, one process, {samples} samples, "
+        f"{ms:.1f} ms/sample (cProfile on)"
+    )
+    pstats.Stats(profiler, stream=sys.stdout).sort_stats("tottime").print_stats(args.profile_lines)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
@@ -829,6 +858,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--memory-batches", type=int, default=20, help="batches read before measuring memory"
     )
+    parser.add_argument(
+        "--profile",
+        nargs="*",
+        default=[],
+        metavar="DECODE",
+        help="after the rows, cProfile this loader in one process for these decode modes "
+        "(e.g. none cpu cpu@704x256)",
+    )
+    parser.add_argument("--profile-samples", type=int, default=64)
+    parser.add_argument("--profile-lines", type=int, default=12)
     parser.add_argument("--json", help="also write the rows as JSON here")
     return parser
 
@@ -864,6 +903,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"PSS {', '.join(f'{p / 2**20:.1f}' for p in m['pss'])} MiB",
                 flush=True,
             )
+    for mode in args.profile:
+        profile_ours(built.get("pandaset", next(iter(built.values()))), mode, args)
     print_table(rows, args)
     targets = print_targets(rows, memory, args)
     print(f"\nload average at the end {os.getloadavg()}")
