@@ -21,7 +21,7 @@ _EXPORTS = {
     "RestartPolicy": "platform_lib.triage.policy",
     "append_attempt": "platform_lib.triage.policy",
     "decide_restart": "platform_lib.triage.policy",
-    "fingerprint": "platform_lib.triage.policy",
+    "fingerprint": "platform_lib.triage.fingerprints",
     "load_history": "platform_lib.triage.policy",
     "record_verdict": "platform_lib.triage.record",
     "RULES": "platform_lib.triage.rules",

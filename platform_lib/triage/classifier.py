@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from platform_lib.triage.fingerprints import fingerprint, normalise_line
 from platform_lib.triage.logs import Evidence, LogLine, read_evidence_lines
 from platform_lib.triage.rules import RULES, Rule
 from platform_lib.triage.taxonomy import CLASS_INFO, FailureClass, Role
@@ -287,8 +288,6 @@ def classify(evidence: Evidence, rules: Sequence[Rule] = RULES) -> Verdict:
     Returns:
         The verdict; class UNKNOWN with confidence 0 and no root when nothing matched.
     """
-    from platform_lib.triage.policy import fingerprint, normalise_line  # noqa: PLC0415 (cycle)
-
     lines = read_evidence_lines(evidence)
     findings = [
         Finding(line, rule)
@@ -311,17 +310,17 @@ def classify(evidence: Evidence, rules: Sequence[Rule] = RULES) -> Verdict:
         chosen, from_cascades = strongest(cascades), True
     else:
         return Verdict(
-            FailureClass.UNKNOWN,
-            0.0,
-            (),
-            (),
-            tuple(confirmations),
-            (),
-            None,
-            None,
-            None,
-            CLASS_INFO[FailureClass.UNKNOWN].action,
-            fingerprint(None, None),
+            failure_class=FailureClass.UNKNOWN,
+            confidence=0.0,
+            root=(),
+            cascades=(),
+            confirmations=tuple(confirmations),
+            other_roots=(),
+            rank=None,
+            pid=None,
+            signal=None,
+            action=CLASS_INFO[FailureClass.UNKNOWN].action,
+            fingerprint=fingerprint(None, None),
         )
 
     klass, confidence = chosen.rule.failure_class, chosen.rule.strength

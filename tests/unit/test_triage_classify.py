@@ -237,3 +237,16 @@ def test_cli_triage_text_json_and_errors(tmp_path, capsys) -> None:
     assert data["class"] == "communication" and data["from_cascades_only"] is True
     assert main(["triage", str(tmp_path / "nope.log")]) == 2
     assert "neither a log file" in capsys.readouterr().err
+
+
+def test_package_exports_are_not_shadowed_by_submodules() -> None:
+    import importlib
+    import pkgutil
+    import types
+
+    import platform_lib.triage as triage
+
+    for info in pkgutil.iter_modules(triage.__path__):
+        importlib.import_module(f"platform_lib.triage.{info.name}")
+    for name in triage.__all__:
+        assert not isinstance(getattr(triage, name), types.ModuleType), name

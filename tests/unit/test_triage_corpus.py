@@ -14,8 +14,8 @@ import pytest
 
 from platform_lib.triage import RULES, Evidence, FailureClass, Role, classify, load_evidence
 from platform_lib.triage.classifier import match_line
+from platform_lib.triage.fingerprints import normalise_line
 from platform_lib.triage.logs import parse_log
-from platform_lib.triage.policy import normalise_line
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "triage"
 EXPECTATIONS: dict[str, dict] = json.loads((CORPUS / "expectations.json").read_text())

@@ -17,8 +17,8 @@ from platform_lib.triage import (
     fingerprint,
     load_history,
 )
+from platform_lib.triage.fingerprints import normalise_line
 from platform_lib.triage.logs import Evidence
-from platform_lib.triage.policy import normalise_line
 
 C = FailureClass
 
