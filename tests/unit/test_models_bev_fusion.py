@@ -178,6 +178,8 @@ def test_lift_is_the_same_whether_the_loader_or_the_transform_resizes():
     via_loader = prepare_sample(decode_sample_cameras(dict(sample), camera_resize(CFG)), CFG)
     assert torch.equal(direct["camera_index"], via_loader["camera_index"])
     assert torch.allclose(direct["camera_images"], via_loader["camera_images"], atol=1e-6)
+    as_array = prepare_sample({**sample, "cameras": {"cam_0": np.frombuffer(buffer.getvalue(), np.uint8)}}, CFG)
+    assert torch.equal(as_array["camera_images"], direct["camera_images"])  # JPEG bytes as a 1-D view
     # the crop keeps the full height (16:9 is wider than 5:3): 180 of 192 columns, centred
     full = {"width": 192, "height": 108, "intrinsics": k, "extrinsics": FORWARD}
     cropped = compute_camera_index({**full, "width": 180, "intrinsics": k - [[0, 0, 6], [0, 0, 0], [0, 0, 0]]}, CFG)

@@ -98,7 +98,8 @@ def _camera_input(image: np.ndarray | bytes, calib: Mapping[str, Any], cfg: BEVF
     """Decode/crop/resize one camera to the model input; return (3, h, w) float32 and its calib."""
     resize = camera_resize(cfg)
     size = (int(calib["width"]), int(calib["height"]))
-    if isinstance(image, bytes | bytearray | memoryview):
+    encoded = isinstance(image, bytes | bytearray | memoryview) or np.ndim(image) == 1  # JPEG bytes
+    if encoded:
         height, width, _, _ = simplejpeg.decode_jpeg_header(image)
     else:
         height, width = np.shape(image)[:2]
@@ -106,8 +107,8 @@ def _camera_input(image: np.ndarray | bytes, calib: Mapping[str, Any], cfg: BEVF
         raise ValueError(f"{where}: image is {width}x{height} but its calib says {size[0]}x{size[1]}; "
                          "the intrinsics would not match the pixels (rebuild the shard)")
     plan = plan_camera_resize(width, height, resize)
-    if isinstance(image, bytes | bytearray | memoryview):
-        pixels = decode_jpeg_cpu(bytes(image), plan=plan)  # DCT-domain downscaling
+    if encoded:
+        pixels = decode_jpeg_cpu(image, plan=plan)  # DCT-domain downscaling
     else:
         pixels = resize_camera_image(np.ascontiguousarray(image, dtype=np.uint8), plan)
     adjusted = {**calib, "width": plan.width, "height": plan.height,
