@@ -340,6 +340,14 @@ def kueue_errors(docs: list[Document]) -> list[str]:
             errors.append(
                 f"{doc.where} ClusterQueue/{doc.name}: cohortName {cohort!r} is not a Cohort"
             )
+    for doc in docs:  # example jobs in deploy/ name existing LocalQueues of their namespace
+        queue = (doc.obj.get("metadata", {}).get("labels") or {}).get("kueue.x-k8s.io/queue-name")
+        namespace = doc.obj.get("metadata", {}).get("namespace")
+        if queue is not None and f"{namespace}/{queue}" not in local_queues:
+            errors.append(
+                f"{doc.where} {doc.kind}/{doc.name}: queue-name {queue!r} is not a "
+                f"LocalQueue in namespace {namespace!r}"
+            )
     for doc in local_queues.values():
         if doc.spec.get("clusterQueue") not in queues:
             errors.append(

@@ -77,6 +77,15 @@ def test_quota_that_the_catalog_does_not_grant_is_caught() -> None:
     ]
 
 
+def test_a_job_naming_an_unknown_queue_is_caught() -> None:
+    relabel = mutate(DOCS, "PyTorchJob", "drivetrain-train-example", lambda o: o["metadata"][
+        "labels"].update({"kueue.x-k8s.io/queue-name": "mapping-gpu"}))
+    assert check.kueue_errors(relabel) == [
+        "training-operator/pytorchjob-example.yaml#0 PyTorchJob/drivetrain-train-example: "
+        "queue-name 'mapping-gpu' is not a LocalQueue in namespace 'drivetrain-development'"
+    ]
+
+
 def test_cohorts_must_form_one_tree() -> None:
     cycle = mutate(DOCS, "Cohort", "drivetrain", lambda o: o["spec"].update(parentName="autonomy"))
     errors = check.kueue_errors(cycle)
