@@ -273,6 +273,18 @@ def kueue_errors(docs: list[Document]) -> list[str]:
     flavors, cohorts = _by_kind(docs, "ResourceFlavor"), _by_kind(docs, "Cohort")
     queues, local_queues = _by_kind(docs, "ClusterQueue"), _by_kind(docs, "LocalQueue")
     for accel in ACCELERATORS.values():
+        pod = {
+            "cpu": accel.cpu_per_accelerator * accel.per_node,
+            "memory": accel.memory_gib_per_accelerator * accel.per_node,
+        }
+        node = {"cpu": accel.node_cpu, "memory": accel.node_memory_gib}
+        for resource in ("cpu", "memory"):
+            if pod[resource] > node[resource]:
+                errors.append(
+                    f"accelerator {accel.name!r}: a full node's pod requests "
+                    f"{pod[resource]} {resource}, more than a node's allocatable "
+                    f"{node[resource]} (tasks/placement.py)"
+                )
         flavor = flavors.get(accel.flavor)
         if flavor is None:
             errors.append(

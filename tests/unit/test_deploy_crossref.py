@@ -86,6 +86,17 @@ def test_a_job_naming_an_unknown_queue_is_caught() -> None:
     ]
 
 
+def test_a_pod_larger_than_its_node_is_caught(monkeypatch) -> None:
+    import dataclasses
+
+    h100 = dataclasses.replace(ACCELERATORS["h100-80gb"], cpu_per_accelerator=24)
+    monkeypatch.setitem(check.ACCELERATORS, "h100-80gb", h100)
+    assert check.kueue_errors(DOCS) == [
+        "accelerator 'h100-80gb': a full node's pod requests 192 cpu, more than a node's "
+        "allocatable 180 (tasks/placement.py)"
+    ]
+
+
 def test_cohorts_must_form_one_tree() -> None:
     cycle = mutate(DOCS, "Cohort", "drivetrain", lambda o: o["spec"].update(parentName="autonomy"))
     errors = check.kueue_errors(cycle)
