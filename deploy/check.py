@@ -267,58 +267,82 @@ def _in_units(resource: str, quantity: Any) -> Decimal:
     return value / GI if resource == "memory" else value
 
 
-def kueue_errors(docs: list[Document]) -> list[str]:
-    """Flavors, queues, cohorts and quotas against each other and the placement catalog."""
-    errors = []
-    flavors, cohorts = _by_kind(docs, "ResourceFlavor"), _by_kind(docs, "Cohort")
-    queues, local_queues = _by_kind(docs, "ClusterQueue"), _by_kind(docs, "LocalQueue")
+def _node_pod(accel: Any) -> dict[str, int]:
+    """What a pod with one node's worth of `accel` requests (cpu cores, memory GiB, devices)."""
+    pod = {
+        "cpu": accel.cpu_per_accelerator * accel.per_node,
+        "memory": accel.memory_gib_per_accelerator * accel.per_node,
+    }
+    if accel.resource:
+        pod[accel.resource] = accel.per_node
+    return pod
+
+
+def _flavor_errors(flavors: dict[str, Document]) -> Iterator[str]:
+    """Each accelerator's pod fits its node; its flavor exists with the catalog's labels."""
     for accel in ACCELERATORS.values():
-        pod = {
-            "cpu": accel.cpu_per_accelerator * accel.per_node,
-            "memory": accel.memory_gib_per_accelerator * accel.per_node,
-        }
-        node = {"cpu": accel.node_cpu, "memory": accel.node_memory_gib}
+        pod, node = _node_pod(accel), {"cpu": accel.node_cpu, "memory": accel.node_memory_gib}
         for resource in ("cpu", "memory"):
             if pod[resource] > node[resource]:
-                errors.append(
-                    f"accelerator {accel.name!r}: a full node's pod requests "
-                    f"{pod[resource]} {resource}, more than a node's allocatable "
-                    f"{node[resource]} (tasks/placement.py)"
+                yield (
+                    f"accelerator {accel.name!r}: a full node's pod requests {pod[resource]} "
+                    f"{resource}, more than a node's allocatable {node[resource]} "
+                    "(tasks/placement.py)"
                 )
         flavor = flavors.get(accel.flavor)
         if flavor is None:
-            errors.append(
-                f"accelerator {accel.name!r}: ResourceFlavor {accel.flavor!r} is not defined"
-            )
+            yield f"accelerator {accel.name!r}: ResourceFlavor {accel.flavor!r} is not defined"
             continue
         if flavor.spec.get("nodeLabels") != dict(accel.node_labels):
-            errors.append(
+            yield (
                 f"{flavor.where} ResourceFlavor/{flavor.name}: nodeLabels "
                 f"{flavor.spec.get('nodeLabels')} != catalog {dict(accel.node_labels)}"
             )
         if (flavor.spec.get("tolerations") or []) != [dict(t) for t in accel.tolerations]:
-            errors.append(
-                f"{flavor.where} ResourceFlavor/{flavor.name}: tolerations differ from "
-                f"the catalog's {list(accel.tolerations)}"
+            yield (
+                f"{flavor.where} ResourceFlavor/{flavor.name}: tolerations differ from the "
+                f"catalog's {list(accel.tolerations)}"
             )
-    # every flavor referenced is defined; lending within nominal quota
+
+
+def _group_errors(docs: list[Document]) -> Iterator[str]:
+    """The Kueue webhook's structural rules: each flavor lists the covered resources in
+    order; a resource and a flavor appear in one resource group of a queue only."""
+    for doc in (d for d in docs if d.kind in ("ClusterQueue", "Cohort")):
+        where, covered_seen, flavors_seen = f"{doc.where} {doc.kind}/{doc.name}", set(), set()
+        for group in doc.spec.get("resourceGroups") or ():
+            covered = list(group["coveredResources"])
+            if covered_seen & set(covered):
+                yield f"{where}: {sorted(covered_seen & set(covered))} in two resource groups"
+            covered_seen |= set(covered)
+            for flavor in group["flavors"]:
+                names = [r["name"] for r in flavor["resources"]]
+                if names != covered:
+                    yield (
+                        f"{where}: flavor {flavor['name']} lists {names}, not the "
+                        f"coveredResources {covered} in order"
+                    )
+                if flavor["name"] in flavors_seen:
+                    yield f"{where}: flavor {flavor['name']} appears twice"
+                flavors_seen.add(flavor["name"])
+
+
+def _quota_errors(docs: list[Document], flavors: dict[str, Document]) -> Iterator[str]:
+    """Flavors referenced exist; lending within nominal quota; quotas add up per pool."""
     unknown = set()
+    totals: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
     for doc, flavor, res in _quotas(docs):
         where = f"{doc.where} {doc.kind}/{doc.name}"
         if flavor not in flavors and (where, flavor) not in unknown:
             unknown.add((where, flavor))
-            errors.append(
-                f"{where}: unknown flavor {flavor!r} (defined: {', '.join(sorted(flavors))})"
+            yield f"{where}: unknown flavor {flavor!r} (defined: {', '.join(sorted(flavors))})"
+        if "lendingLimit" in res and (
+            parse_quantity(res["lendingLimit"]) > parse_quantity(res["nominalQuota"])
+        ):
+            yield (
+                f"{where}: flavor {flavor} {res['name']}: lendingLimit {res['lendingLimit']} "
+                f"exceeds nominalQuota {res['nominalQuota']}"
             )
-        nominal = parse_quantity(res["nominalQuota"])
-        if "lendingLimit" in res and parse_quantity(res["lendingLimit"]) > nominal:
-            errors.append(
-                f"{where}: flavor {flavor} {res['name']}: lendingLimit "
-                f"{res['lendingLimit']} exceeds nominalQuota {res['nominalQuota']}"
-            )
-    # quotas add up: per flavor and resource, sum of nominal quotas <= pool capacity
-    totals: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
-    for _, flavor, res in _quotas(docs):
         totals[(flavor, res["name"])] += _in_units(res["name"], res["nominalQuota"])
     capacity = {
         (a.flavor, r): Decimal(v) for a in ACCELERATORS.values() for r, v in a.capacity.items()
@@ -327,94 +351,110 @@ def kueue_errors(docs: list[Document]) -> list[str]:
         limit = capacity.get((flavor, resource), Decimal(0))
         if total > limit:
             unit = "Gi" if resource == "memory" else ""
-            errors.append(
-                f"quota: flavor {flavor} {resource}: nominal quotas add up to "
-                f"{total}{unit}, more than the pool's capacity {limit}{unit}"
+            yield (
+                f"quota: flavor {flavor} {resource}: nominal quotas add up to {total}{unit}, "
+                f"more than the pool's capacity {limit}{unit}"
             )
-    # cohorts form one tree: parents exist, no cycles, one root; queues name existing cohorts
+
+
+def _cohort_errors(cohorts: dict[str, Document], queues: dict[str, Document]) -> Iterator[str]:
+    """Cohorts form one tree (parents exist, no cycle, one root); queues name cohorts."""
     for doc in cohorts.values():
         parent = doc.spec.get("parentName")
         if parent is not None and parent not in cohorts:
-            errors.append(f"{doc.where} Cohort/{doc.name}: parentName {parent!r} is not a Cohort")
+            yield f"{doc.where} Cohort/{doc.name}: parentName {parent!r} is not a Cohort"
         seen, node = {doc.name}, parent
         while node in cohorts:
             if node in seen:
-                errors.append(f"{doc.where} Cohort/{doc.name}: cohort cycle through {node!r}")
+                yield f"{doc.where} Cohort/{doc.name}: cohort cycle through {node!r}"
                 break
             seen.add(node)
             node = cohorts[node].spec.get("parentName")
     roots = sorted(n for n, d in cohorts.items() if d.spec.get("parentName") is None)
     if len(roots) != 1:
-        errors.append(f"cohorts: expected one root Cohort, found {roots}")
+        yield f"cohorts: expected one root Cohort, found {roots}"
     for doc in queues.values():
         cohort = doc.spec.get("cohortName")
         if cohort is not None and cohort not in cohorts:
-            errors.append(
-                f"{doc.where} ClusterQueue/{doc.name}: cohortName {cohort!r} is not a Cohort"
-            )
+            yield f"{doc.where} ClusterQueue/{doc.name}: cohortName {cohort!r} is not a Cohort"
+
+
+def _queue_errors(
+    docs: list[Document], queues: dict[str, Document], local_queues: dict[str, Document]
+) -> Iterator[str]:
+    """Queue-name labels and LocalQueues point at queues that exist."""
     for doc in docs:  # example jobs in deploy/ name existing LocalQueues of their namespace
         queue = (doc.obj.get("metadata", {}).get("labels") or {}).get("kueue.x-k8s.io/queue-name")
         namespace = doc.obj.get("metadata", {}).get("namespace")
         if queue is not None and f"{namespace}/{queue}" not in local_queues:
-            errors.append(
+            yield (
                 f"{doc.where} {doc.kind}/{doc.name}: queue-name {queue!r} is not a "
                 f"LocalQueue in namespace {namespace!r}"
             )
     for doc in local_queues.values():
         if doc.spec.get("clusterQueue") not in queues:
-            errors.append(
+            yield (
                 f"{doc.where} LocalQueue/{doc.name}: clusterQueue "
                 f"{doc.spec.get('clusterQueue')!r} is not defined"
             )
-    # the catalog's teams: queues where it says, quota for exactly its accelerators
+
+
+def _team_errors(queues: dict[str, Document], local_queues: dict[str, Document]) -> Iterator[str]:
+    """The catalog's teams: LocalQueues where it says, quota for exactly its accelerators."""
     for team in TEAMS.values():
         cq = queues.get(team.cluster_queue)
         if cq is None:
-            errors.append(f"team {team.name!r}: ClusterQueue {team.cluster_queue!r} is not defined")
+            yield f"team {team.name!r}: ClusterQueue {team.cluster_queue!r} is not defined"
             continue
         for namespace in team.namespaces:
             lq = local_queues.get(f"{namespace}/{team.local_queue}")
             if lq is None:
-                errors.append(
-                    f"team {team.name!r}: unknown queue, no LocalQueue "
-                    f"{team.local_queue!r} in namespace {namespace!r}"
+                yield (
+                    f"team {team.name!r}: unknown queue, no LocalQueue {team.local_queue!r} "
+                    f"in namespace {namespace!r}"
                 )
             elif lq.spec.get("clusterQueue") != team.cluster_queue:
-                errors.append(
+                yield (
                     f"{lq.where} LocalQueue/{lq.name}: points at "
                     f"{lq.spec.get('clusterQueue')!r}, the catalog says {team.cluster_queue!r}"
                 )
             if not _selects_namespace(cq.spec.get("namespaceSelector"), namespace):
-                errors.append(
-                    f"{cq.where} ClusterQueue/{cq.name}: namespaceSelector does not "
-                    f"admit {namespace!r} where team {team.name!r} submits"
+                yield (
+                    f"{cq.where} ClusterQueue/{cq.name}: namespaceSelector does not admit "
+                    f"{namespace!r} where team {team.name!r} submits"
                 )
         quota: dict[str, dict[str, Decimal]] = defaultdict(dict)
         for _, flavor, res in _quotas([cq]):
             quota[flavor][res["name"]] = _in_units(res["name"], res["nominalQuota"])
         for accel in ACCELERATORS.values():
-            need = {
-                "cpu": accel.cpu_per_accelerator * accel.per_node,
-                "memory": accel.memory_gib_per_accelerator * accel.per_node,
-            }
-            if accel.resource:
-                need[accel.resource] = accel.per_node
-            has = quota.get(accel.flavor, {})
-            counted = accel.resource or "cpu"
+            need, has = _node_pod(accel), quota.get(accel.flavor, {})
             if accel.name in team.accelerators:
                 short = [r for r, v in need.items() if has.get(r, Decimal(0)) < v]
                 if short:
-                    errors.append(
-                        f"{cq.where} ClusterQueue/{cq.name}: team {team.name!r} may "
-                        f"request {accel.name} but its nominal quota in flavor "
-                        f"{accel.flavor} cannot admit one node's pod ({need}): {short}"
+                    yield (
+                        f"{cq.where} ClusterQueue/{cq.name}: team {team.name!r} may request "
+                        f"{accel.name} but its nominal quota in flavor {accel.flavor} cannot "
+                        f"admit one node's pod ({need}): {short}"
                     )
-            elif has.get(counted, Decimal(0)) > 0:
-                errors.append(
-                    f"{cq.where} ClusterQueue/{cq.name}: quota in flavor {accel.flavor} "
-                    f"but the catalog does not let team {team.name!r} request {accel.name}"
+            elif has.get(accel.resource or "cpu", Decimal(0)) > 0:
+                yield (
+                    f"{cq.where} ClusterQueue/{cq.name}: quota in flavor {accel.flavor} but "
+                    f"the catalog does not let team {team.name!r} request {accel.name}"
                 )
-    return errors
+
+
+def kueue_errors(docs: list[Document]) -> list[str]:
+    """Flavors, queues, cohorts and quotas against each other and the placement catalog."""
+    flavors, cohorts = _by_kind(docs, "ResourceFlavor"), _by_kind(docs, "Cohort")
+    queues, local_queues = _by_kind(docs, "ClusterQueue"), _by_kind(docs, "LocalQueue")
+    return [
+        *_flavor_errors(flavors),
+        *_group_errors(docs),
+        *_quota_errors(docs, flavors),
+        *_cohort_errors(cohorts, queues),
+        *_queue_errors(docs, queues, local_queues),
+        *_team_errors(queues, local_queues),
+    ]
 
 
 def kueue_config_errors(values: Mapping[str, Any]) -> list[str]:

@@ -97,6 +97,18 @@ def test_a_pod_larger_than_its_node_is_caught(monkeypatch) -> None:
     ]
 
 
+def test_resources_out_of_covered_order_are_caught() -> None:
+    def swap(obj: dict) -> None:
+        resources = obj["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
+        resources[0], resources[1] = resources[1], resources[0]
+
+    assert check.kueue_errors(mutate(DOCS, "ClusterQueue", "mapping", swap)) == [
+        "kueue/cluster-queues.yaml#2 ClusterQueue/mapping: flavor cpu-standard lists ['memory', "
+        "'cpu', 'nvidia.com/gpu'], not the coveredResources ['cpu', 'memory', 'nvidia.com/gpu'] "
+        "in order"
+    ]
+
+
 def test_cohorts_must_form_one_tree() -> None:
     cycle = mutate(DOCS, "Cohort", "drivetrain", lambda o: o["spec"].update(parentName="autonomy"))
     errors = check.kueue_errors(cycle)
