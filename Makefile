@@ -12,7 +12,7 @@ OUT      ?= build
 # Where MLflow (mlflow.db, mlartifacts/) and the elastic run folders go; see README.md.
 export DRIVETRAIN_HOME ?= $(HOME)/.drivetrain
 
-.PHONY: install dev run run-pandaset test test-all lint package mlflow-ui clean-cache bench-env
+.PHONY: install dev run run-pandaset test test-all lint package deploy-check mlflow-ui clean-cache bench-env
 
 $(BIN)/python:
 	$(PYTHON3) -m venv $(VENV)
@@ -50,6 +50,11 @@ lint: dev
 package: install
 	mkdir -p $(OUT)
 	$(BIN)/pyflyte --pkgs workflows package --image $(IMAGE) --output $(OUT)/flyte-package.tgz --force
+
+# Validate deploy/ offline: CRD schemas + CEL rules, Kubernetes schemas, cross-references with
+# tasks/placement.py (see deploy/README.md).
+deploy-check: dev
+	$(BIN)/python deploy/check.py
 
 mlflow-ui: install
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(DRIVETRAIN_HOME)/mlflow.db \
