@@ -11,7 +11,12 @@ traceback.
 
 from __future__ import annotations
 
-__all__ = ["UserError", "format_user_error"]
+import errno
+
+__all__ = ["UserError", "format_user_error", "to_user_error"]
+
+#: errno values of a full disk or an exhausted quota.
+_DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 class UserError(ValueError):
@@ -39,3 +44,20 @@ def format_user_error(error: BaseException) -> str:
     """Return the one-line `error: ...` text of `error` (newlines folded into spaces)."""
     text = " ".join(str(error).split("\n")).strip() or type(error).__name__
     return f"error: {text}"
+
+
+def to_user_error(error: BaseException, *, where: str = "") -> UserError | None:
+    """Return `error` as a `UserError` when the user can fix it, else None (a bug: keep the traceback).
+
+    A `UserError` is returned as is; a full disk or exhausted quota (ENOSPC, EDQUOT) becomes
+    "disk full" naming the file being written (or `where`) and the fix.
+    """
+    if isinstance(error, UserError):
+        return error
+    if isinstance(error, OSError) and error.errno in _DISK_FULL:
+        target = error.filename or where or "the output folder"
+        return UserError(
+            f"disk full while writing ({error.strerror or 'no space left on device'})", str(target),
+            "free space on that disk or write the output to a larger one (--output, TMPDIR)",
+        )
+    return None

@@ -38,6 +38,7 @@ __all__ = [
     "StorageAccessError",
     "StorageUnreachableError",
     "call_with_retries",
+    "default_retries",
     "explain_storage_error",
     "fetch_folder",
     "is_local_url",
@@ -300,8 +301,18 @@ def resolve_fs(
     return fs, root.rstrip("/") or root, is_local_url(text)
 
 
+def default_retries() -> int:
+    """Return the retries of a storage request: `$DRIVETRAIN_STORAGE_RETRIES`, default 4."""
+    return int(os.environ.get("DRIVETRAIN_STORAGE_RETRIES", "4"))
+
+
 def call_with_retries(
-    fn: Callable[[], T], *, what: str, url: str, max_retries: int = 4, backoff_s: float = 0.5
+    fn: Callable[[], T],
+    *,
+    what: str,
+    url: str,
+    max_retries: int | None = None,
+    backoff_s: float = 0.5,
 ) -> T:
     """Run `fn`, retrying transient errors (`is_transient`) with exponential backoff.
 
@@ -309,7 +320,7 @@ def call_with_retries(
         fn: the storage operation.
         what: the operation, for messages ("reading manifest.json").
         url: the location operated on, named in messages.
-        max_retries: retries after the first attempt (0: no retry).
+        max_retries: retries after the first attempt (0: no retry); None: `default_retries()`.
         backoff_s: first delay, doubled per retry, capped at 8 s.
 
     Raises:
@@ -317,6 +328,7 @@ def call_with_retries(
         StorageAccessError: missing/bad credentials or access denied (never retried).
         Exception: any other error of `fn`, unchanged, on its first occurrence.
     """
+    max_retries = default_retries() if max_retries is None else max_retries
     retrying = tenacity.Retrying(
         stop=tenacity.stop_after_attempt(max_retries + 1),
         wait=tenacity.wait_exponential(multiplier=backoff_s, max=8.0),
@@ -341,7 +353,7 @@ def fetch_folder(
     url: str,
     workdir: str | os.PathLike[str],
     *,
-    max_retries: int = 4,
+    max_retries: int | None = None,
     storage_options: dict[str, Any] | None = None,
 ) -> Path:
     """Return a local folder with the contents of `url`: itself when local, else a download.

@@ -27,12 +27,16 @@ from flytekit import Cache, HashMethod, Resources, current_context, map_task, ta
 from flytekit.core.context_manager import FlyteContextManager
 from flytekit.types.directory import FlyteDirectory
 
-from platform_lib import pipeline
-from platform_lib.registry.lineage import hash_raw_location
-from platform_lib.shards import BuildConfig, load_manifest
+from platform_lib.errors import UserError
+from platform_lib.shards import BuildConfig, DatasetError, load_manifest
+from platform_lib.shards.check import check_dataset, explain_dataset_error
 from platform_lib.shards.merge import build_part, merge_parts
+from platform_lib.shards.split import SPLIT_METHODS
+from platform_lib.sources import DEFAULT_SPLITS, check_source, list_log_urls
+from platform_lib.sources.hashing import check_raw_logs_unchanged, hash_raw_location
 from platform_lib.sources.synthetic import SyntheticConfig, write_synthetic_logs
-from tasks.errors import recoverable_storage_errors
+from platform_lib.storage import fetch_folder, is_local_url
+from tasks.errors import stale_cache_error, task_errors
 from tasks.image import TASK_IMAGE
 
 __all__ = [
@@ -58,32 +62,48 @@ Dataset = Annotated[FlyteDirectory, HashMethod(_dataset_hash)]
 @task(container_image=TASK_IMAGE, cache=Cache(version="1"), retries=3, requests=Resources(cpu="1", mem="2Gi"))
 def materialize_raw_logs(source: str, raw_logs: str, synthetic: SyntheticConfig) -> str:
     """Return the raw-log location: `raw_logs`, or freshly generated synthetic logs when empty."""
-    pipeline.check_source(source)
-    if raw_logs:
-        return raw_logs
-    if source != "synthetic":
-        raise ValueError(f"input raw_logs is empty: source={source!r} needs a folder of raw logs")
-    local = Path(current_context().working_directory) / "synthetic_logs"
-    write_synthetic_logs(synthetic, local)
+    with task_errors("generating synthetic logs"):
+        check_source(source)
+        if raw_logs:
+            return raw_logs
+        if source != "synthetic":
+            raise UserError("no raw logs given", "raw_logs", f"source {source!r} needs --raw_logs <folder of raw logs>")
+        local = Path(current_context().working_directory) / "synthetic_logs"
+        write_synthetic_logs(synthetic, local)
     file_access = FlyteContextManager.current_context().file_access
     remote = file_access.get_random_remote_directory()
-    with recoverable_storage_errors(f"uploading synthetic logs to {remote}"):
+    with task_errors("uploading synthetic logs to", remote):
         file_access.put_data(str(local), remote, is_multipart=True)
     return remote
 
 
 @task(container_image=TASK_IMAGE, retries=3)
-def hash_raw_logs(source: str, raw_logs: str) -> str:
-    """Return the content hash of the raw logs (uncached on purpose: it detects changes)."""
-    pipeline.check_source(source)
-    with recoverable_storage_errors(f"hashing raw_logs={raw_logs!r}"):
+def hash_raw_logs(source: str, raw_logs: str, requested: str) -> str:
+    """Return the content hash of the raw logs (uncached on purpose: it detects changes).
+
+    Args:
+        source: raw-log format.
+        raw_logs: the location `materialize_raw_logs` returned.
+        requested: the workflow's `raw_logs` input ("" when synthetic logs were generated), to
+            tell a deleted cached output from a wrong input.
+    """
+    with task_errors("hashing raw_logs", raw_logs):
+        check_source(source)
+        if not requested and is_local_url(raw_logs) and not Path(raw_logs.removeprefix("file://")).exists():
+            raise stale_cache_error(raw_logs, "materialize_raw_logs")
         return hash_raw_location(raw_logs)
 
 
 @task(container_image=TASK_IMAGE, cache=Cache(version="1"), retries=1)
-def dataset_config(source: str) -> BuildConfig:
-    """Return the dataset build config of `source` (its train/val split rule)."""
-    return pipeline.resolve_build_config(source)
+def dataset_config(source: str, split: str, quarantine: bool) -> BuildConfig:
+    """Return the dataset build config: the source's default split unless `split` names one."""
+    with task_errors("choosing the split"):
+        check_source(source)
+        if split and split not in SPLIT_METHODS:
+            raise UserError(f"unknown split method {split!r}", "split",
+                            f"use one of {', '.join(SPLIT_METHODS)}, or '' for the source's default")
+        rule = dict(DEFAULT_SPLITS[source]) | ({"split": split} if split else {})
+        return BuildConfig(**rule, quarantine=quarantine)
 
 
 class RawLogList(NamedTuple):
@@ -96,8 +116,8 @@ class RawLogList(NamedTuple):
 @task(container_image=TASK_IMAGE, retries=3)
 def list_raw_logs(source: str, raw_logs: str) -> RawLogList:
     """Return the logs under `raw_logs` now and their content hashes (uncached: the probe)."""
-    with recoverable_storage_errors(f"listing raw_logs={raw_logs!r}"):
-        logs = pipeline.list_raw_log_urls(source, raw_logs)
+    with task_errors("listing raw_logs", raw_logs):
+        logs = list_log_urls(source, raw_logs)
         return RawLogList(logs=logs, log_hashes=[hash_raw_location(log) for log in logs])
 
 
@@ -107,11 +127,14 @@ def list_raw_logs(source: str, raw_logs: str) -> RawLogList:
 )
 def build_log_part(source: str, log: str, log_hash: str, config: BuildConfig) -> str:
     """Build (or find) the part of one raw log in the part store; return its location."""
-    with recoverable_storage_errors(f"building the part of raw log {log!r}"):
-        local = pipeline.fetch_raw_logs(log, current_context().working_directory)
-        part = build_part(source, local, config, log_hash=log_hash)
+    with task_errors("building the part of raw log", log):
+        local = fetch_folder(log, current_context().working_directory)
+        try:
+            part = build_part(source, local, config, log_hash=log_hash)
+        except DatasetError as exc:
+            raise explain_dataset_error(exc, log) from exc
         if part.built:
-            pipeline.check_raw_logs_unchanged(log, log_hash)
+            check_raw_logs_unchanged(log, log_hash)
     return part.location
 
 
@@ -123,9 +146,22 @@ def build_log_parts(source, logs, log_hashes, config):
 
 @task(container_image=TASK_IMAGE, cache=Cache(version="1"), retries=3, requests=Resources(cpu="1", mem="2Gi"))
 def merge_dataset(source: str, parts: list[str], config: BuildConfig) -> Dataset:
-    """Write index + manifest over `parts` (no shard bytes copied) and validate the dataset."""
+    """Write index + manifest over `parts` (no shard bytes copied) and check the dataset.
+
+    The check (`platform_lib.shards.check.check_dataset`) validates every shard and requires
+    samples in train and val; an empty split names the `--split` option that fixes it.
+    """
     out = Path(current_context().working_directory) / "dataset"
-    with recoverable_storage_errors("reading the parts' manifests and indexes"):
-        merge_parts(parts, out, config, source=source)
-        pipeline.check_dataset(out)
+    with task_errors("merging the parts of the dataset"):
+        try:
+            merge_parts(parts, out, config, source=source)
+            check_dataset(out)
+        except DatasetError as exc:
+            raise explain_dataset_error(exc, "raw_logs") from exc
+        except UserError as exc:
+            if not exc.what.startswith("dataset has no samples"):
+                raise
+            fix = ("pass --split by_frame_range (the last frames of every log go to val) or more logs"
+                   if config.split == "by_log" else "give the logs more frames than val_frames_per_log")
+            raise UserError(exc.what, "raw_logs", fix) from exc
     return FlyteDirectory(str(out))

@@ -1,14 +1,19 @@
 """Error handling at the task boundary: retryable storage errors and one-line user errors.
 
-Flyte retries a task (`retries=`) on `FlyteRecoverableException` (and on system errors); any
-other exception is a user error and fails the execution at once. Local runs (`pyflyte run`
-without `--remote`) never retry; clusters do.
+Every task body runs inside `task_errors(what, url)`:
 
-A `platform_lib.errors.UserError` (bad input: overrides, a missing folder, a full disk) leaves
-a task as the single line `error: <what> (<culprit>): <what to do>` on stderr and a
-`PipelineInputError`, which `pyflyte run` hands to click (a `click.exceptions.Exit`), so a
-local run ends there without a traceback, exit code 2; the traceback is appended to
-`$DRIVETRAIN_HOME/logs/errors.log`. On a cluster the line is the execution's error message.
+- a transient storage error (`platform_lib.storage.is_transient`: connection refused/reset,
+  timeouts, throttling) becomes `FlyteRecoverableException`, which Flyte retries (`retries=`;
+  on a cluster only, local runs never retry);
+- a user error (`platform_lib.errors.UserError`, bad credentials for `url`, a full disk) is
+  printed as the single line `error: <what> (<culprit>): <what to do>` on stderr and leaves the
+  task as `PipelineInputError`, a `click.exceptions.Exit` (exit code 2) that `pyflyte run` hands
+  to click, so a local run ends there without a traceback; the traceback is appended to
+  `$DRIVETRAIN_HOME/logs/errors.log`. On a cluster the line is the execution's error message;
+- anything else is a bug and keeps its traceback.
+
+`download_input` fetches a FlyteDirectory/FlyteFile input and names the stale cache when a
+cached task's output was deleted (e.g. TMPDIR wiped under flytekit's local cache).
 """
 
 from __future__ import annotations
@@ -23,11 +28,13 @@ from pathlib import Path
 
 import click
 from flytekit.exceptions.user import FlyteRecoverableException
+from flytekit.types.directory import FlyteDirectory
+from flytekit.types.file import FlyteFile
 
-from platform_lib.errors import UserError, format_user_error
-from platform_lib.pipeline import is_transient_storage_error
+from platform_lib.errors import UserError, format_user_error, to_user_error
+from platform_lib.storage import explain_storage_error, is_transient
 
-__all__ = ["PipelineInputError", "recoverable_storage_errors", "user_errors"]
+__all__ = ["PipelineInputError", "download_input", "stale_cache_error", "task_errors"]
 
 
 class PipelineInputError(click.exceptions.Exit):
@@ -64,36 +71,57 @@ def _log_traceback(error: BaseException) -> Path | None:
 
 
 @contextlib.contextmanager
-def user_errors() -> Iterator[None]:
-    """Turn a `UserError` raised inside into a one-line `PipelineInputError` (traceback logged).
-
-    Raises:
-        PipelineInputError: for every `platform_lib.errors.UserError`.
-    """
-    try:
-        yield
-    except UserError as exc:
-        line = format_user_error(exc)
-        log = _log_traceback(exc)
-        print(line, file=sys.stderr, flush=True)
-        raise PipelineInputError(line + (f" [traceback: {log}]" if log else "")) from exc
-
-
-@contextlib.contextmanager
-def recoverable_storage_errors(what: str) -> Iterator[None]:
-    """Re-raise transient storage errors (ECONNRESET, timeouts, ...) as retryable.
+def task_errors(what: str, url: str = "") -> Iterator[None]:
+    """Classify an error leaving a task body (see the module docstring).
 
     Args:
-        what: the operation, for the message (e.g. "reading raw_logs=s3://bucket/logs").
+        what: the operation, for messages (e.g. "reading raw_logs").
+        url: the storage location involved, named in credential errors.
 
     Raises:
-        FlyteRecoverableException: for `is_transient_storage_error` errors.
+        FlyteRecoverableException: for transient storage errors.
+        PipelineInputError: for user errors (one line, printed to stderr first).
     """
     try:
         yield
+    except (FlyteRecoverableException, PipelineInputError):
+        raise
     except Exception as exc:
-        if is_transient_storage_error(exc):
+        user = to_user_error(exc, where=url) or (explain_storage_error(exc, url) if url else None)
+        if user is not None:
+            line = format_user_error(user)
+            log = _log_traceback(exc)
+            print(line, file=sys.stderr, flush=True)
+            raise PipelineInputError(line + (f" [traceback: {log}]" if log else "")) from exc
+        if is_transient(exc):
             raise FlyteRecoverableException(
-                f"transient storage error while {what}: {exc!r}; Flyte retries this task"
+                f"transient storage error while {what} {url}: {type(exc).__name__}: {exc}; "
+                "Flyte retries this task"
             ) from exc
         raise
+
+
+def stale_cache_error(path: str, producer: str) -> UserError:
+    """Return the error of a cached output that no longer exists, naming the cache and its fix."""
+    return UserError(
+        f"the cached output of task {producer} no longer exists (flytekit local cache "
+        "~/.flyte/local-cache points at deleted files)",
+        path,
+        "clear the cache with `pyflyte local-cache clear` (or `make clean-cache`) and run again",
+    )
+
+
+def download_input(value: FlyteDirectory | FlyteFile, producer: str) -> str:
+    """Return a local path of a FlyteDirectory/FlyteFile input, downloading a remote one.
+
+    Raises:
+        UserError: the output of the (cached) task `producer` was deleted.
+    """
+    source = str(value.remote_source or value.path)
+    try:
+        local = value.download()
+    except FileNotFoundError:
+        raise stale_cache_error(source, producer) from None
+    if not Path(local).exists():
+        raise stale_cache_error(source, producer)
+    return str(local)

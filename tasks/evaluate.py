@@ -10,7 +10,7 @@ from flytekit.types.file import FlyteFile
 
 from platform_lib.training.config import TrainConfig
 from platform_lib.training.evaluate import evaluate
-from tasks.errors import recoverable_storage_errors
+from tasks.errors import download_input, task_errors
 from tasks.image import TASK_IMAGE
 
 __all__ = ["evaluate_model"]
@@ -19,11 +19,12 @@ __all__ = ["evaluate_model"]
 @task(container_image=TASK_IMAGE, cache=Cache(version="1"), retries=2, requests=Resources(cpu="2", mem="4Gi"))
 def evaluate_model(dataset: FlyteDirectory, run: FlyteDirectory, config: TrainConfig) -> FlyteFile:
     """Evaluate the run's weights on `config.data.val_split`; return the metrics table (JSON)."""
-    with recoverable_storage_errors("downloading the dataset and the run folder"):
-        dataset_dir, run_dir = dataset.download(), run.download()
-    out = Path(current_context().working_directory) / "eval"
-    result = evaluate(
-        str(Path(run_dir) / "model.safetensors"), config, str(dataset_dir),
-        split=config.data.val_split, output_dir=str(out),
-    )
+    with task_errors("evaluating on the dataset", str(dataset.remote_source or dataset.path)):
+        dataset_dir = download_input(dataset, "merge_dataset")
+        run_dir = download_input(run, "train_model")
+        out = Path(current_context().working_directory) / "eval"
+        result = evaluate(
+            str(Path(run_dir) / "model.safetensors"), config, dataset_dir,
+            split=config.data.val_split, output_dir=str(out),
+        )
     return FlyteFile(result.metrics_json)

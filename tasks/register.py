@@ -19,10 +19,9 @@ from flytekit import Cache, Secret, current_context, task
 from flytekit.types.directory import FlyteDirectory
 from flytekit.types.file import FlyteFile
 
-from platform_lib import pipeline
 from platform_lib.registry.record import record_training_run
 from platform_lib.training.config import TrainConfig
-from tasks.errors import recoverable_storage_errors
+from tasks.errors import download_input, task_errors
 from tasks.image import TASK_IMAGE
 
 __all__ = ["MLFLOW_SECRETS", "mlflow_credentials", "register_model"]
@@ -68,11 +67,16 @@ def register_model(
     eval_table: FlyteFile,
     config: TrainConfig,
 ) -> str:
-    """Register the run's model with lineage tags; return `models:/<name>/<version>`."""
-    with recoverable_storage_errors("logging to MLflow"), mlflow_credentials():
+    """Register the run's model with lineage tags; return `models:/<name>/<version>`.
+
+    `model_name` "" registers as "drivetrain-bev-<source>".
+    """
+    with task_errors("logging to MLflow"), mlflow_credentials():
         registration = record_training_run(
-            model_name=pipeline.resolve_model_name(model_name, source),
-            run_dir=run.download(), dataset_dir=dataset.download(),
-            eval_json=eval_table.download(), config=config, raw_logs_hash=raw_logs_hash,
+            model_name=model_name or f"drivetrain-bev-{source}",
+            run_dir=download_input(run, "train_model"),
+            dataset_dir=download_input(dataset, "merge_dataset"),
+            eval_json=download_input(eval_table, "evaluate_model"), config=config,
+            raw_logs_hash=raw_logs_hash,
         )
     return registration.model_uri

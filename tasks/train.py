@@ -15,7 +15,10 @@ distributed checkpoint; task `retries` apply on a cluster only.
 
 from __future__ import annotations
 
+import os
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from flytekit import Cache, PodTemplate, Resources, task
@@ -27,16 +30,15 @@ from flytekitplugins.kfpytorch import Elastic
 from flytekitplugins.kfpytorch.task import PytorchElasticFunctionTask
 from kubernetes.client import V1PodSpec, V1Toleration
 
-from platform_lib import pipeline
 from platform_lib.shards import load_manifest
 from platform_lib.training.config import TrainConfig, hash_config
 from platform_lib.training.overrides import resolve_train_config
 from platform_lib.training.train import train
-from tasks.errors import recoverable_storage_errors, user_errors
+from tasks.errors import download_input, task_errors
 from tasks.image import TASK_IMAGE
 from tasks.placement import Placement, placement_from_env
 
-__all__ = ["build_train_task", "resolve_config", "train_model"]
+__all__ = ["build_train_task", "resolve_config", "resolve_run_dir", "train_model"]
 
 #: Placement of `train_model` (default: 2 CPU workers, the 2-core dev machines). Read when the
 #: module is imported (package/register time, and in the pod from the task's environment).
@@ -50,17 +52,31 @@ def resolve_config(preset: str, overrides: str, seed: int) -> TrainConfig:
     Fails at once, in one line naming the field, on an unknown field, a wrong type or an
     out-of-range value (`platform_lib.training.overrides`).
     """
-    with user_errors():
+    with task_errors("resolving the training config"):
         return resolve_train_config(preset, overrides, seed)
+
+
+def resolve_run_dir(dataset_hash: str, config_hash: str) -> Path:
+    """Return the run folder shared by the ranks of one elastic launch.
+
+    All ranks of a launch are children of the same elastic agent process, so the agent's pid
+    (`os.getppid()` in a worker) plus the dataset and config hashes name a folder that every
+    rank agrees on without communicating, and that an elastic restart (`max_restarts`) finds
+    again to resume from its last checkpoint. It lives under `$TMPDIR/drivetrain-train/`;
+    the task uploads it as its output.
+    """
+    name = f"{dataset_hash[:16]}-{config_hash[:16]}-{os.getppid()}"
+    path = Path(tempfile.gettempdir()) / "drivetrain-train" / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def train_model(dataset: FlyteDirectory, config: TrainConfig) -> FlyteDirectory:
     """Train on `dataset` in every elastic worker; return the run folder (rank 0's)."""
-    with recoverable_storage_errors(f"reading dataset {dataset.remote_source or dataset.path}"):
-        local = dataset.download()
-        dataset_hash = load_manifest(local)["dataset_hash"]
-    run_dir = pipeline.resolve_train_dir(dataset_hash, hash_config(config))
-    train(config, str(local), str(run_dir))
+    with task_errors("training on the dataset", str(dataset.remote_source or dataset.path)):
+        local = download_input(dataset, "merge_dataset")
+        run_dir = resolve_run_dir(load_manifest(local)["dataset_hash"], hash_config(config))
+        train(config, local, str(run_dir))
     return FlyteDirectory(str(run_dir))
 
 

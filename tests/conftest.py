@@ -3,12 +3,7 @@ small synthetic raw logs."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -43,30 +38,6 @@ def synthetic_root(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("synthetic-raw")
     write_synthetic_logs(SyntheticConfig(), root, progress=False)
     return root
-
-
-def start_moto_server(env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
-    """Start a real moto S3 server on 127.0.0.1 (free port); return (process, endpoint URL).
-
-    `env` adds variables to the server's environment, e.g. {"INITIAL_NO_AUTH_ACTION_COUNT":
-    "0"} to make it check credentials (unknown access keys get HTTP 403 InvalidAccessKeyId).
-    """
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})},
-    )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return proc, f"http://127.0.0.1:{port}"
-        except OSError:
-            time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError("moto server did not start within 60 s")
 
 
 @pytest.fixture

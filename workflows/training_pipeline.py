@@ -39,6 +39,8 @@ def training_pipeline(
     seed: int = 0,
     model_name: str = "",
     synthetic: SyntheticConfig = DEFAULT_SYNTHETIC,
+    split: str = "",
+    quarantine: bool = False,
 ) -> str:
     """Build, train, evaluate and register; return the new model version's `models:/` URI.
 
@@ -52,11 +54,15 @@ def training_pipeline(
         seed: training seed (weights init and data order).
         model_name: registered model name; empty: "drivetrain-bev-<source>".
         synthetic: generator settings when synthetic logs are generated.
+        split: train/val split method ("by_log" or "by_frame_range"); "" uses the source's
+            default (`platform_lib.sources.DEFAULT_SPLITS`).
+        quarantine: leave bad frames out of the dataset (listed in its manifest) instead of
+            failing the build.
     """
     config = resolve_config(preset=preset, overrides=overrides, seed=seed)
     logs = materialize_raw_logs(source=source, raw_logs=raw_logs, synthetic=synthetic)
-    logs_hash = hash_raw_logs(source=source, raw_logs=logs)
-    build_config = dataset_config(source=source)
+    logs_hash = hash_raw_logs(source=source, raw_logs=logs, requested=raw_logs)
+    build_config = dataset_config(source=source, split=split, quarantine=quarantine)
     present = list_raw_logs(source=source, raw_logs=logs)
     parts = build_log_parts(source, present.logs, present.log_hashes, build_config)
     dataset = merge_dataset(source=source, parts=parts, config=build_config)

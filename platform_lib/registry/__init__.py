@@ -3,7 +3,6 @@
 from platform_lib.registry.lineage import (
     Lineage,
     build_lineage,
-    hash_raw_location,
     hash_val_split,
     resolve_code_version,
     resolve_flyte_execution_id,
@@ -30,7 +29,6 @@ __all__ = [
     "Registration",
     "build_lineage",
     "configure_mlflow",
-    "hash_raw_location",
     "hash_val_split",
     "load_champion",
     "load_model_version",

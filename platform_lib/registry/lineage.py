@@ -13,11 +13,7 @@ Every registered model version carries these tags (see `build_lineage`):
     seed                training seed
     flyte_execution_id  Flyte execution name, or "local" outside a Flyte execution
 
-Raw-log content keys (`hash_raw_location`): a local folder hashes its bytes
-(`platform_lib.sources.hashing.hash_raw_log`: sha256 over the sorted `relpath\\0file_sha256\\n`
-lines of every non-hidden file); an object-storage prefix (s3://, gs://, ...) uses each
-object's version id, else its ETag, instead of reading the bytes, so hashing a bucket costs one
-listing (an ETag changes whenever the object's bytes change).
+Raw-log content keys: `platform_lib.sources.hashing.hash_raw_location`.
 """
 
 from __future__ import annotations
@@ -25,23 +21,19 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import subprocess
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import fsspec
 import pyarrow.parquet as pq
 
-from platform_lib.sources.hashing import hash_raw_log, list_raw_files
 from platform_lib.training.config import hash_config
 
 __all__ = [
     "Lineage",
     "build_lineage",
-    "hash_raw_location",
     "hash_val_split",
     "resolve_code_version",
     "resolve_flyte_execution_id",
@@ -56,7 +48,7 @@ class Lineage:
     val_split_hash: str
     """sha256 over the validation samples' content hashes; identifies the validation set"""
     raw_logs_hash: str
-    """content hash of the raw-log location (see `hash_raw_location`)"""
+    """content hash of the raw-log location (`platform_lib.sources.hashing.hash_raw_location`)"""
     source_log_hashes: str
     """JSON object {log_id: raw content hash} from the manifest"""
     code_version: str
@@ -71,48 +63,6 @@ class Lineage:
     def to_tags(self) -> dict[str, str]:
         """Return the lineage as MLflow tags (all values strings)."""
         return {f.name: str(getattr(self, f.name)) for f in dataclasses.fields(self)}
-
-
-def hash_raw_location(location: str) -> str:
-    """Return the content key of a raw-log folder, local or on object storage.
-
-    Args:
-        location: local folder path, `file://` URL, or an fsspec URL such as `s3://bucket/logs/`.
-
-    Returns:
-        sha256 hex. Local files: over sorted `relpath\\0sha256(bytes)\\n`. Remote objects: over
-        sorted `relpath\\0version_id-or-ETag\\n` (no bytes are read).
-
-    Raises:
-        FileNotFoundError: the location does not exist or is not a folder.
-        ValueError: the location holds no files, or a remote object has neither ETag nor
-            version id.
-    """
-    fs, root = fsspec.core.url_to_fs(location)
-    if not fs.isdir(root):
-        raise FileNotFoundError(
-            f"raw_logs {location!r} does not exist or is not a folder: pass a folder of raw logs"
-        )
-    protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
-    if "file" in protocols or "local" in protocols:
-        if not list_raw_files(root):
-            raise ValueError(f"raw_logs {location!r} is an empty folder: it holds no raw log files")
-        return hash_raw_log(root)
-    lines = []
-    for path, info in sorted(fs.find(root, detail=True).items()):
-        rel = os.path.relpath(path, root).replace(os.sep, "/")
-        if rel.startswith(".") or "/." in rel:
-            continue  # hidden tool state, skipped like `list_raw_files` does
-        key = info.get("VersionId") or info.get("version_id") or info.get("ETag") or info.get("etag")
-        if not key:
-            raise ValueError(
-                f"object {path!r} under raw_logs {location!r} has no ETag or version id; "
-                "use a store that reports one or copy the logs to a local folder"
-            )
-        lines.append(f"{rel}\0{str(key).strip(chr(34))}\n")
-    if not lines:
-        raise ValueError(f"raw_logs {location!r} is an empty folder: it holds no raw log files")
-    return hashlib.sha256("".join(lines).encode()).hexdigest()
 
 
 def hash_val_split(dataset_dir: str | Path, split: str = "val") -> str:

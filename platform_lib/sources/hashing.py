@@ -3,6 +3,11 @@
 `hash_raw_log(log_dir)` = sha256 over the sorted list of (relative POSIX path, sha256 of the
 file bytes) of every regular file below `log_dir`. It depends on file names and contents only
 (not on mtimes, permissions or the folder's own name/location), so a copied log hashes the same.
+
+`hash_raw_location(url)` is the content key of a whole raw-log location, local or remote: a
+local folder hashes its bytes (`hash_raw_log`); an object-storage prefix (s3://, gs://, ...)
+uses each object's version id, else its ETag, instead of reading the bytes, so hashing a bucket
+costs one listing (an ETag changes whenever the object's bytes change).
 """
 
 from __future__ import annotations
@@ -11,7 +16,16 @@ import hashlib
 import os
 from pathlib import Path
 
-__all__ = ["hash_file", "hash_raw_log", "list_raw_files"]
+from platform_lib.errors import UserError
+from platform_lib.storage import call_with_retries, resolve_fs
+
+__all__ = [
+    "check_raw_logs_unchanged",
+    "hash_file",
+    "hash_raw_location",
+    "hash_raw_log",
+    "list_raw_files",
+]
 
 _CHUNK = 1 << 20
 
@@ -62,3 +76,56 @@ def hash_raw_log(log_dir: str | os.PathLike[str]) -> str:
     for rel in list_raw_files(root):
         digest.update(f"{rel}\0{hash_file(root / rel)}\n".encode())
     return digest.hexdigest()
+
+
+def hash_raw_location(location: str) -> str:
+    """Return the content key of a raw-log folder, local or on object storage.
+
+    Args:
+        location: local folder path, `file://` URL, or an fsspec URL such as `s3://bucket/logs/`.
+
+    Returns:
+        sha256 hex. Local files: over sorted `relpath\\0sha256(bytes)\\n`. Remote objects: over
+        sorted `relpath\\0version_id-or-ETag\\n` (no bytes are read).
+
+    Raises:
+        UserError: the location does not exist, is not a folder or holds no files (culprit:
+            the location), or a remote object has neither ETag nor version id.
+        StorageAccessError / StorageUnreachableError: from `platform_lib.storage`.
+    """
+    fs, root, local = resolve_fs(location)
+    if not call_with_retries(lambda: fs.isdir(root), what="listing", url=location):
+        raise UserError("raw-log folder does not exist or is not a folder", location,
+                        "pass raw_logs a folder of raw logs (local path or object-storage URL)")
+    if local:
+        if not list_raw_files(root):
+            raise UserError("raw-log folder is empty", location, "pass raw_logs a folder holding raw logs")
+        return hash_raw_log(root)
+    lines = []
+    listing = call_with_retries(lambda: fs.find(root, detail=True), what="listing", url=location)
+    for path, info in sorted(listing.items()):
+        rel = os.path.relpath(path, root).replace(os.sep, "/")
+        if rel.startswith(".") or "/." in rel:
+            continue  # hidden tool state, skipped like `list_raw_files` does
+        key = info.get("VersionId") or info.get("version_id") or info.get("ETag") or info.get("etag")
+        if not key:
+            raise UserError(f"object {path!r} has no ETag or version id", location,
+                            "use a store that reports one or copy the logs to a local folder")
+        lines.append(f"{rel}\0{str(key).strip(chr(34))}\n")
+    if not lines:
+        raise UserError("raw-log folder is empty", location, "pass raw_logs a folder holding raw logs")
+    return hashlib.sha256("".join(lines).encode()).hexdigest()
+
+
+def check_raw_logs_unchanged(location: str, expected_hash: str) -> None:
+    """Fail when the raw logs changed since they were hashed (a cache key would lie).
+
+    Raises:
+        UserError: naming the location and both hashes.
+    """
+    now = hash_raw_location(location)
+    if now != expected_hash:
+        raise UserError(
+            f"raw logs changed while the dataset was built (content hash {expected_hash[:12]} -> {now[:12]})",
+            location, "stop writing to the raw-log folder and re-run",
+        )

@@ -41,12 +41,11 @@ def test_pandaset_pipeline_registers_reproducible_champion(
     assert log.count("Cache hit") == CACHED_TASKS and "Cache miss" not in log, log[-5000:]
     assert again.stdout.strip().splitlines()[-1] == "models:/drivetrain-bev-pandaset/1"
 
-    from platform_lib import pipeline
-    from platform_lib.registry.lineage import hash_raw_location
     from platform_lib.registry.mlflow_store import configure_mlflow
     from platform_lib.registry.register import load_champion, load_model_version
-    from platform_lib.shards import build_dataset
-    from platform_lib.sources.hashing import hash_raw_log
+    from platform_lib.shards import BuildConfig, build_dataset
+    from platform_lib.sources import DEFAULT_SPLITS
+    from platform_lib.sources.hashing import hash_raw_location, hash_raw_log
     from platform_lib.training.config import hash_config
     from platform_lib.training.evaluate import evaluate
     from platform_lib.training.presets import pandaset_smoke
@@ -59,7 +58,7 @@ def test_pandaset_pipeline_registers_reproducible_champion(
     # ... equals a fresh, independent build of the same raw logs (the builder is deterministic).
     rebuilt = tmp_path / "rebuilt"
     rebuilt_manifest = build_dataset("pandaset", pandaset_002, rebuilt,
-                                     pipeline.resolve_build_config("pandaset"))
+                                     BuildConfig(**DEFAULT_SPLITS["pandaset"]))
     assert rebuilt_manifest["dataset_hash"] == manifest["dataset_hash"]
 
     client = configure_mlflow()

@@ -241,23 +241,27 @@ def test_task_image_pins_every_runtime_dependency_within_its_range() -> None:
     assert TASK_IMAGE.packages == list(PINNED) and TASK_IMAGE.python_version == "3.11"
 
 
-def test_transient_storage_errors_become_retryable_user_errors_do_not() -> None:
+def test_transient_storage_errors_become_retryable_user_errors_do_not(tmp_path, monkeypatch) -> None:
     import errno
+
+    monkeypatch.setenv("DRIVETRAIN_HOME", str(tmp_path))
 
     from flytekit.exceptions.user import FlyteRecoverableException
 
-    from platform_lib.pipeline import is_transient_storage_error
-    from tasks.errors import recoverable_storage_errors
+    from platform_lib.errors import UserError
+    from tasks.errors import PipelineInputError, task_errors
 
-    assert is_transient_storage_error(ConnectionResetError(errno.ECONNRESET, "reset"))
-    assert is_transient_storage_error(TimeoutError("read timed out"))
-    assert is_transient_storage_error(OSError(errno.ETIMEDOUT, "timed out"))
-    assert not is_transient_storage_error(FileNotFoundError(errno.ENOENT, "missing"))
-    assert not is_transient_storage_error(OSError(errno.ENOSPC, "disk full"))
-    assert not is_transient_storage_error(ValueError("bad frame"))
-    with pytest.raises(FlyteRecoverableException, match="while reading raw_logs"):
-        with recoverable_storage_errors("reading raw_logs"):
+    with pytest.raises(FlyteRecoverableException, match="while reading raw_logs s3://b/logs"):
+        with task_errors("reading raw_logs", "s3://b/logs"):
             raise ConnectionResetError(errno.ECONNRESET, "Connection reset by peer")
-    with pytest.raises(FileNotFoundError):  # a user error stays one: no retry
-        with recoverable_storage_errors("reading raw_logs"):
+    with pytest.raises(FileNotFoundError):  # not a user error we can name: the traceback stays
+        with task_errors("reading raw_logs"):
             raise FileNotFoundError("raw_logs missing")
+    with pytest.raises(PipelineInputError, match=r"^error: disk full while writing .*\(/out/x\): free space"):
+        with task_errors("building"):
+            raise OSError(errno.ENOSPC, "No space left on device", "/out/x")
+    with pytest.raises(PipelineInputError, match=r"^error: bad \(input\): fix \[traceback: .*errors.log\]$") as info:
+        with task_errors("building"):
+            raise UserError("bad", "input", "fix")
+    assert info.value.exit_code == 2
+    assert "raise UserError" in (tmp_path / "logs" / "errors.log").read_text()

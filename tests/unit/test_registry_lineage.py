@@ -14,14 +14,15 @@ from pathlib import Path
 import pytest
 from registry_helpers import write_index
 
+from platform_lib.errors import UserError
 from platform_lib.registry.lineage import (
     Lineage,
     build_lineage,
-    hash_raw_location,
     hash_val_split,
     resolve_code_version,
     resolve_flyte_execution_id,
 )
+from platform_lib.sources.hashing import hash_raw_location
 from platform_lib.training.config import hash_config
 from platform_lib.training.presets import get_preset
 
@@ -50,10 +51,10 @@ def test_local_hash_depends_on_bytes_not_location(tmp_path: Path) -> None:
 
 
 def test_hash_raw_location_rejects_missing_and_empty(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match=r"raw_logs '.*nope' does not exist"):
+    with pytest.raises(UserError, match=r"^raw-log folder does not exist .*\(.*nope\): pass raw_logs"):
         hash_raw_location(str(tmp_path / "nope"))
     (tmp_path / "empty" / ".hidden").mkdir(parents=True)
-    with pytest.raises(ValueError, match="empty folder"):
+    with pytest.raises(UserError, match=r"^raw-log folder is empty \(.*empty\)"):
         hash_raw_location(str(tmp_path / "empty"))
 
 
@@ -109,7 +110,7 @@ def test_object_storage_hash_uses_etags(s3_endpoint: str, tmp_path: Path) -> Non
     s3.put_object(Bucket="raw", Key="logs/log-a/lidar/00.bin", Body=b"abd")  # new bytes, new ETag
     fsspec.filesystem("s3").invalidate_cache()
     assert hash_raw_location("s3://raw/logs") != first
-    with pytest.raises(FileNotFoundError, match="raw_logs 's3://raw/missing'"):
+    with pytest.raises(UserError, match=r"does not exist or is not a folder \(s3://raw/missing\)"):
         hash_raw_location("s3://raw/missing")
 
 

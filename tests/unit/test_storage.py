@@ -19,7 +19,7 @@ from botocore.exceptions import (
     NoCredentialsError,
     ReadTimeoutError,
 )
-from conftest import start_moto_server
+from s3_helpers import start_moto_server
 
 from platform_lib.errors import UserError
 from platform_lib.storage import (
