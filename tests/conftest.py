@@ -44,7 +44,8 @@ def synthetic_root(tmp_path_factory) -> Path:
 def s3_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     """Point boto/s3fs at loopback only: test credentials, no ~/.aws files, no instance metadata.
 
-    Returns a function `use(endpoint)` that sets the endpoint (and clears fsspec's cache).
+    Yields a function `use(endpoint)` that sets the endpoint (and clears fsspec's cache of s3
+    filesystem instances, which remember their endpoint).
     """
     import fsspec
 
@@ -61,4 +62,5 @@ def s3_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
         monkeypatch.setenv("FSSPEC_S3_ENDPOINT_URL", endpoint)
         fsspec.filesystem("s3").clear_instance_cache()
 
-    return use
+    yield use
+    fsspec.filesystem("s3").clear_instance_cache()  # no instance bound to a dead endpoint lives on

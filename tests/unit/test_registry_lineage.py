@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import fsspec
 import pytest
 from registry_helpers import write_index
 
@@ -89,6 +90,7 @@ def s3_endpoint(monkeypatch: pytest.MonkeyPatch):
             "FSSPEC_S3_ENDPOINT_URL": endpoint,
         }.items():
             monkeypatch.setenv(key, value)
+        fsspec.filesystem("s3").clear_instance_cache()  # instances remember their endpoint
         yield endpoint
     finally:
         proc.terminate()
