@@ -228,6 +228,8 @@ class ParallelConfig:
     """FSDP frees gathered parameters after forward (less memory, one more all-gather per block)"""
     num_threads: int = setting(1, ge=1)
     """intra-op CPU threads per rank (torch.set_num_threads), in threads"""
+    collective_timeout_s: float = setting(600.0, gt=0.0)
+    """a collective not complete after this long is a hang (process group timeout), in s"""
 
     def __post_init__(self) -> None:
         """Check the bounds of every field (`check_fields`)."""
@@ -270,6 +272,12 @@ class CheckpointConfig:
     """distributed checkpoint every this many steps (and at the last step), in steps"""
     keep: int = setting(2, ge=1)
     """most recent complete checkpoints kept on disk, in checkpoints"""
+    folder: str = setting("")
+    """checkpoint folder: a local path or fsspec URL (s3://bucket/run/checkpoints); "" = <run>/checkpoints"""
+    async_save: bool = setting(False)
+    """stage the state in host memory and write it in a background thread (DCP async_save)"""
+    preemption_grace_s: float = setting(25.0, gt=0.0)
+    """on SIGTERM, the final checkpoint must be complete within this time, in s"""
 
     def __post_init__(self) -> None:
         """Check the bounds of every field (`check_fields`)."""

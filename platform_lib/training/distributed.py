@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -70,11 +71,13 @@ def resolve_device(backend: str, local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
-def init_distributed(backend: str = "auto") -> DistContext:
+def init_distributed(backend: str = "auto", timeout_s: float | None = None) -> DistContext:
     """Join (or create) the default process group and pick this rank's device.
 
     Reuses an already initialised default group. Otherwise uses the torchrun environment
     when RANK and WORLD_SIZE are set, else creates a world-size-1 group in this process.
+    `timeout_s` bounds every collective of the group (None: torch's default, 10 min for
+    nccl, 30 min for gloo).
 
     Raises:
         ValueError: from `resolve_backend`.
@@ -94,6 +97,7 @@ def init_distributed(backend: str = "auto") -> DistContext:
         dist.init_process_group(
             name, rank=rank, world_size=world_size,
             device_id=device if device.type == "cuda" else None,
+            timeout=None if timeout_s is None else timedelta(seconds=timeout_s),
         )
     else:
         rank, world_size, local_rank = 0, 1, 0

@@ -31,6 +31,7 @@ from platform_lib.training.config import ModelConfig, OptimizerConfig
 
 __all__ = [
     "MetricsLog",
+    "NonFiniteError",
     "build_optimizer",
     "compute_loss",
     "compute_lr",
@@ -130,6 +131,9 @@ def optimizer_step(
     Returns:
         (gradient norm before clipping, learning rate used).
 
+    Raises:
+        NonFiniteError: the global gradient norm is NaN or inf (on every rank alike).
+
     The norm is computed on the sharded DTensor gradients, so it is the norm of the full
     model's gradient on every rank.
     """
@@ -137,12 +141,22 @@ def optimizer_step(
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
     if hasattr(norm, "full_tensor"):
         norm = norm.full_tensor()
+    if not torch.isfinite(norm):
+        raise NonFiniteError(
+            f"step {step}: the global gradient norm is {float(norm)} (a NaN/inf loss or gradient on some "
+            "rank); the step was not applied. Check the data of this step, lower the learning rate "
+            "or enable gradient clipping, then resume from the last checkpoint"
+        )
     lr = compute_lr(step, cfg)
     for group in optimizer.param_groups:
         group["lr"] = lr
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return float(norm), lr
+
+
+class NonFiniteError(FloatingPointError):
+    """The loss or the gradients became NaN or infinite; the optimizer step was not taken."""
 
 
 def reduce_mean(value: torch.Tensor) -> float:
@@ -159,11 +173,14 @@ class MetricsLog:
         self.path = Path(path)
         self.enabled = enabled
         self.rows: list[dict[str, Any]] = []
+        self.dropped: list[dict[str, Any]] = []
+        """rows past `resume_step` from an earlier attempt: work lost to a restart"""
         if enabled:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             if self.path.exists():  # drop lines past the checkpoint we resume from
-                lines = self.path.read_text().splitlines()
-                self.rows = [r for r in map(json.loads, filter(None, lines)) if r["step"] <= resume_step]
+                lines = list(map(json.loads, filter(None, self.path.read_text().splitlines())))
+                self.rows = [r for r in lines if r["step"] <= resume_step]
+                self.dropped = [r for r in lines if r["step"] > resume_step]
             self.path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in self.rows))
 
     def log(self, row: dict[str, Any]) -> None:

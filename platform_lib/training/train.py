@@ -1,16 +1,25 @@
 """`train()`: one data-parallel FSDP2 training run, from a published dataset to exported weights.
 
-Outputs under `output_dir` (rank 0 writes all but the checkpoints):
-    checkpoints/step-NNNNNN/   distributed checkpoints (see `checkpoint.py`)
-    metrics.jsonl              one line per logged step: step, loss, lr, grad_norm,
-                               input_wait_s, step_time_s, samples_per_s, world_size
+Outputs under `output_dir` (rank 0 writes all but the checkpoints, samples and hang dumps):
+    checkpoints/step-NNNNNN/   distributed checkpoints (see `checkpoint.py`; or `checkpoint.folder`)
+    metrics.jsonl              one line per logged step: step, loss, lr, grad_norm, input_wait_s,
+                               step_time_s, checkpoint_blocking_s, samples_per_s, world_size
+    samples/rank-NNNNN.jsonl   per rank and step, the sample keys it trained on (resume audit)
+    restarts.jsonl             one line per resume: restored step, steps lost, their compute time
+    hang/                      Flight Recorder dumps and report of a hung collective (`hang.py`)
     model.safetensors          full fp32 weights of the last step (metadata: model, configs)
     train_result.json          the TrainResult of rank 0, its TrainConfig and an input-wait summary
+
+Faults survived: a dead worker makes torch elastic restart all of them (`max_restarts`), and
+`train()` resumes from the newest complete checkpoint, bitwise exactly on CPU; SIGTERM saves a
+final checkpoint and raises PreemptedError (`preemption.py`); a hung collective is diagnosed
+(`hang.py`); faults are injected with DRIVETRAIN_FAULTS (`faults.py`, docs/faults.md).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -25,14 +34,16 @@ from torch import nn
 from platform_lib.loading import InputWaitMeter, ResumeStateError, StreamingLoader
 from platform_lib.models import build_model, build_model_transform, get_model_config
 from platform_lib.training.checkpoint import (
+    Checkpointer,
+    capture_rng_state,
     export_weights,
-    find_latest_checkpoint,
-    load_checkpoint,
-    save_checkpoint,
+    restore_rng_state,
 )
 from platform_lib.training.config import TrainConfig
 from platform_lib.training.data import build_train_loader, iterate_epochs
 from platform_lib.training.distributed import DistContext, destroy_distributed, init_distributed
+from platform_lib.training.faults import FaultPlan
+from platform_lib.training.hang import HangWatchdog, enable_flight_recorder, is_collective_timeout
 from platform_lib.training.loop import (
     MetricsLog,
     build_optimizer,
@@ -43,6 +54,7 @@ from platform_lib.training.loop import (
     seed_everything,
 )
 from platform_lib.training.parallel import apply_fsdp, build_mesh, build_mp_policy
+from platform_lib.training.preemption import PreemptedError, PreemptionHandler
 
 __all__ = [
     "TrainResult",
@@ -50,6 +62,8 @@ __all__ = [
     "finish",
     "log_step",
     "maybe_checkpoint",
+    "preempt",
+    "record_restart",
     "restore",
     "resume_loader",
     "train",
@@ -76,6 +90,14 @@ class TrainResult:
     """optimizer steps completed"""
     world_size: int
     """ranks that trained"""
+    restarts: int = 0
+    """resumes after lost work (elastic restarts, preemptions) over the run's life"""
+    steps_lost: int = 0
+    """steps computed after the last checkpoint before each failure, recomputed (restart badput)"""
+    restart_badput_s: float = 0.0
+    """step time of those lost steps, in s"""
+    checkpoint_blocking_s: float = 0.0
+    """time the loop was blocked by checkpoint saves in the last attempt (checkpoint badput), in s"""
 
 
 def resume_loader(loader: StreamingLoader, state: dict[str, Any]) -> None:
@@ -104,34 +126,77 @@ def build_run(cfg: TrainConfig, ctx: DistContext, dataset_dir: str) -> tuple[nn.
     return model, build_optimizer(model, cfg.optimizer), loader
 
 
-def restore(out: Path, model: nn.Module, optimizer: torch.optim.Optimizer, loader: StreamingLoader,
-            cfg: TrainConfig, ctx: DistContext) -> tuple[int, Path | None]:
-    """Load the latest complete checkpoint under `out/checkpoints`; return (step, its folder)."""
-    latest = find_latest_checkpoint(out / "checkpoints")
+def restore(checkpointer: Checkpointer, model: nn.Module, optimizer: torch.optim.Optimizer,
+            loader: StreamingLoader, cfg: TrainConfig, ctx: DistContext) -> tuple[int, str | None]:
+    """Load the newest complete checkpoint (partial ones are skipped); return (step, its folder)."""
+    latest = checkpointer.latest()
     if latest is None:
         seed_everything(cfg.seed + ctx.rank)
         return 0, None
-    extra = load_checkpoint(latest, model, optimizer)
-    if "rng_torch" in extra:
-        torch.set_rng_state(extra["rng_torch"])
-    if "loader" in extra:
-        resume_loader(loader, extra["loader"])
-    return int(extra["step"]), latest
+    state = checkpointer.load(latest, model, optimizer)
+    if "rng" in state:
+        restore_rng_state(state["rng"])
+    if "loader" in state:
+        resume_loader(loader, state["loader"])
+    return int(state["step"]), latest
 
 
-def maybe_checkpoint(out: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
-                     loader: StreamingLoader, cfg: TrainConfig) -> Path | None:
-    """Save a distributed checkpoint every `checkpoint.interval` steps and at the last step."""
-    if step % cfg.checkpoint.interval and step != cfg.optimizer.max_steps:
-        return None
-    extra = {"step": step, "rng_torch": torch.get_rng_state(), "loader": loader.state_dict()}
-    return save_checkpoint(out / "checkpoints", step, model, optimizer, extra, keep=cfg.checkpoint.keep)
+def record_restart(out: Path, step: int, metrics: MetricsLog, restore_s: float) -> None:
+    """Rank 0: append this resume to `restarts.jsonl` when it resumed or threw away work.
+
+    Steps lost are the metrics rows past the restored step (exact with log_interval 1,
+    else a lower bound); their step time is the restart badput.
+    """
+    if not metrics.enabled or (step == 0 and not metrics.dropped):
+        return
+    lost = metrics.dropped
+    row = {"restored_step": step, "failed_after_step": lost[-1]["step"] if lost else step,
+           "steps_lost": (lost[-1]["step"] - step) if lost else 0,
+           "lost_step_time_s": sum(r["step_time_s"] for r in lost), "restore_s": restore_s,
+           "attempt": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")), "time": time.time()}
+    with (out / "restarts.jsonl").open("a") as f:
+        f.write(json.dumps(row, sort_keys=True) + "\n")
+    print(f"[drivetrain train] resumed from step {step}: {row['steps_lost']} steps lost "
+          f"({row['lost_step_time_s']:.2f} s of step time), restore {restore_s:.2f} s", file=sys.stderr, flush=True)
+
+
+def maybe_checkpoint(checkpointer: Checkpointer, step: int, model: nn.Module,
+                     optimizer: torch.optim.Optimizer, loader: StreamingLoader, cfg: TrainConfig,
+                     force: bool = False) -> tuple[str | None, float]:
+    """Save a distributed checkpoint every `checkpoint.interval` steps, at the last step and
+    when `force`d; return (its folder or None, seconds the loop was blocked)."""
+    if step % cfg.checkpoint.interval and step != cfg.optimizer.max_steps and not force:
+        return None, 0.0
+    state = {"step": step, "rng": capture_rng_state(), "loader": loader.state_dict()}
+    saved = checkpointer.save(step, model, optimizer, state)
+    return saved.path, saved.blocking_s
+
+
+def preempt(checkpointer: Checkpointer, preemption: PreemptionHandler, step: int, model: nn.Module,
+            optimizer: torch.optim.Optimizer, loader: StreamingLoader, cfg: TrainConfig,
+            ctx: DistContext) -> PreemptedError:
+    """Save the final checkpoint of `step` (if the grace period allows); return the error to raise."""
+    already = bool(checkpointer.saves) and checkpointer.saves[-1].step == step
+    budget, needed = preemption.remaining_s(), max((s.blocking_s for s in checkpointer.saves), default=0.0)
+    path: str | None = checkpointer.saves[-1].path if already else None
+    if not already and needed <= budget:
+        path, _ = maybe_checkpoint(checkpointer, step, model, optimizer, loader, cfg, force=True)
+    checkpointer.wait()
+    name = preemption.received.name if preemption.received else "signal on another rank"
+    done = (f"final checkpoint {path} complete {preemption.grace_s - preemption.remaining_s():.1f} s after the "
+            f"signal (grace {preemption.grace_s:g} s)" if path else
+            f"no final checkpoint: the last save took {needed:.1f} s, more than the {budget:.1f} s of grace left")
+    return PreemptedError(f"rank {ctx.rank} pid {os.getpid()}: preempted by {name} after step {step}; {done}; "
+                          "restart to resume (recoverable)", step=step, checkpoint=path, signal_name=name)
 
 
 def log_step(metrics: MetricsLog, step: int, loss: torch.Tensor, cfg: TrainConfig, ctx: DistContext,
              **values: float) -> None:
     """Average the loss over ranks and write one metrics line (rank 0, every `log_interval` steps)."""
     mean_loss, max_steps = reduce_mean(loss), cfg.optimizer.max_steps  # collective: every step
+    if not math.isfinite(loss.item()):
+        print(f"[drivetrain train] rank {ctx.rank} pid {os.getpid()}: non-finite local loss {loss.item()} at step "
+              f"{step}", file=sys.stderr, flush=True)
     if step % cfg.metrics.log_interval == 0 or step in (1, max_steps):
         samples_per_s = cfg.data.batch_size * ctx.world_size / values["step_time_s"]
         metrics.log({"step": step, "loss": mean_loss, **values, "samples_per_s": samples_per_s,
@@ -143,7 +208,7 @@ def log_step(metrics: MetricsLog, step: int, loss: torch.Tensor, cfg: TrainConfi
 
 
 def finish(out: Path, model: nn.Module, cfg: TrainConfig, ctx: DistContext, step: int,
-           checkpoint: Path | None, metrics: MetricsLog, meter: InputWaitMeter) -> TrainResult | None:
+           checkpointer: Checkpointer, metrics: MetricsLog, meter: InputWaitMeter) -> TrainResult | None:
     """Export the full weights (collective) and, on rank 0, write and return the TrainResult."""
     meta = {"model": cfg.model.name,
             "model_config": json.dumps(asdict(get_model_config(cfg.model.name)), sort_keys=True),
@@ -153,9 +218,14 @@ def finish(out: Path, model: nn.Module, cfg: TrainConfig, ctx: DistContext, step
         return None
     losses = [r["loss"] for r in metrics.rows]
     tail = losses[-FINAL_LOSS_WINDOW:]
+    restarts = [json.loads(line) for line in (out / "restarts.jsonl").read_text().splitlines()] \
+        if (out / "restarts.jsonl").exists() else []
     result = TrainResult(
-        checkpoint_dir=str(checkpoint), weights_path=str(weights), metrics_path=str(metrics.path),
+        checkpoint_dir=str(checkpointer.latest()), weights_path=str(weights), metrics_path=str(metrics.path),
         first_loss=losses[0], final_loss=sum(tail) / len(tail), num_steps=step, world_size=ctx.world_size,
+        restarts=len(restarts), steps_lost=sum(r["steps_lost"] for r in restarts),
+        restart_badput_s=sum(r["lost_step_time_s"] for r in restarts),
+        checkpoint_blocking_s=sum(s.blocking_s for s in checkpointer.saves),
     )
     record = {**asdict(result), "config": cfg.to_dict(), "input_wait": meter.summary()}
     tmp = out / "train_result.json.tmp"
@@ -168,7 +238,7 @@ def train(cfg: TrainConfig, dataset_dir: str, output_dir: str) -> TrainResult | 
     """Train `cfg.model.name` on the `cfg.data.train_split` split of the dataset at `dataset_dir`.
 
     Call it on every rank (torchrun / `launch_local`) or directly in one process (world
-    size 1). Resumes from the latest complete checkpoint under `output_dir/checkpoints`.
+    size 1). Resumes from the newest complete checkpoint in the checkpoint folder.
 
     Returns:
         TrainResult on rank 0, None on the other ranks.
@@ -176,29 +246,53 @@ def train(cfg: TrainConfig, dataset_dir: str, output_dir: str) -> TrainResult | 
     Raises:
         ValueError: empty training split, bad backend. ManifestMissingError / DatasetError
             (from `platform_lib.shards`) or loader errors: `dataset_dir` is not a published dataset.
+        PreemptedError: SIGTERM; the final checkpoint is saved, a restart resumes (recoverable).
+        CollectiveHangError: a collective did not complete within `parallel.collective_timeout_s`;
+            names the rank(s) that never joined.
+        NonFiniteError: NaN/inf gradients. CheckpointSaveError: a save failed (e.g. disk full).
     """
-    ctx, out = init_distributed(cfg.parallel.backend), Path(output_dir)
+    enable_flight_recorder()  # before the process group exists
+    ctx, out = init_distributed(cfg.parallel.backend, cfg.parallel.collective_timeout_s), Path(output_dir)
     threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
     torch.set_num_threads(cfg.parallel.num_threads)
     torch.use_deterministic_algorithms(True, warn_only=True)
+    faults = FaultPlan.from_env(rank=ctx.rank)
+    watchdog = HangWatchdog(out, rank=ctx.rank, world_size=ctx.world_size, timeout_s=cfg.parallel.collective_timeout_s)
+    preemption = PreemptionHandler(cfg.checkpoint.preemption_grace_s, ctx.device)
     try:
         model, optimizer, loader = build_run(cfg, ctx, dataset_dir)
-        step, checkpoint = restore(out, model, optimizer, loader, cfg, ctx)
+        checkpointer = Checkpointer(cfg.checkpoint.folder or out / "checkpoints", keep=cfg.checkpoint.keep,
+                                    async_save=cfg.checkpoint.async_save, storage_hook=faults.storage_hook)
+        restore_start = time.perf_counter()
+        step, _ = restore(checkpointer, model, optimizer, loader, cfg, ctx)
         metrics = MetricsLog(out / "metrics.jsonl", enabled=ctx.is_main, resume_step=step)
+        record_restart(out, step, metrics, time.perf_counter() - restore_start)
+        samples = MetricsLog(out / "samples" / f"rank-{ctx.rank:05d}.jsonl", enabled=True, resume_step=step)
         batches, meter = iterate_epochs(loader), InputWaitMeter(skip_first=1)
         while step < cfg.optimizer.max_steps:
+            faults.at_step(step + 1)
             start = time.perf_counter()
             batch, input_wait_s = next_batch(batches, ctx.device)
-            loss = forward_backward(model, batch, cfg.model)
+            loss = forward_backward(model, faults.corrupt_batch(step + 1, batch), cfg.model)
             step += 1
             grad_norm, lr = optimizer_step(model, optimizer, step, cfg.optimizer)
-            checkpoint = maybe_checkpoint(out, step, model, optimizer, loader, cfg) or checkpoint
+            _, blocking_s = maybe_checkpoint(checkpointer, step, model, optimizer, loader, cfg)
             step_time_s = time.perf_counter() - start
             meter.record(wait_s=input_wait_s, step_s=step_time_s)
-            log_step(metrics, step, loss, cfg, ctx, lr=lr, grad_norm=grad_norm,
-                     input_wait_s=input_wait_s, step_time_s=step_time_s)
-        return finish(out, model, cfg, ctx, step, checkpoint, metrics, meter)
+            log_step(metrics, step, loss, cfg, ctx, lr=lr, grad_norm=grad_norm, input_wait_s=input_wait_s,
+                     step_time_s=step_time_s, checkpoint_blocking_s=blocking_s)
+            samples.log({"step": step, "keys": list(batch["__key__"])})
+            if preemption.requested():  # collective: every rank stops after the same step
+                raise preempt(checkpointer, preemption, step, model, optimizer, loader, cfg, ctx)
+        checkpointer.close()
+        return finish(out, model, cfg, ctx, step, checkpointer, metrics, meter)
+    except RuntimeError as error:
+        if is_collective_timeout(error):
+            raise watchdog.diagnose(error) from error
+        raise
     finally:
+        preemption.close()
+        watchdog.close()
         torch.set_num_threads(threads)
         torch.use_deterministic_algorithms(deterministic)
         destroy_distributed(ctx)

@@ -1,0 +1,228 @@
+"""Fault injection for real multi-process runs: one environment switch, read by every rank.
+
+    DRIVETRAIN_FAULTS='[{"kind": "kill", "rank": 1, "step": 7}]'
+
+A JSON list of faults; each fires once, on rank `rank` (default 0) at optimizer step `step`,
+in elastic attempt `attempt` (default 0: the first start, so a restarted run goes through):
+
+    kind           what happens
+    crash          raises InjectedFault at the start of the step (a Python error in user code)
+    kill           SIGKILL of the rank's own process at the start of the step (no cleanup)
+    hang           the rank stops before the step's first collective and sleeps; the others
+                   block in that collective until the collective timeout (`hang.py`)
+    nan            the rank's batch becomes NaN: NaN loss, NaN gradients, NonFiniteError
+    sigterm        SIGTERM to the elastic agent (the rank's parent process, as a pod eviction
+                   does), or to the rank itself when it runs without an agent
+    kill_in_save   SIGKILL while the rank writes the checkpoint of the step (after opening its
+                   first data file): a partial checkpoint folder remains
+    storage_error  opening the rank's checkpoint files of the step fails with ECONNRESET, a
+                   transient storage error, in `times` consecutive attempts (default 1)
+    disk_full      writing the rank's checkpoint data of the step fails with ENOSPC after
+                   `after_bytes` bytes (default 0), as on a full volume
+
+The variable is read once per process (`FaultPlan.from_env`). Unknown kinds or fields raise
+ValueError naming the variable. Faults are for tests and game days; nothing reads the
+variable unless it is set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import errno
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+__all__ = ["ENV_VAR", "KINDS", "FaultPlan", "FaultSpec", "InjectedFault"]
+
+ENV_VAR = "DRIVETRAIN_FAULTS"
+STEP_KINDS = ("crash", "kill", "hang", "nan", "sigterm")
+SAVE_KINDS = ("kill_in_save", "storage_error", "disk_full")
+KINDS = STEP_KINDS + SAVE_KINDS
+
+
+class InjectedFault(RuntimeError):
+    """The `crash` fault: an exception raised on purpose."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class FaultSpec:
+    """One fault: what, on which rank, at which step, in which elastic attempt."""
+
+    kind: str
+    """one of KINDS (see the module docstring)"""
+    step: int
+    """optimizer step (1-based) at whose start, or at whose checkpoint save, it fires"""
+    rank: int = 0
+    """global rank it fires on"""
+    attempt: int = 0
+    """elastic restart count (TORCHELASTIC_RESTART_COUNT) it fires in"""
+    times: int = 1
+    """storage_error: consecutive failing save attempts"""
+    after_bytes: int = 0
+    """disk_full: bytes written before ENOSPC"""
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.kind not in KINDS:
+            problems.append(f"kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        if self.step < 1:
+            problems.append(f"step must be >= 1, got {self.step}")
+        for name in ("rank", "attempt", "after_bytes"):
+            if getattr(self, name) < 0:
+                problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.times < 1:
+            problems.append(f"times must be >= 1, got {self.times}")
+        if problems:
+            raise ValueError(f"invalid fault in {ENV_VAR}: " + "; ".join(problems))
+
+
+def _attempt() -> int:
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+
+
+class _FaultyStream:
+    """A write stream that raises ENOSPC once `budget` bytes have been written."""
+
+    def __init__(self, stream: Any, budget: int, path: str) -> None:
+        self._stream, self._budget, self._path = stream, budget, path
+
+    def write(self, data: Any) -> int:
+        size = len(memoryview(data).cast("B"))
+        if size > self._budget:
+            self._stream.write(memoryview(data).cast("B")[: self._budget])
+            self._budget = 0
+            raise OSError(errno.ENOSPC, "No space left on device (injected disk_full)", self._path)
+        self._budget -= size
+        return self._stream.write(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+class _FaultyFileSystem:
+    """Wraps a DCP storage writer's file system: the save faults of one rank and step."""
+
+    def __init__(self, fs: Any, plan: FaultPlan, faults: list[FaultSpec]) -> None:
+        self._fs, self._plan, self._faults = fs, plan, faults
+
+    @contextlib.contextmanager
+    def create_stream(self, path: str | os.PathLike[str], mode: str) -> Iterator[Any]:
+        data_file = "w" in mode and os.fspath(path).endswith(".distcp")
+        for fault in self._faults if data_file else ():
+            if fault.kind == "kill_in_save":
+                with self._fs.create_stream(path, mode) as stream:
+                    stream.write(b"partial")
+                    stream.flush()
+                    self._plan.announce(fault, f"SIGKILL while writing {os.fspath(path)}")
+                    os.kill(os.getpid(), signal.SIGKILL)
+            if fault.kind == "storage_error" and self._plan.consume(fault):
+                raise ConnectionResetError(errno.ECONNRESET, "Connection reset by peer (injected storage_error)",
+                                           os.fspath(path))
+            if fault.kind == "disk_full":
+                self._plan.announce(fault, f"ENOSPC after {fault.after_bytes} bytes of {os.fspath(path)}")
+                with self._fs.create_stream(path, mode) as stream:
+                    yield _FaultyStream(stream, fault.after_bytes, os.fspath(path))
+                return
+        with self._fs.create_stream(path, mode) as stream:
+            yield stream
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fs, name)
+
+
+class FaultPlan:
+    """The faults of this process (its rank and elastic attempt) and the hooks that fire them.
+
+    Args:
+        faults: every fault of the run (all ranks, all attempts).
+        rank: this process's global rank.
+        attempt: this process's elastic restart count; default: TORCHELASTIC_RESTART_COUNT.
+    """
+
+    def __init__(self, faults: list[FaultSpec], *, rank: int, attempt: int | None = None) -> None:
+        attempt = _attempt() if attempt is None else attempt
+        self.rank = rank
+        self.faults = [f for f in faults if f.rank == rank and f.attempt == attempt]
+        self._left = {id(f): f.times for f in self.faults}
+
+    @classmethod
+    def from_env(cls, *, rank: int, environ: dict[str, str] | None = None) -> FaultPlan:
+        """Parse `DRIVETRAIN_FAULTS` (empty or unset: no faults).
+
+        Raises:
+            ValueError: the value is not a JSON list of fault objects, or names an unknown
+                kind or field.
+        """
+        text = (os.environ if environ is None else environ).get(ENV_VAR, "").strip()
+        if not text:
+            return cls([], rank=rank)
+        try:
+            items = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{ENV_VAR} is not JSON ({error}); expected e.g. "
+                             '[{"kind": "kill", "rank": 1, "step": 7}]') from error
+        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+            raise ValueError(f"{ENV_VAR} must be a JSON list of objects, got {text!r}")
+        known = {f.name for f in dataclasses.fields(FaultSpec)}
+        for item in items:
+            if unknown := sorted(set(item) - known):
+                raise ValueError(f"{ENV_VAR}: unknown fault field(s) {unknown}; known: {sorted(known)}")
+        return cls([FaultSpec(**item) for item in items], rank=rank)
+
+    def __bool__(self) -> bool:
+        return bool(self.faults)
+
+    def announce(self, fault: FaultSpec, what: str) -> None:
+        """Print one line saying which fault fires (the log shows cause next to effect)."""
+        print(f"[drivetrain fault] rank {self.rank} pid {os.getpid()} step {fault.step}: injecting "
+              f"{fault.kind}: {what}", file=sys.stderr, flush=True)
+
+    def consume(self, fault: FaultSpec) -> bool:
+        """Return True (and count it) while `fault` has firings left."""
+        if self._left[id(fault)] <= 0:
+            return False
+        self._left[id(fault)] -= 1
+        self.announce(fault, f"firing {fault.times - self._left[id(fault)]} of {fault.times}")
+        return True
+
+    def at_step(self, step: int) -> None:
+        """Fire the step faults of `step` (call at the start of the step, before its batch)."""
+        for fault in self.faults:
+            if fault.step != step or fault.kind not in ("crash", "kill", "hang", "sigterm"):
+                continue
+            if not self.consume(fault):
+                continue
+            if fault.kind == "crash":
+                raise InjectedFault(f"injected crash on rank {self.rank} at step {step}")
+            if fault.kind == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            if fault.kind == "sigterm":
+                agent = os.getppid() if "TORCHELASTIC_RUN_ID" in os.environ else os.getpid()
+                os.kill(agent, signal.SIGTERM)
+            if fault.kind == "hang":
+                while True:  # never joins the next collective; the watchdog sees the others time out
+                    time.sleep(3600)
+
+    def corrupt_batch(self, step: int, batch: dict[str, Any]) -> dict[str, Any]:
+        """Return `batch`, with every float tensor set to NaN when a `nan` fault fires at `step`."""
+        for fault in self.faults:
+            if fault.kind == "nan" and fault.step == step and self.consume(fault):
+                return {k: torch.full_like(v, float("nan")) if torch.is_tensor(v) and v.is_floating_point() else v
+                        for k, v in batch.items()}
+        return batch
+
+    def storage_hook(self, writer: Any, step: int) -> Any:
+        """Wrap a DCP storage writer's file system with the save faults of `step` (if any)."""
+        faults = [f for f in self.faults if f.kind in SAVE_KINDS and f.step == step]
+        if faults:
+            writer.fs = _FaultyFileSystem(writer.fs, self, faults)
+        return writer
