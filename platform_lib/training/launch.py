@@ -20,27 +20,34 @@ def find_free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch_local(cfg: TrainConfig, dataset_dir: str, output_dir: str, nproc: int = 2) -> TrainResult:
+def launch_local(cfg: TrainConfig, dataset_dir: str, output_dir: str, nproc: int = 2,
+                 max_restarts: int = 0) -> TrainResult:
     """Train with `nproc` spawned worker processes on this machine (c10d rendezvous on 127.0.0.1).
 
     Workers import `platform_lib` from the installed package (spawn start method), so the
-    current folder does not matter.
+    current folder does not matter. When a worker fails, torch elastic stops all of them and
+    starts the group again, up to `max_restarts` times; `train()` resumes from the last
+    complete checkpoint. On SIGTERM the agent forwards it to the workers, which save a final
+    checkpoint (`cfg.checkpoint.preemption_grace_s`) before the agent kills them
+    (its shutdown timeout is the grace period + 5 s).
 
     Returns:
         Rank 0's TrainResult.
 
     Raises:
-        ValueError: if `nproc` < 1.
-        torch.distributed.elastic.multiprocessing.errors.ChildFailedError: a worker failed;
-            the message holds its traceback.
+        ValueError: if `nproc` < 1 or `max_restarts` < 0.
+        torch.distributed.elastic.multiprocessing.errors.ChildFailedError: a worker failed
+            (after the restarts); the message holds its traceback.
+        torch.distributed.elastic.multiprocessing.api.SignalException: this process got
+            SIGTERM/SIGINT (the workers were preempted).
     """
-    if nproc < 1:
-        raise ValueError(f"nproc must be >= 1, got {nproc}")
+    if nproc < 1 or max_restarts < 0:
+        raise ValueError(f"nproc must be >= 1 and max_restarts >= 0, got {nproc}, {max_restarts}")
     config = LaunchConfig(
         min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=f"drivetrain-{uuid.uuid4().hex[:8]}",
         rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{find_free_port()}",
-        rdzv_configs={"timeout": 120}, max_restarts=0, monitor_interval=0.5,
-        start_method="spawn",
+        rdzv_configs={"timeout": 120}, max_restarts=max_restarts, monitor_interval=0.5,
+        start_method="spawn", shutdown_timeout=int(cfg.checkpoint.preemption_grace_s) + 5,
     )
     results = elastic_launch(config, train)(cfg, str(dataset_dir), str(output_dir))
     return results[0]

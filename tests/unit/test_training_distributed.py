@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from torch.distributed.checkpoint import FileSystemReader
 
 from platform_lib.models import build_model
 from platform_lib.training.checkpoint import load_weights
@@ -38,8 +39,9 @@ def test_two_ranks_train_and_rank_zero_returns_a_handle(two_rank_run):
 def test_sharded_checkpoint_and_full_weight_export(two_rank_run):
     cfg, result, out = two_rank_run
     ckpt = Path(result.checkpoint_dir)
-    assert ckpt.name == "step-000016" and (ckpt / ".complete").is_file()
-    assert sorted(p.name for p in ckpt.glob("extra-rank*.pt")) == ["extra-rank00000.pt", "extra-rank00001.pt"]
-    assert json.loads((ckpt / ".complete").read_text()) == {"step": 16, "world_size": 2}
+    assert ckpt.name == "step-000016" and (ckpt / ".metadata").is_file()
+    assert sorted(p.name for p in ckpt.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]  # one file per rank
+    saved = FileSystemReader(str(ckpt)).read_metadata().state_dict_metadata
+    assert {"rank_state_00000", "rank_state_00001"} <= set(saved)  # per-rank state inside DCP's commit
     model = build_model(cfg.model.name)
     model.load_state_dict(load_weights(result.weights_path), strict=True)  # full, unsharded

@@ -49,8 +49,8 @@ def test_outputs_metrics_and_checkpoints(straight_run):
     assert result.first_loss == rows[0]["loss"] and result.final_loss < result.first_loss
     steps = sorted(p.name for p in (out / "checkpoints").iterdir())
     assert steps == ["step-000006", "step-000012"]  # keep_checkpoints=2, no temporary folders left
-    assert Path(result.checkpoint_dir) == find_latest_checkpoint(out / "checkpoints")
-    assert (Path(result.checkpoint_dir) / ".complete").is_file()
+    assert result.checkpoint_dir == find_latest_checkpoint(out / "checkpoints")
+    assert (Path(result.checkpoint_dir) / ".metadata").is_file()  # DCP's own commit record
     assert json.loads((out / "train_result.json").read_text())["num_steps"] == cfg.optimizer.max_steps
 
 
