@@ -184,7 +184,8 @@ class Checkpointer:
             complete one) are deleted by rank 0 after each completed save.
         async_save: write in a background thread (see the module docstring).
         retries: attempts of a synchronous save that fails with a transient storage error
-            (connection reset, timeout) on every failing rank; exponential backoff 1-8 s.
+            (connection reset, timeout) on every failing rank.
+        retry_backoff_s: first wait between attempts, doubling each time (at most 8x), in s.
         storage_hook: wraps each save's DCP storage writer (fault injection), or None.
 
     Raises:
@@ -192,11 +193,12 @@ class Checkpointer:
     """
 
     def __init__(self, folder: str | os.PathLike[str], *, keep: int = 2, async_save: bool = False,
-                 retries: int = 3, storage_hook: StorageHook | None = None) -> None:
+                 retries: int = 3, retry_backoff_s: float = 1.0, storage_hook: StorageHook | None = None) -> None:
         if keep < 1 or retries < 1:
             raise ValueError(f"keep and retries must be >= 1, got keep={keep}, retries={retries}")
         self.folder = os.fspath(folder).rstrip("/")
         self.keep, self.async_save, self.retries, self.storage_hook = keep, async_save, retries, storage_hook
+        self.retry_backoff_s = retry_backoff_s
         self.rank = dist.get_rank()
         self.saves: list[SaveResult] = []
         """every save of this process, in order"""
@@ -272,7 +274,7 @@ class Checkpointer:
 
     def _save_sync(self, state: dict[str, Any], path: str, step: int) -> None:
         try:
-            for attempt in Retrying(stop=stop_after_attempt(self.retries), wait=wait_exponential(min=1, max=8),
+            for attempt in Retrying(stop=stop_after_attempt(self.retries), wait=wait_exponential(multiplier=self.retry_backoff_s / 2, max=8 * self.retry_backoff_s),
                                     retry=retry_if_exception(_is_transient), reraise=True):
                 with attempt:
                     dcp.save(state, storage_writer=self._writer(path, step))

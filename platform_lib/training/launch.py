@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import socket
 import uuid
+from collections.abc import Iterator
 
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from platform_lib.training.config import TrainConfig
 from platform_lib.training.train import TrainResult, train
 
-__all__ = ["find_free_port", "launch_local"]
+__all__ = ["DISABLE_SHARED_STORE", "find_free_port", "fresh_store_per_restart", "launch_local"]
 
 
 def find_free_port() -> int:
@@ -49,5 +52,28 @@ def launch_local(cfg: TrainConfig, dataset_dir: str, output_dir: str, nproc: int
         rdzv_configs={"timeout": 120}, max_restarts=max_restarts, monitor_interval=0.5,
         start_method="spawn", shutdown_timeout=int(cfg.checkpoint.preemption_grace_s) + 5,
     )
-    results = elastic_launch(config, train)(cfg, str(dataset_dir), str(output_dir))
+    with fresh_store_per_restart():
+        results = elastic_launch(config, train)(cfg, str(dataset_dir), str(output_dir))
     return results[0]
+
+
+#: torch elastic's c10d rendezvous shares its TCPStore with the workers by default, without a
+#: per-restart key prefix: after an elastic restart, gloo/NCCL of the new workers can read the
+#: old workers' addresses and fail ("Gloo connectFullMesh failed ... Connection refused").
+#: torch's documented workaround (pytorch/pytorch#135712) is this variable: each rendezvous
+#: round then gets a fresh store, hosted by rank 0.
+DISABLE_SHARED_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+
+
+@contextlib.contextmanager
+def fresh_store_per_restart() -> Iterator[None]:
+    """Set DISABLE_SHARED_STORE=1 for the elastic agent started inside (restored afterwards)."""
+    previous = os.environ.get(DISABLE_SHARED_STORE)
+    os.environ[DISABLE_SHARED_STORE] = "1"
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(DISABLE_SHARED_STORE, None)
+        else:
+            os.environ[DISABLE_SHARED_STORE] = previous

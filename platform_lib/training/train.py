@@ -186,8 +186,10 @@ def preempt(checkpointer: Checkpointer, preemption: PreemptionHandler, step: int
     done = (f"final checkpoint {path} complete {preemption.grace_s - preemption.remaining_s():.1f} s after the "
             f"signal (grace {preemption.grace_s:g} s)" if path else
             f"no final checkpoint: the last save took {needed:.1f} s, more than the {budget:.1f} s of grace left")
-    return PreemptedError(f"rank {ctx.rank} pid {os.getpid()}: preempted by {name} after step {step}; {done}; "
-                          "restart to resume (recoverable)", step=step, checkpoint=path, signal_name=name)
+    message = (f"rank {ctx.rank} pid {os.getpid()}: preempted by {name} after step {step}; {done}; "
+               "restart to resume (recoverable)")
+    print(f"[drivetrain train] {message}", file=sys.stderr, flush=True)
+    return PreemptedError(message, step=step, checkpoint=path, signal_name=name)
 
 
 def log_step(metrics: MetricsLog, step: int, loss: torch.Tensor, cfg: TrainConfig, ctx: DistContext,
