@@ -95,9 +95,10 @@ def analyze_dumps(dumps: dict[int, dict[str, Any]], world_size: int) -> dict[str
 
     Returns:
         {"never_joined": [rank...], "no_dump": [rank...], "groups": [{"pg", "name",
-        "collective", "seq", "entered": [rank...], "missing": [rank...]}]}: per process group
-        where ranks disagree, the newest collective (Flight Recorder sequence number and
-        profiling name, e.g. "gloo:all_gather") and who entered it.
+        "collective", "seq", "enqueued_at", "input_sizes", "entered": [rank...],
+        "missing": [rank...]}]}: per process group where ranks disagree, the newest collective
+        (Flight Recorder sequence number, profiling name such as "gloo:all_gather", POSIX time
+        the first rank that entered it enqueued it, in s) and who entered it.
     """
     groups: list[dict[str, Any]] = []
     pg_ids = sorted({pg for d in dumps.values() for pg in d["flight_recorder"].get("pg_status", {})})
@@ -112,6 +113,7 @@ def analyze_dumps(dumps: dict[int, dict[str, Any]], world_size: int) -> dict[str
                       if str(e.get("pg_id")) == pg and e.get("collective_seq_id") == newest), {})
         groups.append({"pg": pg, "name": (entry.get("process_group") or ["", ""])[-1],
                        "collective": entry.get("profiling_name", "?"), "seq": newest,
+                       "enqueued_at": entry.get("time_created_ns", 0) / 1e9,
                        "input_sizes": entry.get("input_sizes"), "entered": entered,
                        "missing": sorted(r for r, seq in last.items() if seq < newest)})
     never_joined = sorted({r for g in groups for r in g["missing"]})
@@ -182,6 +184,7 @@ class HangWatchdog:
         Writes `hang/report.json` and returns a CollectiveHangError naming the rank(s) that
         never joined (with pid, host and where their main thread was).
         """
+        detected_at = time.time()
         dumps: dict[int, dict[str, Any]] = {}
         if self._store is not None:
             self._store.set(self.prefix + "request", str(self.rank))
@@ -192,7 +195,8 @@ class HangWatchdog:
                 time.sleep(0.1)
             dumps = {r: json.loads(self._store.get(k)) for r, k in enumerate(keys) if self._store.check([k])}
         report = analyze_dumps(dumps, self.world_size)
-        report.update(detected_by=self.rank, timeout_s=self.timeout_s, error=str(error)[:2000])
+        report.update(detected_by=self.rank, detected_at=detected_at, timeout_s=self.timeout_s,
+                      error=str(error)[:2000])
         self.dir.mkdir(parents=True, exist_ok=True)
         tmp = self.dir / f"report.json.tmp{self.rank}"
         tmp.write_text(json.dumps({**report, "dumps": dumps}, indent=1))

@@ -141,18 +141,18 @@ def restore(checkpointer: Checkpointer, model: nn.Module, optimizer: torch.optim
     return int(state["step"]), latest
 
 
-def record_restart(out: Path, step: int, metrics: MetricsLog, restore_s: float) -> None:
+def record_restart(out: Path, step: int, samples: MetricsLog, metrics: MetricsLog, restore_s: float) -> None:
     """Rank 0: append this resume to `restarts.jsonl` when it resumed or threw away work.
 
-    Steps lost are the metrics rows past the restored step (exact with log_interval 1,
-    else a lower bound); their step time is the restart badput.
+    Steps lost: steps trained after the restored checkpoint by the failed attempt (from the
+    sample ledger, written right after each optimizer step); their step time (from the
+    metrics rows written for them) is the restart badput.
     """
-    if not metrics.enabled or (step == 0 and not metrics.dropped):
+    if not metrics.enabled or (step == 0 and not samples.dropped):
         return
-    lost = metrics.dropped
-    row = {"restored_step": step, "failed_after_step": lost[-1]["step"] if lost else step,
-           "steps_lost": (lost[-1]["step"] - step) if lost else 0,
-           "lost_step_time_s": sum(r["step_time_s"] for r in lost), "restore_s": restore_s,
+    failed_after = samples.dropped[-1]["step"] if samples.dropped else step
+    row = {"restored_step": step, "failed_after_step": failed_after, "steps_lost": failed_after - step,
+           "lost_step_time_s": sum(r["step_time_s"] for r in metrics.dropped), "restore_s": restore_s,
            "attempt": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")), "time": time.time()}
     with (out / "restarts.jsonl").open("a") as f:
         f.write(json.dumps(row, sort_keys=True) + "\n")
@@ -196,9 +196,6 @@ def log_step(metrics: MetricsLog, step: int, loss: torch.Tensor, cfg: TrainConfi
              **values: float) -> None:
     """Average the loss over ranks and write one metrics line (rank 0, every `log_interval` steps)."""
     mean_loss, max_steps = reduce_mean(loss), cfg.optimizer.max_steps  # collective: every step
-    if not math.isfinite(loss.item()):
-        print(f"[drivetrain train] rank {ctx.rank} pid {os.getpid()}: non-finite local loss {loss.item()} at step "
-              f"{step}", file=sys.stderr, flush=True)
     if step % cfg.metrics.log_interval == 0 or step in (1, max_steps):
         samples_per_s = cfg.data.batch_size * ctx.world_size / values["step_time_s"]
         metrics.log({"step": step, "loss": mean_loss, **values, "samples_per_s": samples_per_s,
@@ -268,8 +265,8 @@ def train(cfg: TrainConfig, dataset_dir: str, output_dir: str) -> TrainResult | 
         restore_start = time.perf_counter()
         step, _ = restore(checkpointer, model, optimizer, loader, cfg, ctx)
         metrics = MetricsLog(out / "metrics.jsonl", enabled=ctx.is_main, resume_step=step)
-        record_restart(out, step, metrics, time.perf_counter() - restore_start)
         samples = MetricsLog(out / "samples" / f"rank-{ctx.rank:05d}.jsonl", enabled=True, resume_step=step)
+        record_restart(out, step, samples, metrics, time.perf_counter() - restore_start)
         batches, meter = iterate_epochs(loader), InputWaitMeter(skip_first=1)
         while step < cfg.optimizer.max_steps:
             faults.at_step(step + 1)
@@ -277,13 +274,16 @@ def train(cfg: TrainConfig, dataset_dir: str, output_dir: str) -> TrainResult | 
             batch, input_wait_s = next_batch(batches, ctx.device)
             loss = forward_backward(model, faults.corrupt_batch(step + 1, batch), cfg.model)
             step += 1
+            if not math.isfinite(loss.item()):  # name the rank; optimizer_step stops every rank
+                print(f"[drivetrain train] rank {ctx.rank} pid {os.getpid()}: non-finite local loss {loss.item()} "
+                      f"at step {step}", file=sys.stderr, flush=True)
             grad_norm, lr = optimizer_step(model, optimizer, step, cfg.optimizer)
+            samples.log({"step": step, "keys": list(batch["__key__"])})
             _, blocking_s = maybe_checkpoint(checkpointer, step, model, optimizer, loader, cfg)
             step_time_s = time.perf_counter() - start
             meter.record(wait_s=input_wait_s, step_s=step_time_s)
             log_step(metrics, step, loss, cfg, ctx, lr=lr, grad_norm=grad_norm, input_wait_s=input_wait_s,
                      step_time_s=step_time_s, checkpoint_blocking_s=blocking_s)
-            samples.log({"step": step, "keys": list(batch["__key__"])})
             if preemption.requested():  # collective: every rank stops after the same step
                 raise preempt(checkpointer, preemption, step, model, optimizer, loader, cfg, ctx)
         checkpointer.close()
