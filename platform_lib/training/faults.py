@@ -12,7 +12,8 @@ in elastic attempt `attempt` (default 0: the first start, so a restarted run goe
                    block in that collective until the collective timeout (`hang.py`)
     nan            the rank's batch becomes NaN: NaN loss, NaN gradients, NonFiniteError
     sigterm        SIGTERM to the elastic agent (the rank's parent process, as a pod eviction
-                   does), or to the rank itself when it runs without an agent
+                   does; `target`: "agent"), or to the rank itself (`target`: "self", or
+                   when it runs without an agent): the agent then restarts the group
     kill_in_save   SIGKILL while the rank writes the checkpoint of the step (after opening its
                    first data file): a partial checkpoint folder remains
     storage_error  opening the rank's checkpoint files of the step fails with ECONNRESET, a
@@ -69,6 +70,8 @@ class FaultSpec:
     """storage_error: consecutive failing save attempts"""
     after_bytes: int = 0
     """disk_full: bytes written before ENOSPC"""
+    target: str = "agent"
+    """sigterm: "agent" (the elastic agent, which forwards it to every rank) or "self" """
 
     def __post_init__(self) -> None:
         problems = []
@@ -81,6 +84,8 @@ class FaultSpec:
                 problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.times < 1:
             problems.append(f"times must be >= 1, got {self.times}")
+        if self.target not in ("agent", "self"):
+            problems.append(f"target must be 'agent' or 'self', got {self.target!r}")
         if problems:
             raise ValueError(f"invalid fault in {ENV_VAR}: " + "; ".join(problems))
 
@@ -206,8 +211,8 @@ class FaultPlan:
             if fault.kind == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
             if fault.kind == "sigterm":
-                agent = os.getppid() if "TORCHELASTIC_RUN_ID" in os.environ else os.getpid()
-                os.kill(agent, signal.SIGTERM)
+                agent = fault.target == "agent" and "TORCHELASTIC_RUN_ID" in os.environ
+                os.kill(os.getppid() if agent else os.getpid(), signal.SIGTERM)
             if fault.kind == "hang":
                 while True:  # never joins the next collective; the watchdog sees the others time out
                     time.sleep(3600)

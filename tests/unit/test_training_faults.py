@@ -45,12 +45,15 @@ def baseline(dataset, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def crashed(dataset, tmp_path_factory):
-    """kill -9 of rank 1 before step 5, then (after the restart) kill -9 of rank 1 while it
-    writes the step-6 checkpoint; two elastic restarts."""
+    """One run, three faults, three elastic restarts: kill -9 of rank 1 before step 5; after
+    the restart kill -9 of rank 1 while it writes the step-6 checkpoint; after the next one
+    SIGTERM to rank 0 during step 7 (preemption resumed within the same launch, as after a
+    Kueue suspend/resume inside one Flyte attempt)."""
     out = tmp_path_factory.mktemp("crashed")
     faults = [{"kind": "kill", "rank": 1, "step": 5},
-              {"kind": "kill_in_save", "rank": 1, "step": 6, "attempt": 1}]
-    outcome = run_launcher(CFG, dataset, out, max_restarts=2, faults=faults)
+              {"kind": "kill_in_save", "rank": 1, "step": 6, "attempt": 1},
+              {"kind": "sigterm", "rank": 0, "step": 7, "attempt": 2, "target": "self"}]
+    outcome = run_launcher(CFG, dataset, out, max_restarts=3, faults=faults)
     assert outcome.returncode == 0, outcome.log[-3000:]
     return outcome, out
 
@@ -68,7 +71,7 @@ def _restarts(out: Path) -> list[dict]:
 def test_killed_rank_restarts_and_finishes_bitwise_equal(baseline, crashed):
     (_, base_out), (outcome, out) = baseline, crashed
     assert "injecting kill: firing 1 of 1" in outcome.log and "injecting kill_in_save" in outcome.log
-    assert outcome.result["num_steps"] == CFG.optimizer.max_steps and outcome.result["restarts"] == 2
+    assert outcome.result["num_steps"] == CFG.optimizer.max_steps and outcome.result["restarts"] == 3
     _assert_bitwise_equal(base_out / "model.safetensors", out / "model.safetensors")
     base_metrics = [json.loads(r)["loss"] for r in (base_out / "metrics.jsonl").read_text().splitlines()]
     metrics = [json.loads(r)["loss"] for r in (out / "metrics.jsonl").read_text().splitlines()]
@@ -77,13 +80,24 @@ def test_killed_rank_restarts_and_finishes_bitwise_equal(baseline, crashed):
 
 def test_steps_lost_are_the_steps_since_the_last_checkpoint(crashed):
     outcome, out = crashed
-    first, second = _restarts(out)
+    first, second, third = _restarts(out)
     assert (first["restored_step"], first["failed_after_step"], first["steps_lost"]) == (3, 4, 1)
     # killed while writing step 6: the partial step-6 folder is ignored, step 3 restores
     assert (second["restored_step"], second["failed_after_step"], second["steps_lost"]) == (3, 6, 3)
+    # SIGTERM: the final checkpoint of step 7 (not a periodic one) restores, nothing lost
+    assert (third["restored_step"], third["failed_after_step"], third["steps_lost"]) == (7, 7, 0)
     assert outcome.result["steps_lost"] == 4 and outcome.result["restart_badput_s"] > 0
-    assert [first["attempt"], second["attempt"]] == [1, 2]
-    assert [(s, done) for s, _, done in list_checkpoints(out / "checkpoints")] == [(6, True), (8, True)]
+    assert [first["attempt"], second["attempt"], third["attempt"]] == [1, 2, 3]
+    assert [(s, done) for s, _, done in list_checkpoints(out / "checkpoints")] == [(7, True), (8, True)]
+
+
+def test_sigterm_within_a_launch_is_a_recoverable_exit_after_a_final_checkpoint(crashed):
+    outcome, _ = crashed
+    lines = [line for line in outcome.log.splitlines() if "preempted by SIGTERM" in line]
+    assert any("rank 0 pid" in line and "after step 7; final checkpoint" in line for line in lines)
+    assert any("rank 1 pid" in line and "preempted by signal on another rank after step 7" in line
+               for line in outcome.log.splitlines())
+    assert all("restart to resume (recoverable)" in line for line in lines)
 
 
 def test_loader_position_resumes_exactly(dataset, baseline, crashed):
@@ -104,7 +118,10 @@ def test_loader_position_resumes_exactly(dataset, baseline, crashed):
         assert len(set(order[start:start + n_train])) == n_train  # a full epoch: each sample once
 
 
-def test_sigterm_saves_a_final_checkpoint_exits_recoverable_and_resumes_exactly(dataset, baseline, tmp_path):
+@pytest.mark.slow
+def test_sigterm_to_the_agent_saves_a_final_checkpoint_then_a_new_launch_resumes_exactly(
+        dataset, baseline, tmp_path):
+    """A pod eviction: SIGTERM to the agent, which forwards it; the next launch resumes."""
     _, base_out = baseline
     out = tmp_path / "preempted"
     cfg = apply_overrides(CFG, {"checkpoint.preemption_grace_s": 20})
