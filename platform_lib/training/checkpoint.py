@@ -56,6 +56,8 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
+from platform_lib.storage import is_transient
+
 __all__ = [
     "METADATA_FILE",
     "CheckpointSaveError",
@@ -167,11 +169,9 @@ def _failure_summary(error: CheckpointException) -> str:
 
 
 def _is_transient(error: BaseException) -> bool:
-    from platform_lib.pipeline import is_transient_storage_error
-
     if isinstance(error, CheckpointException):
-        return bool(error.failures) and all(is_transient_storage_error(e) for e, _ in error.failures.values())
-    return is_transient_storage_error(error)
+        return bool(error.failures) and all(is_transient(e) for e, _ in error.failures.values())
+    return is_transient(error)
 
 
 class Checkpointer:
