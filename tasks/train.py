@@ -32,6 +32,7 @@ from kubernetes.client import V1PodSpec, V1Toleration
 
 from platform_lib.shards import load_manifest
 from platform_lib.training.config import TrainConfig, hash_config
+from platform_lib.training.launch import DISABLE_SHARED_STORE
 from platform_lib.training.overrides import resolve_train_config
 from platform_lib.training.train import train
 from tasks.errors import download_input, task_errors
@@ -39,6 +40,10 @@ from tasks.image import TASK_IMAGE
 from tasks.placement import Placement, placement_from_env
 
 __all__ = ["build_train_task", "resolve_config", "resolve_run_dir", "train_model"]
+
+# The elastic agent runs in this task's process: give each restart a fresh rendezvous store
+# (pytorch#135712; see `platform_lib.training.launch.DISABLE_SHARED_STORE`, docs/faults.md).
+os.environ.setdefault(DISABLE_SHARED_STORE, "1")
 
 #: Placement of `train_model` (default: 2 CPU workers, the 2-core dev machines). Read when the
 #: module is imported (package/register time, and in the pod from the task's environment).
