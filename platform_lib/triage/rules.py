@@ -363,7 +363,8 @@ RULES: tuple[Rule, ...] = (
         C.PREEMPTION_PLATFORM,
         Role.ROOT,
         r"SignalException: Process \d+ got signal: (?:15|1)\b|"
-        r"[Rr]eceived SIGTERM|SIGTERM received|got SIGTERM",
+        r"[Rr]eceived SIGTERM|SIGTERM received|got SIGTERM|"
+        r"Received (?:15|Signals\.SIGTERM) death signal",
         0.75,
         "the pod was asked to stop (preemption, eviction, scale-down): the final checkpoint "
         "is resumed on the next start",
@@ -536,7 +537,8 @@ RULES: tuple[Rule, ...] = (
         "elastic-summary",
         C.UNKNOWN,
         Role.CASCADE,
-        r"ChildFailedError|Root Cause \(first observed failure\)",
+        r"ChildFailedError|Root Cause \(first observed failure\)|ProcessRaisedException|"
+        r"ProcessExitedException: process \d+ terminated with exit code",
         0.2,
     ),
     Rule(

@@ -130,7 +130,7 @@ def test_history_file_roundtrip_and_assess_failure(tmp_path) -> None:
 def test_history_on_object_storage(s3_env) -> None:
     """The history next to checkpoints on S3 (real moto server on loopback): two attempts."""
     import boto3
-    from conftest import start_moto_server
+    from s3_helpers import start_moto_server
 
     proc, endpoint = start_moto_server()
     try:

@@ -4,7 +4,8 @@ Each `produce_*` function runs a real process (the training launcher with 2 spaw
 the dataset builder, a config resolution) that fails the way a user's run fails, and returns
 its combined stdout+stderr. Nothing is simulated: the failure is caused (a path that does not
 exist, an impossible config field, bytes overwritten inside a shard, an address-space limit
-via RLIMIT_AS, a `kill -9` of a rank from outside) and the log is what the platform printed.
+via RLIMIT_AS, a `kill -9` of a rank from outside, an absurd learning rate; the hang and the
+SIGTERM use the training's documented fault switch `DRIVETRAIN_FAULTS`) and the log is what the platform printed.
 
 Regenerate the committed logs in tests/data/triage/real/ with
 
@@ -37,14 +38,20 @@ cfg = replace(cfg, optimizer=replace(cfg.optimizer, max_steps=4, warmup_steps=1)
 """
 
 
-def _run(script: str, *args: str, limit_as_bytes: int | None = None, timeout: float = 300) -> str:
+def _run(
+    script: str,
+    *args: str,
+    limit_as_bytes: int | None = None,
+    timeout: float = 300,
+    env: dict[str, str] | None = None,
+) -> str:
     """Run `script` with the venv's python; return stdout+stderr (it must fail)."""
 
     def limit() -> None:  # runs in the child before exec: an address-space limit, inherited
         if limit_as_bytes is not None:
             resource.setrlimit(resource.RLIMIT_AS, (limit_as_bytes, limit_as_bytes))
 
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **(env or {})}
     proc = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(script), *args],
         capture_output=True,
@@ -171,6 +178,36 @@ def produce_kill9_rank1(tmp: Path) -> str:
     return log.read_text()
 
 
+def produce_nan_loss_lr(tmp: Path) -> str:
+    """2-rank training with an absurd learning rate (1e9): the loss diverges to NaN/inf."""
+    dataset = _build_dataset(tmp)
+    script = _SMALL + (
+        "import sys\ncfg = replace(cfg, optimizer=replace(cfg.optimizer, lr=1e9, "
+        "max_steps=12))\nlaunch_local(cfg, sys.argv[1], sys.argv[2], nproc=2)\n"
+    )
+    return _run(script, str(dataset), str(tmp / "run"))
+
+
+def produce_hang_rank1(tmp: Path) -> str:
+    """Rank 1 stops before step 2's first collective (fault switch `hang`); 8 s timeout."""
+    dataset = _build_dataset(tmp)
+    script = _SMALL + (
+        "import sys\ncfg = replace(cfg, parallel=replace(cfg.parallel, "
+        "collective_timeout_s=8.0))\n"
+        "launch_local(cfg, sys.argv[1], sys.argv[2], nproc=2)\n"
+    )
+    faults = '[{"kind": "hang", "rank": 1, "step": 2}]'
+    return _run(script, str(dataset), str(tmp / "run"), env={"DRIVETRAIN_FAULTS": faults})
+
+
+def produce_sigterm_agent(tmp: Path) -> str:
+    """SIGTERM to the elastic agent at step 2 (fault switch `sigterm`): a pod eviction."""
+    dataset = _build_dataset(tmp)
+    script = _SMALL + "import sys\nlaunch_local(cfg, sys.argv[1], sys.argv[2], nproc=2)\n"
+    faults = '[{"kind": "sigterm", "rank": 0, "step": 2, "target": "agent"}]'
+    return _run(script, str(dataset), str(tmp / "run"), env={"DRIVETRAIN_FAULTS": faults})
+
+
 def _parent(proc_dir: Path) -> int | None:
     try:
         return int((proc_dir / "stat").read_text().rsplit(")", 1)[1].split()[1])
@@ -191,6 +228,9 @@ PRODUCERS: dict[str, Callable[[Path], str]] = {
     "corrupt_shard": produce_corrupt_shard,
     "host_oom_rlimit_as": produce_host_oom,
     "kill9_rank1": produce_kill9_rank1,
+    "nan_loss_lr": produce_nan_loss_lr,
+    "hang_rank1": produce_hang_rank1,
+    "sigterm_agent": produce_sigterm_agent,
 }
 
 
