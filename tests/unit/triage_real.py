@@ -38,20 +38,20 @@ cfg = replace(cfg, optimizer=replace(cfg.optimizer, max_steps=4, warmup_steps=1)
 """
 
 
-def _run(
-    script: str,
-    *args: str,
-    limit_as_bytes: int | None = None,
-    timeout: float = 300,
-    env: dict[str, str] | None = None,
-) -> str:
-    """Run `script` with the venv's python; return stdout+stderr (it must fail)."""
+def _run(script: str, *args: str, limit_as_bytes: int | None = None, timeout: float = 300,
+         faults: str | None = None) -> str:
+    """Run `script` with the venv's python; return stdout+stderr (it must fail).
+
+    `faults` is a DRIVETRAIN_FAULTS value (platform_lib/training/faults.py) for the run.
+    """
 
     def limit() -> None:  # runs in the child before exec: an address-space limit, inherited
         if limit_as_bytes is not None:
             resource.setrlimit(resource.RLIMIT_AS, (limit_as_bytes, limit_as_bytes))
 
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **(env or {})}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    if faults is not None:
+        env["DRIVETRAIN_FAULTS"] = faults
     proc = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(script), *args],
         capture_output=True,
@@ -197,7 +197,7 @@ def produce_hang_rank1(tmp: Path) -> str:
         "launch_local(cfg, sys.argv[1], sys.argv[2], nproc=2)\n"
     )
     faults = '[{"kind": "hang", "rank": 1, "step": 2}]'
-    return _run(script, str(dataset), str(tmp / "run"), env={"DRIVETRAIN_FAULTS": faults})
+    return _run(script, str(dataset), str(tmp / "run"), faults=faults)
 
 
 def produce_sigterm_agent(tmp: Path) -> str:
@@ -205,7 +205,7 @@ def produce_sigterm_agent(tmp: Path) -> str:
     dataset = _build_dataset(tmp)
     script = _SMALL + "import sys\nlaunch_local(cfg, sys.argv[1], sys.argv[2], nproc=2)\n"
     faults = '[{"kind": "sigterm", "rank": 0, "step": 2, "target": "agent"}]'
-    return _run(script, str(dataset), str(tmp / "run"), env={"DRIVETRAIN_FAULTS": faults})
+    return _run(script, str(dataset), str(tmp / "run"), faults=faults)
 
 
 def _parent(proc_dir: Path) -> int | None:
