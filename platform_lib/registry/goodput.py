@@ -1,0 +1,193 @@
+"""Goodput in MLflow: metrics streamed during training, the final report, baselines and flags.
+
+- `MlflowMetricsStream`: the training loop's sink (rank 0): the MLflow run is created in a
+  background thread (a fresh SQLite store takes seconds to migrate) and metrics logged
+  asynchronously, so training never waits on MLflow.
+- `compare_with_workload_baseline`: compare a run's report with its workload's baseline
+  (`telemetry.baseline`) and add the run to the baseline store.
+- `log_goodput`: final goodput metrics, regression flags as tags `goodput.regression.<name>`,
+  and the report files as artifacts under `goodput/`.
+- `load_goodput_from_mlflow`: the report of a past run, for `drivetrain goodput RUN_ID`.
+"""
+
+from __future__ import annotations
+
+import queue
+import tempfile
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from mlflow.entities import Metric
+from mlflow.tracking import MlflowClient
+
+from platform_lib.registry.mlflow_store import configure_mlflow, start_training_run
+from platform_lib.telemetry.baseline import (
+    BASELINE_RUNS,
+    DEFAULT_TOLERANCE,
+    MlflowBaselineStore,
+    Workload,
+    aggregate_baseline,
+    compare_with_baseline,
+    summarize_run,
+)
+from platform_lib.telemetry.publish import (
+    GOODPUT_HTML,
+    GOODPUT_JSON,
+    TIMELINE_JSON,
+    load_run_telemetry,
+)
+from platform_lib.telemetry.timeline import Timeline
+
+__all__ = [
+    "GOODPUT_ARTIFACTS",
+    "MlflowMetricsStream",
+    "compare_with_workload_baseline",
+    "load_goodput_from_mlflow",
+    "log_goodput",
+]
+
+GOODPUT_ARTIFACTS = "goodput"
+REGRESSION_TAG = "goodput.regression."
+
+
+class MlflowMetricsStream:
+    """Callable sink `(step, metrics) -> None` that logs to a new MLflow run off the training thread."""
+
+    def __init__(self, *, run_name: str, tags: Mapping[str, str]) -> None:
+        """Start the background thread that creates the run and then drains the queue."""
+        self._queue: queue.Queue[tuple[int, dict[str, float]] | None] = queue.Queue()
+        self._ready = threading.Event()
+        self.run_id: str | None = None
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._work,
+            args=(run_name, dict(tags)),
+            daemon=True,
+            name="mlflow-metrics-stream",
+        )
+        self._thread.start()
+
+    def _work(self, run_name: str, tags: dict[str, str]) -> None:
+        try:
+            client = configure_mlflow()
+            self.run_id = start_training_run(client, run_name=run_name, tags=tags)
+        except BaseException as exc:  # reported by close(); training goes on without MLflow
+            self.error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        while (item := self._queue.get()) is not None:
+            step, metrics = item
+            points = [Metric(k, float(v), 0, step) for k, v in sorted(metrics.items())]
+            try:
+                client.log_batch(self.run_id, metrics=points)
+            except Exception as exc:  # keep the first error, drop the rest of the stream
+                self.error = self.error or exc
+
+    def __call__(self, step: int, metrics: dict[str, float]) -> None:
+        """Queue `metrics` of `step` (returns at once)."""
+        self._queue.put((step, dict(metrics)))
+
+    def close(self, timeout_s: float = 60.0) -> str | None:
+        """Flush the queue and return the run id (None if the run could not be created).
+
+        Raises:
+            TimeoutError: the thread did not finish within `timeout_s`.
+        """
+        self._queue.put(None)
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            raise TimeoutError(f"MLflow metrics stream did not finish within {timeout_s} s")
+        return self.run_id
+
+
+def compare_with_workload_baseline(
+    report: dict[str, Any],
+    workload: Workload,
+    *,
+    client: MlflowClient | None = None,
+    tolerance: float = DEFAULT_TOLERANCE,
+    source_run_id: str = "",
+    record: bool = True,
+) -> dict[str, Any]:
+    """Compare a goodput report with its workload's baseline, then add the run to the baseline.
+
+    Returns:
+        {"workload_key", "runs" (summaries in the baseline), "baseline", "summary", "flags",
+        "tolerance"}; with no earlier run the baseline is empty and there are no flags.
+    """
+    client = client or configure_mlflow()
+    store = MlflowBaselineStore(client)
+    key = workload.key()
+    earlier = store.load(key, BASELINE_RUNS)
+    summary = summarize_run(report)
+    baseline = aggregate_baseline(earlier)
+    flags = compare_with_baseline(summary, baseline, tolerance) if earlier else {}
+    if record:
+        store.add(key, summary, source_run_id)
+    return {
+        "workload_key": key,
+        "runs": len(earlier),
+        "baseline": baseline,
+        "summary": summary,
+        "flags": flags,
+        "tolerance": tolerance,
+    }
+
+
+def log_goodput(
+    client: MlflowClient, run_id: str, run_dir: str | Path, report: dict[str, Any]
+) -> None:
+    """Log final goodput metrics, regression flags (tags) and the report files to `run_id`."""
+    run_dir = Path(run_dir)
+    metrics = {
+        "goodput_compatible": report["goodput"]["compatible"],
+        "goodput_input_adjusted": report["goodput"]["input_adjusted"],
+        "input_wait_fraction": report["input"]["wait_fraction"],
+        **{f"badput_s.{k}": v for k, v in report["badput_s"].items()},
+    }
+    if report["throughput"]["mfu"] is not None:
+        metrics["mfu"] = report["throughput"]["mfu"]
+    if report["steps"]["median_step_s"] is not None:
+        metrics["median_step_time_s"] = report["steps"]["median_step_s"]
+    baseline = report.get("baseline") or {}
+    tags = {f"{REGRESSION_TAG}{k}": v for k, v in baseline.get("flags", {}).items()}
+    tags["goodput.input_verdict"] = report["input"]["verdict"]
+    if baseline:
+        tags["goodput.workload_key"] = baseline["workload_key"]
+    client.log_batch(
+        run_id,
+        metrics=[Metric(k, float(v), 0, 0) for k, v in sorted(metrics.items())],
+        tags=[_tag(k, v) for k, v in sorted(tags.items())],
+    )
+    for name in (GOODPUT_JSON, GOODPUT_HTML, TIMELINE_JSON):
+        if (run_dir / name).is_file():
+            client.log_artifact(run_id, str(run_dir / name), GOODPUT_ARTIFACTS)
+
+
+def _tag(key: str, value: str) -> Any:
+    from mlflow.entities import RunTag
+
+    return RunTag(key, value[:5000])
+
+
+def load_goodput_from_mlflow(
+    run_id: str, client: MlflowClient | None = None
+) -> tuple[Timeline, dict[str, Any] | None]:
+    """Download a run's `goodput/` artifacts and return (timeline, report).
+
+    Raises:
+        FileNotFoundError: the run has no goodput artifacts (named).
+    """
+    client = client or configure_mlflow()
+    with tempfile.TemporaryDirectory() as tmp:
+        local = Path(client.download_artifacts(run_id, GOODPUT_ARTIFACTS, tmp))
+        if not (local / "timeline.json").is_file():
+            raise FileNotFoundError(
+                f"MLflow run {run_id} has no {GOODPUT_ARTIFACTS}/timeline.json artifact"
+            )
+        (local / "telemetry").mkdir(exist_ok=True)
+        (local / "timeline.json").rename(local / TIMELINE_JSON)
+        return load_run_telemetry(local)

@@ -1,0 +1,170 @@
+"""Per-workload baselines: every finished run's summary, and regression flags against them.
+
+A workload is (model preset, dataset hash, world size, device type, precision): runs with
+the same key should take the same time per step. Each finished run adds its summary to the
+baseline store (an MLflow experiment, `drivetrain-baselines`, one run per summary tagged
+with the workload key); a new run is compared with the median of its workload's last
+`BASELINE_RUNS` summaries and flagged when
+
+    step time   median step time   > baseline x (1 + tolerance)
+    peak memory peak bytes         > baseline x (1 + tolerance)
+    checkpoint  blocking s / save  > baseline x (1 + tolerance)
+    input wait  wait fraction      > baseline + tolerance (absolute: the baseline may be ~0)
+
+The default tolerance, 5 %, is the one Megatron-LM's functional tests allow for step time and
+memory. Flags become MLflow tags `goodput.regression.<name>` on the run and show in the report.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "BASELINE_EXPERIMENT",
+    "BASELINE_RUNS",
+    "DEFAULT_TOLERANCE",
+    "MlflowBaselineStore",
+    "Workload",
+    "aggregate_baseline",
+    "compare_with_baseline",
+    "summarize_run",
+]
+
+BASELINE_EXPERIMENT = "drivetrain-baselines"
+BASELINE_RUNS = 5
+DEFAULT_TOLERANCE = 0.05
+SUMMARY_KEYS = (
+    "median_step_s",
+    "input_wait_fraction",
+    "mfu",
+    "checkpoint_s_per_save",
+    "peak_memory_bytes",
+    "goodput_compatible",
+    "goodput_input_adjusted",
+)
+
+
+@dataclass(kw_only=True, frozen=True)
+class Workload:
+    """What must match for two runs' step times to be comparable."""
+
+    model: str
+    """model preset name"""
+    dataset_hash: str
+    """content hash of the dataset (manifest `dataset_hash`)"""
+    world_size: int
+    """ranks"""
+    device_type: str
+    """"cpu" or the CUDA device name"""
+    precision: str
+    """"bf16" (mixed precision) or "fp32" """
+
+    def key(self) -> str:
+        """Return the key tagged on baseline runs, e.g. "bev_fusion_small/3f2a9c1d0b7e/ws2/cpu/bf16"."""
+        return f"{self.model}/{self.dataset_hash[:12]}/ws{self.world_size}/{self.device_type}/{self.precision}"
+
+
+def summarize_run(report: dict[str, Any]) -> dict[str, float]:
+    """Return the baseline summary of a goodput report (`build_report`): the SUMMARY_KEYS present."""
+    steps = report["steps"]
+    values = {
+        "median_step_s": steps["median_step_s"],
+        "input_wait_fraction": report["input"]["wait_fraction"],
+        "mfu": report["throughput"]["mfu"],
+        "checkpoint_s_per_save": steps["checkpoint_s"] / steps["checkpoints"]
+        if steps["checkpoints"]
+        else None,
+        "peak_memory_bytes": report["memory"]["peak_bytes"] or None,
+        "goodput_compatible": report["goodput"]["compatible"],
+        "goodput_input_adjusted": report["goodput"]["input_adjusted"],
+    }
+    return {k: float(v) for k, v in values.items() if v is not None}
+
+
+def aggregate_baseline(summaries: list[dict[str, float]]) -> dict[str, float]:
+    """Return the per-key median of run summaries (keys missing in a run are skipped)."""
+    out = {}
+    for key in SUMMARY_KEYS:
+        values = [s[key] for s in summaries if key in s]
+        if values:
+            out[key] = statistics.median(values)
+    return out
+
+
+def _relative(name: str, unit_fmt: str, value: float, base: float, tolerance: float) -> str | None:
+    if base <= 0 or value <= base * (1 + tolerance):
+        return None
+    return (
+        f"{unit_fmt.format(value)} vs baseline {unit_fmt.format(base)} "
+        f"(+{value / base - 1:.1%}, tolerance {tolerance:.0%})"
+    )
+
+
+def compare_with_baseline(
+    summary: dict[str, float], baseline: dict[str, float], tolerance: float = DEFAULT_TOLERANCE
+) -> dict[str, str]:
+    """Return the regression flags of a run summary against its baseline ({} when none).
+
+    Keys: "step_time", "peak_memory", "checkpoint", "input_wait"; values say by how much.
+
+    Raises:
+        ValueError: if `tolerance` < 0.
+    """
+    if tolerance < 0:
+        raise ValueError(f"tolerance must be >= 0, got {tolerance}")
+    flags: dict[str, str | None] = {}
+    checks = (
+        ("step_time", "median_step_s", "{:.4f} s"),
+        ("peak_memory", "peak_memory_bytes", "{:.0f} B"),
+        ("checkpoint", "checkpoint_s_per_save", "{:.4f} s"),
+    )
+    for name, key, fmt in checks:
+        if key in summary and key in baseline:
+            flags[name] = _relative(name, fmt, summary[key], baseline[key], tolerance)
+    key = "input_wait_fraction"
+    if key in summary and key in baseline and summary[key] > baseline[key] + tolerance:
+        flags["input_wait"] = (
+            f"{summary[key]:.1%} vs baseline {baseline[key]:.1%} "
+            f"(+{(summary[key] - baseline[key]) * 100:.1f} points, tolerance "
+            f"{tolerance * 100:.0f} points)"
+        )
+    return {k: v for k, v in flags.items() if v}
+
+
+class MlflowBaselineStore:
+    """Baseline summaries as runs of one MLflow experiment, tagged `workload_key`."""
+
+    def __init__(self, client: Any, experiment: str = BASELINE_EXPERIMENT) -> None:
+        """Args:
+        client: an `mlflow.tracking.MlflowClient`.
+        experiment: experiment holding the summaries (created if missing).
+        """
+        self.client = client
+        found = client.get_experiment_by_name(experiment)
+        self.experiment_id = found.experiment_id if found else client.create_experiment(experiment)
+
+    def load(self, workload_key: str, max_runs: int = BASELINE_RUNS) -> list[dict[str, float]]:
+        """Return the summaries of the last `max_runs` runs of `workload_key`, newest first."""
+        escaped = workload_key.replace("'", "\\'")
+        runs = self.client.search_runs(
+            [self.experiment_id],
+            filter_string=f"tags.workload_key = '{escaped}'",
+            order_by=["attributes.start_time DESC"],
+            max_results=max_runs,
+        )
+        return [{k: v for k, v in run.data.metrics.items() if k in SUMMARY_KEYS} for run in runs]
+
+    def add(self, workload_key: str, summary: dict[str, float], source_run_id: str = "") -> str:
+        """Store one run's summary for `workload_key`; return the baseline run id."""
+        from mlflow.entities import Metric
+
+        run = self.client.create_run(
+            self.experiment_id,
+            tags={"workload_key": workload_key, "source_run_id": source_run_id},
+        )
+        metrics = [Metric(k, float(v), 0, 0) for k, v in sorted(summary.items())]
+        self.client.log_batch(run.info.run_id, metrics=metrics)
+        self.client.set_terminated(run.info.run_id)
+        return run.info.run_id

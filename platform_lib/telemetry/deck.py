@@ -1,0 +1,209 @@
+"""The goodput page: plots of a run and its baseline comparison, as one self-contained HTML.
+
+The training task publishes it as a Flyte Deck; `drivetrain goodput RUN --html FILE` writes
+it too. Plots are matplotlib PNGs embedded as data URIs (no network, no scripts), each in a
+fixed box of the page (`PLOT_BOXES`, CSS pixels at 100 % zoom) so a browser screenshot can
+check that every plot is drawn.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (after selecting the non-interactive backend)
+
+from platform_lib.telemetry.goodput import BADPUT_CATEGORIES  # noqa: E402
+from platform_lib.telemetry.report import format_report, steady_steps  # noqa: E402
+from platform_lib.telemetry.timeline import Timeline  # noqa: E402
+
+__all__ = ["PLOTS", "PLOT_BOXES", "PLOT_HEIGHT", "PLOT_WIDTH", "render_deck_html"]
+
+PLOT_WIDTH, PLOT_HEIGHT = 480, 300  # CSS pixels per plot
+_COLUMNS, _GAP, _TOP = 2, 20, 60
+PLOTS = ("loss", "step_time", "input_wait", "goodput", "throughput", "ranks")
+#: plot name -> (left, top, width, height) of its box on the page, CSS pixels.
+PLOT_BOXES = {
+    name: (
+        _GAP + (i % _COLUMNS) * (PLOT_WIDTH + _GAP),
+        _TOP + (i // _COLUMNS) * (PLOT_HEIGHT + _GAP),
+        PLOT_WIDTH,
+        PLOT_HEIGHT,
+    )
+    for i, name in enumerate(PLOTS)
+}
+_DPI = 100
+
+
+def _png(fig: Any) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=_DPI)
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def _figure(title: str) -> tuple[Any, Any]:
+    fig, ax = plt.subplots(
+        figsize=(PLOT_WIDTH / _DPI, PLOT_HEIGHT / _DPI), dpi=_DPI, layout="constrained"
+    )
+    ax.set_title(title, fontsize=10)
+    ax.tick_params(labelsize=8)
+    return fig, ax
+
+
+def _plot_loss(metrics_rows: list[dict[str, Any]]) -> str:
+    fig, ax = _figure("loss (mean over ranks)")
+    rows = [r for r in metrics_rows if "loss" in r]
+    ax.plot([r["step"] for r in rows], [r["loss"] for r in rows], color="tab:blue")
+    ax.set_xlabel("step", fontsize=8)
+    return _png(fig)
+
+
+def _plot_step_time(timeline: Timeline) -> str:
+    fig, ax = _figure("rank 0 step time by category (s)")
+    steps = sorted(timeline.for_rank(0).steps, key=lambda s: s.start)
+    x = range(len(steps))
+    parts = {
+        "input wait": [s.input_wait_s for s in steps],
+        "forward+backward": [s.forward_backward_s for s in steps],
+        "optimizer": [s.optimizer_s for s in steps],
+        "checkpoint": [s.checkpoint_s for s in steps],
+        "other": [
+            max(
+                0.0,
+                s.wall_s - s.input_wait_s - s.forward_backward_s - s.optimizer_s - s.checkpoint_s,
+            )
+            for s in steps
+        ],
+    }
+    bottom = [0.0] * len(steps)
+    for label, values in parts.items():
+        ax.bar(x, values, bottom=bottom, width=1.0, label=label)
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    ax.set_xlabel("recorded step (restarts included)", fontsize=8)
+    ax.legend(fontsize=7, loc="upper right")
+    return _png(fig)
+
+
+def _plot_input_wait(timeline: Timeline) -> str:
+    fig, ax = _figure("input wait (% of step time) per rank")
+    for rank in timeline.ranks():
+        steps = steady_steps(timeline.for_rank(rank).steps)
+        ax.plot(
+            [s.step for s in steps],
+            [100 * s.input_wait_s / s.wall_s for s in steps],
+            label=f"rank {rank}",
+        )
+    ax.axhline(5, color="orange", linestyle="--", linewidth=1)
+    ax.axhline(20, color="red", linestyle="--", linewidth=1)
+    ax.set_xlabel("step", fontsize=8)
+    ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def _plot_goodput(report: dict[str, Any]) -> str:
+    fig, ax = _figure(
+        f"where the time went: goodput {report['goodput']['compatible']:.0%} / "
+        f"{report['goodput']['input_adjusted']:.0%} (input-adjusted)"
+    )
+    labels = ["productive", *BADPUT_CATEGORIES]
+    values = [
+        report["productive_s"]["input_adjusted"],
+        *(report["badput_s"][k] for k in BADPUT_CATEGORIES),
+    ]
+    colors = ["tab:green"] + ["tab:red"] * len(BADPUT_CATEGORIES)
+    ax.barh(labels, values, color=colors)
+    ax.invert_yaxis()
+    ax.tick_params(axis="y", labelsize=7)
+    ax.set_xlabel("seconds", fontsize=8)
+    return _png(fig)
+
+
+def _plot_throughput(timeline: Timeline, report: dict[str, Any]) -> str:
+    tp = report["throughput"]
+    mfu = "n/a" if tp["mfu"] is None else f"{tp['mfu']:.2%}"
+    fig, ax = _figure(f"throughput (samples/s, all ranks); MFU {mfu}")
+    steps = steady_steps(timeline.for_rank(0).steps)
+    world = report["job"]["world_size"]
+    ax.plot(
+        [s.step for s in steps], [s.samples * world / s.wall_s for s in steps], color="tab:purple"
+    )
+    ax.set_xlabel("step", fontsize=8)
+    return _png(fig)
+
+
+def _plot_ranks(timeline: Timeline) -> str:
+    fig, ax = _figure("step time per rank (s)")
+    for rank in timeline.ranks():
+        steps = steady_steps(timeline.for_rank(rank).steps)
+        ax.plot(
+            [s.step for s in steps], [s.wall_s for s in steps], label=f"rank {rank}", linewidth=1
+        )
+    ax.set_xlabel("step", fontsize=8)
+    ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def _baseline_html(baseline: dict[str, Any] | None) -> str:
+    if not baseline:
+        return "<p>No baseline comparison (no store configured).</p>"
+    rows = "".join(
+        f"<tr><td>{html.escape(k)}</td><td>{baseline.get('summary', {}).get(k, float('nan')):.6g}</td>"
+        f"<td>{v:.6g}</td></tr>"
+        for k, v in sorted(baseline.get("baseline", {}).items())
+    )
+    flags = "".join(
+        f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>"
+        for k, v in sorted(baseline["flags"].items())
+    )
+    return (
+        f"<p>Workload <code>{html.escape(str(baseline.get('workload_key')))}</code>, baseline of "
+        f"{baseline.get('runs', 0)} earlier run(s), tolerance {baseline.get('tolerance', 0):.0%}.</p>"
+        f"<ul>{flags or '<li>no regression</li>'}</ul>"
+        f"<table><tr><th>metric</th><th>this run</th><th>baseline</th></tr>{rows}</table>"
+    )
+
+
+def render_deck_html(
+    timeline: Timeline, report: dict[str, Any], metrics_rows: list[dict[str, Any]]
+) -> str:
+    """Return the goodput page: six plots in fixed boxes, the baseline comparison and the text report.
+
+    Args:
+        timeline: every rank's records.
+        report: `build_report(timeline)` (with "baseline" filled in when compared).
+        metrics_rows: metrics.jsonl rows (step, loss, ...) for the loss plot.
+    """
+    images = {
+        "loss": _plot_loss(metrics_rows),
+        "step_time": _plot_step_time(timeline),
+        "input_wait": _plot_input_wait(timeline),
+        "goodput": _plot_goodput(report),
+        "throughput": _plot_throughput(timeline, report),
+        "ranks": _plot_ranks(timeline),
+    }
+    boxes = "".join(
+        f'<img id="plot-{name}" alt="{name}" src="data:image/png;base64,{images[name]}" '
+        f'style="position:absolute;left:{x}px;top:{y}px;width:{w}px;height:{h}px">'
+        for name, (x, y, w, h) in PLOT_BOXES.items()
+    )
+    below = max(y + h for _, y, _, h in PLOT_BOXES.values()) + _GAP
+    good = report["goodput"]
+    return (
+        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>Drivetrain goodput</title>"
+        "<style>body{margin:0;font-family:sans-serif;background:#fff}"
+        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px;font-size:12px}</style>"
+        "</head><body>"
+        f"<h2 style='position:absolute;left:{_GAP}px;top:0;margin:16px 0;font-size:18px'>Goodput "
+        f"{good['compatible']:.1%} (compatible) / {good['input_adjusted']:.1%} (input-adjusted), "
+        f"input: {html.escape(report['input']['verdict'])}</h2>"
+        f"{boxes}<div style='position:absolute;left:{_GAP}px;top:{below}px;width:{2 * PLOT_WIDTH + _GAP}px'>"
+        f"<h3>Baseline comparison</h3>{_baseline_html(report.get('baseline'))}"
+        f"<h3>Report</h3><pre style='font-size:11px'>{html.escape(format_report(report))}</pre></div>"
+        "</body></html>"
+    )
