@@ -108,8 +108,8 @@ def _plot_input_wait(timeline: Timeline) -> str:
 
 def _plot_goodput(report: dict[str, Any]) -> str:
     fig, ax = _figure(
-        f"where the time went: goodput {report['goodput']['compatible']:.0%} / "
-        f"{report['goodput']['input_adjusted']:.0%} (input-adjusted)"
+        f"seconds by category; goodput {report['goodput']['compatible']:.0%}, "
+        f"{report['goodput']['input_adjusted']:.0%} input-adjusted"
     )
     labels = ["productive", *BADPUT_CATEGORIES]
     values = [

@@ -137,7 +137,9 @@ def build_report(
             "world_size": world_size,
             "device_type": timeline.meta.get("device_type"),
             "accelerator_hours": totals["wall"] * hours,
-            "workload": timeline.meta.get("workload"),
+            "model": timeline.meta.get("model"),
+            "precision": timeline.meta.get("precision"),
+            "preset": timeline.meta.get("preset"),
         },
         "goodput": figures,
         "productive_s": {
