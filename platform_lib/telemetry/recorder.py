@@ -47,7 +47,15 @@ MetricsSink = Callable[[int, dict[str, float]], None]
 
 
 def process_start_time() -> float:
-    """Return the POSIX time this process started (Linux: /proc; elsewhere: now), in s."""
+    """Return when this worker's program started, POSIX s.
+
+    Under torch elastic / torchrun (LOCAL_RANK and TORCHELASTIC_RUN_ID or RANK set) the
+    worker process was started for this run: its start time (Linux /proc), so imports and
+    process-group set-up count as program start-up. Otherwise (train() called inside a
+    longer-lived process: tests, notebooks) now.
+    """
+    if "LOCAL_RANK" not in os.environ:
+        return time.time()
     try:
         stat = Path("/proc/self/stat").read_text()
         ticks = int(

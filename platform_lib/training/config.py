@@ -252,6 +252,8 @@ class DataConfig:
     """batches each loader worker prepares ahead of the training loop, in batches"""
     shuffle_buffer: int = setting(2048, ge=1)
     """window of the loader's block shuffle, in samples"""
+    batch_delay_s: float = setting(0.0, ge=0.0)
+    """injected delay before each batch reaches the training loop, in s (tests of input-bound runs); 0: none"""
 
     def __post_init__(self) -> None:
         """Check bounds, then that the two splits are distinct and named."""
@@ -286,10 +288,28 @@ class CheckpointConfig:
 
 @dataclass(kw_only=True, frozen=True)
 class MetricsConfig:
-    """Per-step metrics (rank 0 writes metrics.jsonl)."""
+    """Per-step metrics (rank 0 writes metrics.jsonl) and telemetry (`platform_lib.telemetry`, docs/goodput.md)."""
 
     log_interval: int = setting(1, ge=1)
     """steps between metrics lines, in steps"""
+    mlflow_interval: int = setting(10, ge=0)
+    """steps between metric pushes to the run's MLflow run during training (rank 0), in steps; 0: off"""
+    telemetry_flush_interval: int = setting(20, ge=1)
+    """steps between appends of step records to telemetry/rank-N.jsonl, in steps"""
+    anomaly_min_step_s: float = setting(1.0, ge=0.0)
+    """steps shorter than this are left out of step-time anomaly detection, in s (ml-goodput-measurement: 1 s)"""
+    straggler_threshold: float = setting(0.7, gt=0.0, le=1.0)
+    """a rank whose median step is slower than fastest / this is flagged a straggler (score below it)"""
+    baseline_tolerance: float = setting(0.05, ge=0.0)
+    """regression tolerance against the workload baseline: step time, memory, checkpoint (fraction), input wait (points)"""
+    goodput_window_s: float = setting(0.0, ge=0.0)
+    """rolling goodput window, in s; 0: a tenth of the run"""
+    profile_first_step: int = setting(0, ge=0)
+    """first step of the torch.profiler window (Chrome/Perfetto trace in telemetry/); 0: no profiling"""
+    profile_steps: int = setting(3, ge=1)
+    """steps in the profiler window, in steps"""
+    profile_all_ranks: bool = setting(False)
+    """profile every rank instead of rank 0 only"""
 
     def __post_init__(self) -> None:
         """Check the bounds of every field (`check_fields`)."""

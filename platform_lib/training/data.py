@@ -11,6 +11,7 @@ Batches are dicts of stacked tensors from the model's sample transform plus "__k
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -72,8 +73,12 @@ def build_eval_loader(
     )
 
 
-def iterate_epochs(loader: Any) -> Iterator[Any]:
-    """Yield batches from `loader` forever, epoch after epoch (calling `set_epoch` when present)."""
+def iterate_epochs(loader: Any, batch_delay_s: float = 0.0) -> Iterator[Any]:
+    """Yield batches from `loader` forever, epoch after epoch (calling `set_epoch` when present).
+
+    `batch_delay_s` > 0 sleeps that long before each batch (`DataConfig.batch_delay_s`: an
+    injected, fully exposed input stall for tests of input-bound runs), in s.
+    """
     epoch = getattr(loader, "epoch", 0)
     while True:
         if hasattr(loader, "set_epoch"):
@@ -81,6 +86,8 @@ def iterate_epochs(loader: Any) -> Iterator[Any]:
         produced = False
         for batch in loader:
             produced = True
+            if batch_delay_s:
+                time.sleep(batch_delay_s)
             yield batch
         if not produced:
             raise ValueError("the training loader yielded no batch in a whole epoch")

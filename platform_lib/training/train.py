@@ -9,6 +9,8 @@ Outputs under `output_dir` (rank 0 writes all but the checkpoints, samples and h
     hang/                      Flight Recorder dumps and report of a hung collective (`hang.py`)
     model.safetensors          full fp32 weights of the last step (metadata: model, configs)
     train_result.json          the TrainResult of rank 0, its TrainConfig and an input-wait summary
+    telemetry/                 every rank's step records and events (`platform_lib.telemetry`)
+    goodput.json               the goodput report (rank 0; docs/goodput.md)
 
 Faults survived: a dead worker makes torch elastic restart all of them (`max_restarts`), and
 `train()` resumes from the newest complete checkpoint, bitwise exactly on CPU; SIGTERM saves a
@@ -33,6 +35,7 @@ from torch import nn
 
 from platform_lib.loading import InputWaitMeter, ResumeStateError, StreamingLoader
 from platform_lib.models import build_model, build_model_transform, get_model_config
+from platform_lib.telemetry.recorder import MetricsSink, StepRecorder
 from platform_lib.training.checkpoint import (
     Checkpointer,
     capture_rng_state,
@@ -53,6 +56,7 @@ from platform_lib.training.loop import (
     reduce_mean,
     seed_everything,
 )
+from platform_lib.training.observe import build_recorder, publish_goodput
 from platform_lib.training.parallel import apply_fsdp, build_mesh, build_mp_policy
 from platform_lib.training.preemption import PreemptedError, PreemptionHandler
 
@@ -233,11 +237,15 @@ def finish(out: Path, model: nn.Module, cfg: TrainConfig, ctx: DistContext, step
     return result
 
 
-def train(cfg: TrainConfig, dataset_dir: str, output_dir: str) -> TrainResult | None:
+def train(cfg: TrainConfig, dataset_dir: str, output_dir: str, *,
+          sink: MetricsSink | None = None) -> TrainResult | None:
     """Train `cfg.model.name` on the `cfg.data.train_split` split of the dataset at `dataset_dir`.
 
     Call it on every rank (torchrun / `launch_local`) or directly in one process (world
     size 1). Resumes from the newest complete checkpoint in the checkpoint folder.
+    Every rank records telemetry under `output_dir/telemetry` and rank 0 writes
+    `goodput.json` at the end; a `sink` (rank 0) receives metrics every
+    `cfg.metrics.mlflow_interval` steps (`platform_lib.telemetry`, docs/goodput.md).
 
     Returns:
         TrainResult on rank 0, None on the other ranks.
@@ -258,41 +266,57 @@ def train(cfg: TrainConfig, dataset_dir: str, output_dir: str) -> TrainResult | 
     faults = FaultPlan.from_env(rank=ctx.rank)
     watchdog = HangWatchdog(out, rank=ctx.rank, world_size=ctx.world_size, timeout_s=cfg.parallel.collective_timeout_s)
     preemption = PreemptionHandler(cfg.checkpoint.preemption_grace_s, ctx.device)
+    recorder: StepRecorder | None = None
     try:
+        recorder = build_recorder(cfg, ctx, out, sink)
         model, optimizer, loader = build_run(cfg, ctx, dataset_dir)
         checkpointer = Checkpointer(cfg.checkpoint.folder or out / "checkpoints", keep=cfg.checkpoint.keep,
                                     async_save=cfg.checkpoint.async_save, storage_hook=faults.storage_hook)
         restore_start = time.perf_counter()
-        step, _ = restore(checkpointer, model, optimizer, loader, cfg, ctx)
+        step, restored = restore(checkpointer, model, optimizer, loader, cfg, ctx)
+        if restored is not None:
+            recorder.record_restore(step, time.perf_counter() - restore_start, path=str(restored))
         metrics = MetricsLog(out / "metrics.jsonl", enabled=ctx.is_main, resume_step=step)
         samples = MetricsLog(out / "samples" / f"rank-{ctx.rank:05d}.jsonl", enabled=True, resume_step=step)
         record_restart(out, step, samples, metrics, time.perf_counter() - restore_start)
-        batches, meter = iterate_epochs(loader), InputWaitMeter(skip_first=1)
+        batches, meter = iterate_epochs(loader, cfg.data.batch_delay_s), InputWaitMeter(skip_first=1)
+        batch = None
         while step < cfg.optimizer.max_steps:
             faults.at_step(step + 1)
+            recorder.begin_step(step + 1)
             start = time.perf_counter()
             batch, input_wait_s = next_batch(batches, ctx.device)
+            recorder.lap("input_wait", input_wait_s)
             loss = forward_backward(model, faults.corrupt_batch(step + 1, batch), cfg.model)
+            recorder.lap("forward_backward")
             step += 1
             if not math.isfinite(loss.item()):  # name the rank; optimizer_step stops every rank
                 print(f"[drivetrain train] rank {ctx.rank} pid {os.getpid()}: non-finite local loss {loss.item()} "
                       f"at step {step}", file=sys.stderr, flush=True)
             grad_norm, lr = optimizer_step(model, optimizer, step, cfg.optimizer)
+            recorder.lap("optimizer")
             samples.log({"step": step, "keys": list(batch["__key__"])})
-            _, blocking_s = maybe_checkpoint(checkpointer, step, model, optimizer, loader, cfg)
+            saved, blocking_s = maybe_checkpoint(checkpointer, step, model, optimizer, loader, cfg)
+            if saved is not None:
+                recorder.record_checkpoint(step, blocking_s, path=saved)
             step_time_s = time.perf_counter() - start
             meter.record(wait_s=input_wait_s, step_s=step_time_s)
             log_step(metrics, step, loss, cfg, ctx, lr=lr, grad_norm=grad_norm, input_wait_s=input_wait_s,
                      step_time_s=step_time_s, checkpoint_blocking_s=blocking_s)
+            recorder.end_step()
             if preemption.requested():  # collective: every rank stops after the same step
                 raise preempt(checkpointer, preemption, step, model, optimizer, loader, cfg, ctx)
         checkpointer.close()
-        return finish(out, model, cfg, ctx, step, checkpointer, metrics, meter)
+        result = finish(out, model, cfg, ctx, step, checkpointer, metrics, meter)
+        publish_goodput(recorder, cfg, ctx, out, batch)
+        return result
     except RuntimeError as error:
         if is_collective_timeout(error):
             raise watchdog.diagnose(error) from error
         raise
     finally:
+        if recorder is not None:
+            recorder.flush()  # a failed attempt's steps count as lost work after the restart
         preemption.close()
         watchdog.close()
         torch.set_num_threads(threads)
