@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from platform_lib.loading.commands import add_bench_commands
+from platform_lib.registry.commands import add_goodput_commands, add_zoo_commands
 from platform_lib.shards.commands import add_data_commands
 from platform_lib.triage.commands import add_triage_command
 
@@ -23,6 +24,8 @@ COMMAND_GROUPS: list[Callable[[argparse._SubParsersAction], None]] = [
     add_data_commands,
     add_bench_commands,
     add_triage_command,
+    add_goodput_commands,
+    add_zoo_commands,
 ]
 
 

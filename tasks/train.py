@@ -10,7 +10,9 @@ so the pod rebuilds the same task. Workers are spawned processes that import `ta
 the installed package. Only rank 0's return value comes back; it is a handle on the run folder
 (distributed checkpoint, model.safetensors, metrics.jsonl), never tensors. `max_restarts`
 restarts the worker group in place (locally too) and the run resumes from its last
-distributed checkpoint; task `retries` apply on a cluster only.
+distributed checkpoint; task `retries` apply on a cluster only. Rank 0 streams metrics to
+an MLflow run while training, compares the run's goodput with its workload's baseline and
+publishes the goodput Deck (`platform_lib.registry.goodput`, docs/goodput.md).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flytekit import Cache, PodTemplate, Resources, task
+from flytekit import Cache, Deck, PodTemplate, Resources, task
 from flytekit.configuration import SerializationSettings
 from flytekit.core.python_function_task import PythonFunctionTask
 from flytekit.extend import TaskPlugins
@@ -30,7 +32,9 @@ from flytekitplugins.kfpytorch import Elastic
 from flytekitplugins.kfpytorch.task import PytorchElasticFunctionTask
 from kubernetes.client import V1PodSpec, V1Toleration
 
+from platform_lib.registry.goodput import MlflowMetricsStream, finish_goodput
 from platform_lib.shards import load_manifest
+from platform_lib.telemetry.publish import GOODPUT_HTML
 from platform_lib.training.config import TrainConfig, hash_config
 from platform_lib.training.launch import DISABLE_SHARED_STORE
 from platform_lib.training.overrides import resolve_train_config
@@ -48,6 +52,10 @@ os.environ.setdefault(DISABLE_SHARED_STORE, "1")
 #: Placement of `train_model` (default: 2 CPU workers, the 2-core dev machines). Read when the
 #: module is imported (package/register time, and in the pod from the task's environment).
 PLACEMENT = placement_from_env()
+#: How often the elastic agent polls its workers, in s. The agent notices the workers'
+#: end at its next poll, so this bounds the idle tail after the last step (the plugin's
+#: default, 5 s, cost ~2.5 s per run on average; see docs/performance.md).
+MONITOR_INTERVAL_S = float(os.environ.get("DRIVETRAIN_ELASTIC_MONITOR_INTERVAL_S", "0.5"))
 
 
 @task(container_image=TASK_IMAGE, cache=Cache(version="2"), retries=1)
@@ -80,8 +88,16 @@ def train_model(dataset: FlyteDirectory, config: TrainConfig) -> FlyteDirectory:
     """Train on `dataset` in every elastic worker; return the run folder (rank 0's)."""
     with task_errors("training on the dataset", str(dataset.remote_source or dataset.path)):
         local = download_input(dataset, "merge_dataset")
-        run_dir = resolve_run_dir(load_manifest(local)["dataset_hash"], hash_config(config))
-        train(config, local, str(run_dir))
+        dataset_hash = load_manifest(local)["dataset_hash"]
+        run_dir = resolve_run_dir(dataset_hash, hash_config(config))
+        stream = None
+        if int(os.environ.get("RANK", "0")) == 0 and config.metrics.mlflow_interval:
+            stream = MlflowMetricsStream(run_name=f"train-{config.preset}-{hash_config(config)[:8]}",
+                                         tags={"dataset_hash": dataset_hash, "preset": config.preset})
+        result = train(config, local, str(run_dir), sink=stream)
+        if result is not None:  # rank 0: baseline comparison, MLflow, the goodput Deck
+            finish_goodput(run_dir, dataset_hash=dataset_hash, config=config, stream=stream)
+            Deck("Goodput", (run_dir / GOODPUT_HTML).read_text(encoding="utf-8"))
     return FlyteDirectory(str(run_dir))
 
 
@@ -129,8 +145,9 @@ def build_train_task(placement: Placement) -> PythonFunctionTask:
         container_image=TASK_IMAGE,
         task_config=PlacedElastic(
             nnodes=placement.nnodes, nproc_per_node=placement.nproc_per_node, max_restarts=1,
-            increase_shared_mem=False, placement=placement,
+            increase_shared_mem=False, placement=placement, monitor_interval=MONITOR_INTERVAL_S,
         ),
+        enable_deck=True,
         cache=Cache(version="1"), retries=2,
         requests=Resources(cpu=res["cpu"], mem=res["memory"], gpu=gpus),
         limits=Resources(mem=res["memory"], gpu=gpus),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -21,24 +22,37 @@ from typing import Any
 __all__ = ["add_goodput_commands", "add_zoo_commands"]
 
 
+_RUN_ID = re.compile(r"[0-9a-f]{32}")
+
+
 def _load(run: str) -> tuple[Any, dict[str, Any] | None]:
+    """Return (timeline, stored report) of a run folder or an MLflow run id.
+
+    Raises:
+        FileNotFoundError: `run` is neither (or holds no telemetry); the message says which.
+    """
     from platform_lib.telemetry.publish import load_run_telemetry
 
     if Path(run).is_dir():
         return load_run_telemetry(run)
+    if not _RUN_ID.fullmatch(run):
+        raise FileNotFoundError("not a folder, and not an MLflow run id (32 hex digits)")
+    from mlflow.exceptions import MlflowException
+
     from platform_lib.registry.goodput import load_goodput_from_mlflow
 
-    return load_goodput_from_mlflow(run)
+    try:
+        return load_goodput_from_mlflow(run)
+    except MlflowException as exc:
+        raise FileNotFoundError(f"MLflow: {exc.message}") from exc
 
 
 def _run_goodput(args: argparse.Namespace) -> int:
-    from mlflow.exceptions import MlflowException
-
     from platform_lib.telemetry.report import build_report, format_report
 
     try:
         timeline, report = _load(args.run)
-    except (FileNotFoundError, MlflowException, ValueError) as exc:
+    except (FileNotFoundError, ValueError) as exc:
         print(f"error: no goodput report for {args.run!r}: {exc}", file=sys.stderr)
         return 2
     if report is None or args.min_step_s is not None:  # rank files only, or other settings

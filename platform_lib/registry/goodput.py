@@ -5,6 +5,7 @@
   asynchronously, so training never waits on MLflow.
 - `compare_with_workload_baseline`: compare a run's report with its workload's baseline
   (`telemetry.baseline`) and add the run to the baseline store.
+- `finish_goodput`: all of the above for a finished run, on rank 0 in the training task.
 - `log_goodput`: final goodput metrics, regression flags as tags `goodput.regression.<name>`,
   and the report files as artifacts under `goodput/`.
 - `load_goodput_from_mlflow`: the report of a past run, for `drivetrain goodput RUN_ID`.
@@ -37,6 +38,8 @@ from platform_lib.telemetry.publish import (
     GOODPUT_JSON,
     TIMELINE_JSON,
     load_run_telemetry,
+    write_json_atomic,
+    write_run_report,
 )
 from platform_lib.telemetry.timeline import Timeline
 
@@ -44,11 +47,14 @@ __all__ = [
     "GOODPUT_ARTIFACTS",
     "MlflowMetricsStream",
     "compare_with_workload_baseline",
+    "finish_goodput",
     "load_goodput_from_mlflow",
     "log_goodput",
 ]
 
 GOODPUT_ARTIFACTS = "goodput"
+#: File in the run folder naming the MLflow run that training streamed to (registration continues it).
+MLFLOW_RUN_JSON = "mlflow_run.json"
 REGRESSION_TAG = "goodput.regression."
 
 
@@ -191,3 +197,36 @@ def load_goodput_from_mlflow(
         (local / "telemetry").mkdir(exist_ok=True)
         (local / "timeline.json").rename(local / TIMELINE_JSON)
         return load_run_telemetry(local)
+
+
+def finish_goodput(run_dir: str | Path, *, dataset_hash: str, config: Any, stream: MlflowMetricsStream | None,
+                   tolerance: float | None = None) -> dict[str, Any]:
+    """Rank 0, after `train()`: baseline comparison, MLflow logging and the plots page.
+
+    Compares `run_dir/goodput.json` with its workload's baseline (and adds the run to it),
+    logs the final figures, flags and report files to the stream's MLflow run (or a new run),
+    writes `goodput.json` / `goodput.html` again with the comparison, and records the run id
+    in `run_dir/mlflow_run.json` so that registration continues the same MLflow run.
+
+    Returns:
+        The report, with its "baseline" section filled in.
+    """
+    run_dir = Path(run_dir)
+    timeline, report = load_run_telemetry(run_dir)
+    if report is None:
+        raise FileNotFoundError(f"{run_dir / GOODPUT_JSON} is missing: train() did not finish")
+    run_id = stream.close() if stream is not None else None
+    client = configure_mlflow()
+    if run_id is None:
+        run_id = start_training_run(client, run_name=f"train-{run_dir.name}", tags={})
+    job = report["job"]
+    workload = Workload(model=job["model"] or config.model.name, dataset_hash=dataset_hash,
+                        world_size=job["world_size"], device_type=timeline.meta.get("device_name") or "cpu",
+                        precision=job["precision"] or "fp32")
+    report["baseline"] = compare_with_workload_baseline(
+        report, workload, client=client, source_run_id=run_id,
+        tolerance=config.metrics.baseline_tolerance if tolerance is None else tolerance)
+    write_run_report(run_dir, timeline, report)
+    log_goodput(client, run_id, run_dir, report)
+    write_json_atomic(run_dir / MLFLOW_RUN_JSON, {"run_id": run_id})
+    return report

@@ -11,6 +11,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+from mlflow.entities import RunTag
+
+from platform_lib.registry.goodput import MLFLOW_RUN_JSON
 from platform_lib.registry.lineage import build_lineage
 from platform_lib.registry.mlflow_store import (
     configure_mlflow,
@@ -44,7 +47,9 @@ def record_training_run(
     raw_logs_hash: str = "",
     execution_id: str | None = None,
 ) -> Registration:
-    """Log params, step metrics, eval table and lineage to a new MLflow run; register the model.
+    """Log params, step metrics, eval table and lineage to the run's MLflow run; register the model.
+
+    The MLflow run is the one training streamed to (`run_dir/mlflow_run.json`), else a new one.
 
     Args:
         model_name: registered model name.
@@ -77,7 +82,12 @@ def record_training_run(
     )
     client = configure_mlflow()
     tags = lineage.to_tags() | {"model_name": model_name, "source": manifest["source"]}
-    run_id = start_training_run(client, run_name=f"{model_name}-{lineage.config_hash[:8]}", tags=tags)
+    streamed = run_dir / MLFLOW_RUN_JSON  # training streamed metrics to this run: continue it
+    if streamed.is_file():
+        run_id = json.loads(streamed.read_text())["run_id"]
+        client.log_batch(run_id, tags=[RunTag(k, v) for k, v in sorted(tags.items())])
+    else:
+        run_id = start_training_run(client, run_name=f"{model_name}-{lineage.config_hash[:8]}", tags=tags)
     try:
         log_params(client, run_id, {"train": config.to_dict(), "dataset": {
             "dataset_hash": manifest["dataset_hash"], "source": manifest["source"],

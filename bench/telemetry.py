@@ -1,0 +1,175 @@
+"""Telemetry overhead, and the default pipeline's goodput with its fixed overheads.
+
+overhead  (default) Trains the small preset in this process (world size 1, fixed synthetic
+          dataset) and reports the recorder's own time (`StepRecorder.overhead_s`, measured
+          in the run) against the run's step time: target < 1 %. Then the recorder's calls
+          of one step (begin, three laps, end) in a tight loop, per step, against the same
+          median step time (the floor of the cost, without the run's cache effects).
+pipeline  Runs the default pipeline (`training_pipeline()`, synthetic logs, preset
+          synthetic_default) in this process with fresh HOME / TMPDIR / DRIVETRAIN_HOME,
+          times every task from outside (wraps `sandbox_execute`), and prints the training
+          run's goodput report plus what the report cannot see from inside the workers:
+          the post-training tail (last step end -> train task end, which includes the
+          elastic agent noticing the workers' exit) and registration time.
+          `--before` reproduces the settings before the fixed-overhead cuts (issue 9,
+          item 8): elastic monitor interval 5 s (the plugin default), no MLflow stream
+          during training (the MLflow store is created by registration).
+
+Usage: python bench/telemetry.py overhead [--steps 40] [--work DIR]
+       python bench/telemetry.py pipeline [--before] [--work DIR] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def run_overhead(args: argparse.Namespace) -> dict:
+    import torch
+
+    from platform_lib.telemetry.recorder import StepRecorder
+    from platform_lib.training.golden import build_golden_dataset
+    from platform_lib.training.overrides import apply_overrides
+    from platform_lib.training.presets import small
+    from platform_lib.training.train import train
+
+    work = Path(args.work or tempfile.mkdtemp(prefix="drivetrain-bench-telemetry-"))
+    dataset = work / "dataset"
+    if not (dataset / "manifest.json").is_file():
+        build_golden_dataset(work)
+    shutil.rmtree(work / "run", ignore_errors=True)
+    cfg = apply_overrides(small(), {"optimizer.max_steps": args.steps, "checkpoint.interval": args.steps,
+                                    "metrics.anomaly_min_step_s": 0.0})
+    train(cfg, str(dataset), str(work / "run"))
+    timeline = json.loads((work / "run" / "telemetry" / "timeline.json").read_text())
+    steps = timeline["steps"]
+    step_total = sum(s["wall_s"] for s in steps)
+    median_step = statistics.median(s["wall_s"] for s in steps[1:])
+    in_run = timeline["meta"]["recorder_overhead_s"]
+
+    loops = 2000
+    recorder = StepRecorder(work / "micro", rank=0, world_size=1, device=torch.device("cpu"), batch_size=2)
+    start = time.perf_counter()
+    for n in range(1, loops + 1):
+        recorder.begin_step(n)
+        recorder.lap("input_wait", 0.001)
+        recorder.lap("forward_backward")
+        recorder.lap("optimizer")
+        recorder.end_step()
+    recorder.close()
+    per_step = (time.perf_counter() - start) / loops
+    result = {
+        "steps": len(steps), "median_step_s": median_step, "step_time_total_s": step_total,
+        "recorder_overhead_in_run_s": in_run, "overhead_in_run_fraction": in_run / step_total,
+        "recorder_us_per_step_tight_loop": per_step * 1e6, "tight_loop_fraction_of_median_step": per_step / median_step,
+        "cpus": os.cpu_count(), "load_average": os.getloadavg()[0],
+    }
+    print(f"small preset, {len(steps)} steps, median step {median_step * 1e3:.1f} ms "
+          f"(load average {result['load_average']:.1f} on {result['cpus']} CPUs)")
+    print(f"  recorder time in the run: {in_run * 1e3:.2f} ms over {step_total:.2f} s of steps "
+          f"= {result['overhead_in_run_fraction']:.4%} of step time (target < 1%)")
+    print(f"  recorder calls of one step, tight loop: {per_step * 1e6:.1f} us "
+          f"= {result['tight_loop_fraction_of_median_step']:.4%} of the median step")
+    return result
+
+
+def _isolate(work: Path) -> None:
+    for key in ("HOME", "TMPDIR", "DRIVETRAIN_HOME"):
+        (work / key).mkdir(parents=True, exist_ok=True)
+        os.environ[key] = str(work / key)
+    os.environ.pop("MLFLOW_TRACKING_URI", None)
+    tempfile.tempdir = None
+
+
+def run_pipeline(args: argparse.Namespace) -> dict:
+    work = Path(args.work or tempfile.mkdtemp(prefix="drivetrain-bench-pipeline-"))
+    shutil.rmtree(work, ignore_errors=True)
+    _isolate(work)
+    if args.before:
+        os.environ["DRIVETRAIN_ELASTIC_MONITOR_INTERVAL_S"] = "5"
+    started = time.time()
+    from platform_lib.telemetry.report import format_report
+    from workflows.training_pipeline import training_pipeline
+
+    imported = time.time()
+    spans: dict[str, tuple[float, float]] = {}
+    for node in training_pipeline.nodes:
+        entity = node.flyte_entity
+        name = entity.name.split(".")[-1]
+
+        def timed(ctx, inputs, _run=entity.sandbox_execute, _name=name):
+            t0 = time.time()
+            try:
+                return _run(ctx, inputs)
+            finally:
+                spans[_name] = (t0, time.time())
+
+        entity.sandbox_execute = timed
+    overrides = json.dumps({"metrics.mlflow_interval": 0}) if args.before else ""
+    t0 = time.time()
+    uri = training_pipeline(overrides=overrides)
+    total = time.time() - t0
+    run_dir = next((work / "TMPDIR" / "drivetrain-train").glob("*"))
+    report = json.loads((run_dir / "goodput.json").read_text())
+    timeline = json.loads((run_dir / "telemetry" / "timeline.json").read_text())
+    last_step_end = max(s["start"] + s["wall_s"] for s in timeline["steps"] if s["rank"] == 0)
+    first_start = min(e["time"] for e in timeline["events"] if e["kind"] == "process_start")
+    train_start, train_end = spans["train_model"]
+    result = {
+        "mode": "before" if args.before else "after", "model_uri": uri, "pipeline_s": total,
+        "import_s": imported - started,
+        "tasks_s": {k: b - a for k, (a, b) in sorted(spans.items(), key=lambda kv: kv[1][0])},
+        "train_task_s": train_end - train_start,
+        "elastic_start_s": first_start - train_start,
+        "post_training_tail_s": train_end - last_step_end,
+        "registration_s": spans["register_model"][1] - spans["register_model"][0],
+        "steps_s": sum(s["wall_s"] for s in timeline["steps"] if s["rank"] == 0),
+        "report": report,
+    }
+    result["task_goodput"] = report["productive_s"]["compatible"] / result["train_task_s"]
+    if args.json:
+        print(json.dumps(result, indent=1, sort_keys=True))
+        return result
+    print(f"default pipeline ({result['mode']} the fixed-overhead cuts): {total:.1f} s "
+          f"(+ {result['import_s']:.1f} s importing the workflow); load average {os.getloadavg()[0]:.1f}")
+    for name, seconds in result["tasks_s"].items():
+        print(f"  {name:<22}{seconds:8.2f} s")
+    print(f"  train task: elastic start-up before the first worker {result['elastic_start_s']:.2f} s, "
+          f"post-training tail {result['post_training_tail_s']:.2f} s (target < 1.5 s), "
+          f"registration {result['registration_s']:.2f} s (target < 2 s)")
+    print(f"  goodput over the train task's wall time: {result['task_goodput']:.1%}")
+    print(format_report(report))
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="mode")
+    over = sub.add_parser("overhead")
+    over.add_argument("--steps", type=int, default=40)
+    over.add_argument("--work")
+    pipe = sub.add_parser("pipeline")
+    pipe.add_argument("--before", action="store_true", help="monitor interval 5 s, no MLflow stream")
+    pipe.add_argument("--work")
+    pipe.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    if args.mode == "pipeline":
+        run_pipeline(args)
+    else:
+        if args.mode is None:
+            args = over.parse_args([])
+        run_overhead(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # workflows/ of this checkout
+    sys.exit(main())
