@@ -18,6 +18,7 @@ memory. Flags become MLflow tags `goodput.regression.<name>` on the run and show
 from __future__ import annotations
 
 import statistics
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +35,7 @@ __all__ = [
 
 BASELINE_EXPERIMENT = "drivetrain-baselines"
 BASELINE_RUNS = 5
+RECORDED_AT = "recorded_at"  # POSIX s the summary was added; orders the runs (start times tie)
 DEFAULT_TOLERANCE = 0.05
 SUMMARY_KEYS = (
     "median_step_s",
@@ -151,7 +153,7 @@ class MlflowBaselineStore:
         runs = self.client.search_runs(
             [self.experiment_id],
             filter_string=f"tags.workload_key = '{escaped}'",
-            order_by=["attributes.start_time DESC"],
+            order_by=[f"metrics.{RECORDED_AT} DESC"],
             max_results=max_runs,
         )
         return [{k: v for k, v in run.data.metrics.items() if k in SUMMARY_KEYS} for run in runs]
@@ -164,7 +166,8 @@ class MlflowBaselineStore:
             self.experiment_id,
             tags={"workload_key": workload_key, "source_run_id": source_run_id},
         )
-        metrics = [Metric(k, float(v), 0, 0) for k, v in sorted(summary.items())]
+        values = {**summary, RECORDED_AT: time.time()}
+        metrics = [Metric(k, float(v), 0, 0) for k, v in sorted(values.items())]
         self.client.log_batch(run.info.run_id, metrics=metrics)
         self.client.set_terminated(run.info.run_id)
         return run.info.run_id

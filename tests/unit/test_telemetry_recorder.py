@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import torch
@@ -55,7 +56,9 @@ def test_recorder_writes_steps_events_and_meta(tmp_path):
 
 
 def test_a_restart_is_a_new_attempt_and_repeats_are_lost_work(tmp_path):
-    first = StepRecorder(tmp_path, rank=0, world_size=1, device=CPU, batch_size=2, flush_interval=1)
+    # started 10 s ago, so the restore (recorded as the 0.5 s before now) lies inside the job
+    first = StepRecorder(tmp_path, rank=0, world_size=1, device=CPU, batch_size=2, flush_interval=1,
+                         started=time.time() - 10)
     record_steps(first, range(1, 8), checkpoint_at=4)
     # killed here: no close(); steps 5-7 happened after the checkpoint of step 4
     second = StepRecorder(tmp_path, rank=0, world_size=1, device=CPU, batch_size=2)
@@ -71,7 +74,7 @@ def test_a_restart_is_a_new_attempt_and_repeats_are_lost_work(tmp_path):
     assert [s.step for s in kept] == list(range(1, 9))
     report = build_report(timeline, min_step_s=0.0)
     assert report["steps"]["lost"] == 3 and report["steps"]["kept"] == 8
-    assert report["badput_s"]["lost_work"] == pytest.approx(sum(s.wall_s for s in lost))
+    assert report["badput_s"]["lost_work"] == pytest.approx(sum(s.wall_s for s in lost), abs=1e-5)  # POSIX-time precision
     assert report["badput_s"]["checkpoint_restore"] == pytest.approx(0.5)
 
 
