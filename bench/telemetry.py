@@ -46,8 +46,14 @@ def run_overhead(args: argparse.Namespace) -> dict:
     if not (dataset / "manifest.json").is_file():
         build_golden_dataset(work)
     shutil.rmtree(work / "run", ignore_errors=True)
-    cfg = apply_overrides(small(), {"optimizer.max_steps": args.steps, "checkpoint.interval": args.steps,
-                                    "metrics.anomaly_min_step_s": 0.0})
+    cfg = apply_overrides(
+        small(),
+        {
+            "optimizer.max_steps": args.steps,
+            "checkpoint.interval": args.steps,
+            "metrics.anomaly_min_step_s": 0.0,
+        },
+    )
     train(cfg, str(dataset), str(work / "run"))
     timeline = json.loads((work / "run" / "telemetry" / "timeline.json").read_text())
     steps = timeline["steps"]
@@ -56,7 +62,9 @@ def run_overhead(args: argparse.Namespace) -> dict:
     in_run = timeline["meta"]["recorder_overhead_s"]
 
     loops = 2000
-    recorder = StepRecorder(work / "micro", rank=0, world_size=1, device=torch.device("cpu"), batch_size=2)
+    recorder = StepRecorder(
+        work / "micro", rank=0, world_size=1, device=torch.device("cpu"), batch_size=2
+    )
     start = time.perf_counter()
     for n in range(1, loops + 1):
         recorder.begin_step(n)
@@ -67,17 +75,28 @@ def run_overhead(args: argparse.Namespace) -> dict:
     recorder.close()
     per_step = (time.perf_counter() - start) / loops
     result = {
-        "steps": len(steps), "median_step_s": median_step, "step_time_total_s": step_total,
-        "recorder_overhead_in_run_s": in_run, "overhead_in_run_fraction": in_run / step_total,
-        "recorder_us_per_step_tight_loop": per_step * 1e6, "tight_loop_fraction_of_median_step": per_step / median_step,
-        "cpus": os.cpu_count(), "load_average": os.getloadavg()[0],
+        "steps": len(steps),
+        "median_step_s": median_step,
+        "step_time_total_s": step_total,
+        "recorder_overhead_in_run_s": in_run,
+        "overhead_in_run_fraction": in_run / step_total,
+        "recorder_us_per_step_tight_loop": per_step * 1e6,
+        "tight_loop_fraction_of_median_step": per_step / median_step,
+        "cpus": os.cpu_count(),
+        "load_average": os.getloadavg()[0],
     }
-    print(f"small preset, {len(steps)} steps, median step {median_step * 1e3:.1f} ms "
-          f"(load average {result['load_average']:.1f} on {result['cpus']} CPUs)")
-    print(f"  recorder time in the run: {in_run * 1e3:.2f} ms over {step_total:.2f} s of steps "
-          f"= {result['overhead_in_run_fraction']:.4%} of step time (target < 1%)")
-    print(f"  recorder calls of one step, tight loop: {per_step * 1e6:.1f} us "
-          f"= {result['tight_loop_fraction_of_median_step']:.4%} of the median step")
+    print(
+        f"small preset, {len(steps)} steps, median step {median_step * 1e3:.1f} ms "
+        f"(load average {result['load_average']:.1f} on {result['cpus']} CPUs)"
+    )
+    print(
+        f"  recorder time in the run: {in_run * 1e3:.2f} ms over {step_total:.2f} s of steps "
+        f"= {result['overhead_in_run_fraction']:.4%} of step time (target < 1%)"
+    )
+    print(
+        f"  recorder calls of one step, tight loop: {per_step * 1e6:.1f} us "
+        f"= {result['tight_loop_fraction_of_median_step']:.4%} of the median step"
+    )
     return result
 
 
@@ -124,7 +143,9 @@ def run_pipeline(args: argparse.Namespace) -> dict:
     first_start = min(e["time"] for e in timeline["events"] if e["kind"] == "process_start")
     train_start, train_end = spans["train_model"]
     result = {
-        "mode": "before" if args.before else "after", "model_uri": uri, "pipeline_s": total,
+        "mode": "before" if args.before else "after",
+        "model_uri": uri,
+        "pipeline_s": total,
         "import_s": imported - started,
         "tasks_s": {k: b - a for k, (a, b) in sorted(spans.items(), key=lambda kv: kv[1][0])},
         "train_task_s": train_end - train_start,
@@ -138,13 +159,17 @@ def run_pipeline(args: argparse.Namespace) -> dict:
     if args.json:
         print(json.dumps(result, indent=1, sort_keys=True))
         return result
-    print(f"default pipeline ({result['mode']} the fixed-overhead cuts): {total:.1f} s "
-          f"(+ {result['import_s']:.1f} s importing the workflow); load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"default pipeline ({result['mode']} the fixed-overhead cuts): {total:.1f} s "
+        f"(+ {result['import_s']:.1f} s importing the workflow); load average {os.getloadavg()[0]:.1f}"
+    )
     for name, seconds in result["tasks_s"].items():
         print(f"  {name:<22}{seconds:8.2f} s")
-    print(f"  train task: elastic start-up before the first worker {result['elastic_start_s']:.2f} s, "
-          f"post-training tail {result['post_training_tail_s']:.2f} s (target < 1.5 s), "
-          f"registration {result['registration_s']:.2f} s (target < 2 s)")
+    print(
+        f"  train task: elastic start-up before the first worker {result['elastic_start_s']:.2f} s, "
+        f"post-training tail {result['post_training_tail_s']:.2f} s (target < 1.5 s), "
+        f"registration {result['registration_s']:.2f} s (target < 2 s)"
+    )
     print(f"  goodput over the train task's wall time: {result['task_goodput']:.1%}")
     print(format_report(report))
     return result
@@ -157,7 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     over.add_argument("--steps", type=int, default=40)
     over.add_argument("--work")
     pipe = sub.add_parser("pipeline")
-    pipe.add_argument("--before", action="store_true", help="monitor interval 5 s, no MLflow stream")
+    pipe.add_argument(
+        "--before", action="store_true", help="monitor interval 5 s, no MLflow stream"
+    )
     pipe.add_argument("--work")
     pipe.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)

@@ -1,12 +1,12 @@
 """`drivetrain goodput` and `drivetrain zoo check`: goodput reports and the model-zoo gate.
 
-    drivetrain goodput RUN [--json] [--html FILE]
-        RUN is a training run folder (holds telemetry/) or an MLflow run id (its goodput/
-        artifacts). Prints the report (docs/goodput.md); --json prints the whole record.
-    drivetrain zoo check [--preset NAME ...] [--write] [--strict] [--json]
-        Trains each CPU preset a few steps on a fixed synthetic dataset, compares the losses
-        with the golden files and the median step time with the workload's baseline (MLflow
-        store); exit 1 on a loss mismatch (and with --strict on a step-time regression).
+drivetrain goodput RUN [--json] [--html FILE]
+    RUN is a training run folder (holds telemetry/) or an MLflow run id (its goodput/
+    artifacts). Prints the report (docs/goodput.md); --json prints the whole record.
+drivetrain zoo check [--preset NAME ...] [--write] [--strict] [--json]
+    Trains each CPU preset a few steps on a fixed synthetic dataset, compares the losses
+    with the golden files and the median step time with the workload's baseline (MLflow
+    store); exit 1 on a loss mismatch (and with --strict on a step-time regression).
 """
 
 from __future__ import annotations
@@ -57,7 +57,9 @@ def _run_goodput(args: argparse.Namespace) -> int:
         return 2
     if report is None or args.min_step_s is not None:  # rank files only, or other settings
         baseline = (report or {}).get("baseline")
-        report = build_report(timeline, **({} if args.min_step_s is None else {"min_step_s": args.min_step_s}))
+        report = build_report(
+            timeline, **({} if args.min_step_s is None else {"min_step_s": args.min_step_s})
+        )
         report["baseline"] = baseline
     if args.html:
         from platform_lib.telemetry.deck import render_deck_html
@@ -74,9 +76,15 @@ def add_goodput_commands(groups: argparse._SubParsersAction) -> None:
     parser = groups.add_parser("goodput", help="where a training run's accelerator-hours went")
     parser.add_argument("run", help="training run folder (with telemetry/) or MLflow run id")
     parser.add_argument("--json", action="store_true", help="print the whole report as JSON")
-    parser.add_argument("--html", metavar="FILE", help="also write the plots page (the Flyte Deck) to FILE")
-    parser.add_argument("--min-step-s", type=float, default=None,
-                        help="recompute with this anomaly minimum step time, in s")
+    parser.add_argument(
+        "--html", metavar="FILE", help="also write the plots page (the Flyte Deck) to FILE"
+    )
+    parser.add_argument(
+        "--min-step-s",
+        type=float,
+        default=None,
+        help="recompute with this anomaly minimum step time, in s",
+    )
     parser.set_defaults(func=_run_goodput)
 
 
@@ -84,9 +92,13 @@ def _zoo_workload(result: dict[str, Any], dataset_dir: Path) -> Any:
     from platform_lib.shards import load_manifest
     from platform_lib.telemetry.baseline import Workload
 
-    return Workload(model=result["report"]["job"]["model"] or result["preset"],
-                    dataset_hash=load_manifest(dataset_dir)["dataset_hash"], world_size=1,
-                    device_type=result["report"]["job"]["device_type"] or "cpu", precision=result["precision"])
+    return Workload(
+        model=result["report"]["job"]["model"] or result["preset"],
+        dataset_hash=load_manifest(dataset_dir)["dataset_hash"],
+        world_size=1,
+        device_type=result["report"]["job"]["device_type"] or "cpu",
+        precision=result["precision"],
+    )
 
 
 def _run_zoo_check(args: argparse.Namespace) -> int:
@@ -101,19 +113,27 @@ def _run_zoo_check(args: argparse.Namespace) -> int:
         for preset in args.preset or CPU_PRESETS:
             result = check_zoo_preset(preset, dataset, Path(tmp) / "runs", write=args.write)
             baseline = compare_with_workload_baseline(
-                result["report"], _zoo_workload(result, dataset), tolerance=args.tolerance,
-                source_run_id=f"zoo:{preset}")
+                result["report"],
+                _zoo_workload(result, dataset),
+                tolerance=args.tolerance,
+                source_run_id=f"zoo:{preset}",
+            )
             slow = "step_time" in baseline["flags"]
             ok = result["loss_ok"] and not (args.strict and slow)
             failed += not ok
-            results.append({k: v for k, v in result.items() if k != "report"} | {"baseline": baseline, "ok": ok})
+            results.append(
+                {k: v for k, v in result.items() if k != "report"}
+                | {"baseline": baseline, "ok": ok}
+            )
             if not args.json:
                 base = baseline["baseline"].get("median_step_s")
-                print(f"{preset:<18} losses {'match' if result['loss_ok'] else 'DIFFER'} "
-                      f"(max rel. error {result['max_rel_error']:.2e}, rtol {result['rtol']:g}); "
-                      f"median step {result['median_step_s']:.4f} s, baseline "
-                      f"{'none yet' if base is None else f'{base:.4f} s'}"
-                      f"{'; ' + baseline['flags']['step_time'] if slow else ''}")
+                print(
+                    f"{preset:<18} losses {'match' if result['loss_ok'] else 'DIFFER'} "
+                    f"(max rel. error {result['max_rel_error']:.2e}, rtol {result['rtol']:g}); "
+                    f"median step {result['median_step_s']:.4f} s, baseline "
+                    f"{'none yet' if base is None else f'{base:.4f} s'}"
+                    f"{'; ' + baseline['flags']['step_time'] if slow else ''}"
+                )
     if args.json:
         print(json.dumps(results, indent=1, sort_keys=True))
     return 1 if failed else 0
@@ -123,10 +143,16 @@ def add_zoo_commands(groups: argparse._SubParsersAction) -> None:
     """Add `zoo check` to the `drivetrain` subparsers."""
     parser = groups.add_parser("zoo", help="model-zoo gate: golden losses and step-time baselines")
     sub = parser.add_subparsers(dest="zoo_command", metavar="COMMAND", required=True)
-    check = sub.add_parser("check", help="train each CPU preset a few steps; compare with golden files")
+    check = sub.add_parser(
+        "check", help="train each CPU preset a few steps; compare with golden files"
+    )
     check.add_argument("--preset", action="append", help="only this preset (repeatable)")
-    check.add_argument("--write", action="store_true", help="rewrite the golden files from this run")
+    check.add_argument(
+        "--write", action="store_true", help="rewrite the golden files from this run"
+    )
     check.add_argument("--strict", action="store_true", help="fail on a step-time regression too")
-    check.add_argument("--tolerance", type=float, default=0.05, help="step-time tolerance (fraction)")
+    check.add_argument(
+        "--tolerance", type=float, default=0.05, help="step-time tolerance (fraction)"
+    )
     check.add_argument("--json", action="store_true", help="print the results as JSON")
     check.set_defaults(func=_run_zoo_check)

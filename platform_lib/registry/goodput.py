@@ -16,6 +16,7 @@ from __future__ import annotations
 import queue
 import tempfile
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -199,8 +200,14 @@ def load_goodput_from_mlflow(
         return load_run_telemetry(local)
 
 
-def finish_goodput(run_dir: str | Path, *, dataset_hash: str, config: Any, stream: MlflowMetricsStream | None,
-                   tolerance: float | None = None) -> dict[str, Any]:
+def finish_goodput(
+    run_dir: str | Path,
+    *,
+    dataset_hash: str,
+    config: Any,
+    stream: MlflowMetricsStream | None,
+    tolerance: float | None = None,
+) -> dict[str, Any]:
     """Rank 0, after `train()`: baseline comparison, MLflow logging and the plots page.
 
     Compares `run_dir/goodput.json` with its workload's baseline (and adds the run to it),
@@ -211,6 +218,7 @@ def finish_goodput(run_dir: str | Path, *, dataset_hash: str, config: Any, strea
     Returns:
         The report, with its "baseline" section filled in.
     """
+    started = time.perf_counter()
     run_dir = Path(run_dir)
     timeline, report = load_run_telemetry(run_dir)
     if report is None:
@@ -220,13 +228,24 @@ def finish_goodput(run_dir: str | Path, *, dataset_hash: str, config: Any, strea
     if run_id is None:
         run_id = start_training_run(client, run_name=f"train-{run_dir.name}", tags={})
     job = report["job"]
-    workload = Workload(model=job["model"] or config.model.name, dataset_hash=dataset_hash,
-                        world_size=job["world_size"], device_type=timeline.meta.get("device_name") or "cpu",
-                        precision=job["precision"] or "fp32")
+    workload = Workload(
+        model=job["model"] or config.model.name,
+        dataset_hash=dataset_hash,
+        world_size=job["world_size"],
+        device_type=timeline.meta.get("device_name") or "cpu",
+        precision=job["precision"] or "fp32",
+    )
     report["baseline"] = compare_with_workload_baseline(
-        report, workload, client=client, source_run_id=run_id,
-        tolerance=config.metrics.baseline_tolerance if tolerance is None else tolerance)
+        report,
+        workload,
+        client=client,
+        source_run_id=run_id,
+        tolerance=config.metrics.baseline_tolerance if tolerance is None else tolerance,
+    )
     write_run_report(run_dir, timeline, report)
     log_goodput(client, run_id, run_dir, report)
-    write_json_atomic(run_dir / MLFLOW_RUN_JSON, {"run_id": run_id})
+    write_json_atomic(
+        run_dir / MLFLOW_RUN_JSON,
+        {"run_id": run_id, "finish_goodput_s": time.perf_counter() - started},
+    )
     return report

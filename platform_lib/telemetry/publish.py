@@ -6,7 +6,9 @@ Run folder layout (written by rank 0 at the end of `train()`):
     telemetry/timeline.json       all ranks gathered (multi-node runs have no shared disk)
     telemetry/trace-rank-*.json   torch.profiler window, when configured
     goodput.json                  the report (`report.build_report`), baseline comparison
-    goodput.html                  the page the Flyte Deck shows (`deck.render_deck_html`)
+    goodput.html                  the page the Flyte Deck shows (`deck.render_deck_html`; written
+                                  by the training task after the baseline comparison, or by
+                                  `drivetrain goodput RUN --html FILE`)
 """
 
 from __future__ import annotations
@@ -51,20 +53,28 @@ def read_metrics_rows(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
 
 
 def write_run_report(
-    run_dir: str | os.PathLike[str], timeline: Timeline, report: dict[str, Any]
+    run_dir: str | os.PathLike[str],
+    timeline: Timeline,
+    report: dict[str, Any],
+    *,
+    html: bool = True,
 ) -> Path:
-    """Write timeline.json, goodput.json and goodput.html into `run_dir`; return goodput.json's path."""
-    from platform_lib.telemetry.deck import (
-        render_deck_html,  # matplotlib: only when a page is drawn
-    )
+    """Write timeline.json, goodput.json and (with `html`) goodput.html into `run_dir`.
 
+    Returns:
+        The path of goodput.json.
+    """
     run_dir = Path(run_dir)
     write_json_atomic(run_dir / TIMELINE_JSON, timeline.to_json())
     write_json_atomic(run_dir / GOODPUT_JSON, report)
-    page = render_deck_html(timeline, report, read_metrics_rows(run_dir))
-    tmp = run_dir / (GOODPUT_HTML + ".tmp")
-    tmp.write_text(page, encoding="utf-8")
-    os.replace(tmp, run_dir / GOODPUT_HTML)
+    if html:
+        from platform_lib.telemetry.deck import render_deck_html  # matplotlib: only for a page
+
+        tmp = run_dir / (GOODPUT_HTML + ".tmp")
+        tmp.write_text(
+            render_deck_html(timeline, report, read_metrics_rows(run_dir)), encoding="utf-8"
+        )
+        os.replace(tmp, run_dir / GOODPUT_HTML)
     return run_dir / GOODPUT_JSON
 
 

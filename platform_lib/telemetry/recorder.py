@@ -56,18 +56,11 @@ def process_start_time() -> float:
     """
     if "LOCAL_RANK" not in os.environ:
         return time.time()
-    try:
-        stat = Path("/proc/self/stat").read_text()
-        ticks = int(
-            stat.rsplit(")", 1)[1].split()[19]
-        )  # field 22: starttime, clock ticks since boot
-        boot = next(
-            int(line.split()[1])
-            for line in Path("/proc/stat").read_text().splitlines()
-            if line.startswith("btime ")
-        )
-        return boot + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
+    try:  # field 22 of /proc/self/stat: start time in clock ticks since boot (CLOCK_BOOTTIME)
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+        return time.time() - age
+    except (OSError, ValueError, IndexError, AttributeError):
         return time.time()
 
 

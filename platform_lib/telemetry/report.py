@@ -191,7 +191,9 @@ def format_report(report: dict[str, Any]) -> str:
     ]
     wall = job["wall_s"] or 1.0
     rows = [("productive (compatible)", report["productive_s"]["compatible"], None)]
-    rows += [(k, report["badput_s"][k], report["badput_accelerator_hours"][k]) for k in BADPUT_CATEGORIES]
+    rows += [
+        (k, report["badput_s"][k], report["badput_accelerator_hours"][k]) for k in BADPUT_CATEGORIES
+    ]
     for name, seconds, acc_h in rows:
         acc = acc_h if acc_h is not None else seconds * job["world_size"] / 3600
         lines.append(f"{name:<26}{seconds:>10.3f}{seconds / wall:>8.1%}{acc:>12.5f}")

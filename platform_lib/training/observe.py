@@ -3,7 +3,7 @@
 `build_recorder` opens this rank's `StepRecorder` (with the profiler window, when set);
 `publish_goodput` gathers every rank's records (collective) and, on rank 0, counts the
 model's FLOPs per sample once, resolves the device peak, builds the report and writes
-`goodput.json` / `goodput.html` into the run folder (see `platform_lib.telemetry`).
+`goodput.json` (and `telemetry/timeline.json`) into the run folder (see `platform_lib.telemetry`).
 """
 
 from __future__ import annotations
@@ -29,19 +29,31 @@ __all__ = ["TELEMETRY_DIR", "build_recorder", "count_model_flops", "publish_good
 TELEMETRY_DIR = "telemetry"
 
 
-def build_recorder(cfg: TrainConfig, ctx: DistContext, out: Path, sink: MetricsSink | None = None) -> StepRecorder:
+def build_recorder(
+    cfg: TrainConfig, ctx: DistContext, out: Path, sink: MetricsSink | None = None
+) -> StepRecorder:
     """Return this rank's recorder (records `process_start`); `sink` streams metrics on rank 0."""
     metrics = cfg.metrics
     profiler = None
     if metrics.profile_first_step and (ctx.is_main or metrics.profile_all_ranks):
-        profiler = StepProfiler(out / TELEMETRY_DIR, rank=ctx.rank, first_step=metrics.profile_first_step,
-                                num_steps=metrics.profile_steps, cuda=ctx.device.type == "cuda")
+        profiler = StepProfiler(
+            out / TELEMETRY_DIR,
+            rank=ctx.rank,
+            first_step=metrics.profile_first_step,
+            num_steps=metrics.profile_steps,
+            cuda=ctx.device.type == "cuda",
+        )
     precision = "bf16" if cfg.parallel.mixed_precision else "fp32"
     return StepRecorder(
-        out / TELEMETRY_DIR, rank=ctx.rank, world_size=ctx.world_size, device=ctx.device,
-        batch_size=cfg.data.batch_size, flush_interval=metrics.telemetry_flush_interval,
+        out / TELEMETRY_DIR,
+        rank=ctx.rank,
+        world_size=ctx.world_size,
+        device=ctx.device,
+        batch_size=cfg.data.batch_size,
+        flush_interval=metrics.telemetry_flush_interval,
         sink=sink if ctx.is_main and metrics.mlflow_interval else None,
-        sink_interval=max(1, metrics.mlflow_interval), profiler=profiler,
+        sink_interval=max(1, metrics.mlflow_interval),
+        profiler=profiler,
         meta={"model": cfg.model.name, "precision": precision, "preset": cfg.preset},
     )
 
@@ -53,14 +65,20 @@ def count_model_flops(cfg: TrainConfig, batch: dict[str, Any]) -> float:
     model, its gradients and the random streams are untouched.
     """
     with torch.random.fork_rng(devices=[]):
-        model = build_model(get_model_config(cfg.model.name)).to(next(iter(
-            v.device for v in batch.values() if torch.is_tensor(v))))
+        model = build_model(get_model_config(cfg.model.name)).to(
+            next(iter(v.device for v in batch.values() if torch.is_tensor(v)))
+        )
         size = next(len(v) for v in batch.values() if torch.is_tensor(v))
         return count_flops_per_sample(lambda: forward_backward(model, batch, cfg.model), size)
 
 
-def publish_goodput(recorder: StepRecorder, cfg: TrainConfig, ctx: DistContext, out: Path,
-                    batch: dict[str, Any] | None) -> dict[str, Any] | None:
+def publish_goodput(
+    recorder: StepRecorder,
+    cfg: TrainConfig,
+    ctx: DistContext,
+    out: Path,
+    batch: dict[str, Any] | None,
+) -> dict[str, Any] | None:
     """Close the recorder, gather all ranks (collective) and, on rank 0, write and return the report.
 
     Args:
@@ -76,12 +94,20 @@ def publish_goodput(recorder: StepRecorder, cfg: TrainConfig, ctx: DistContext, 
     if batch is not None:
         timeline.meta["flops_per_sample"] = count_model_flops(cfg, batch)
     peak = resolve_peak_flops(ctx.device, cfg.parallel.num_threads)
-    timeline.meta.update(peak_flops=peak["peak_flops"], peak_method=peak["method"], device_name=peak["device"],
-                         world_size=ctx.world_size, recorder_overhead_s=recorder.overhead_s)
+    timeline.meta.update(
+        peak_flops=peak["peak_flops"],
+        peak_method=peak["method"],
+        device_name=peak["device"],
+        world_size=ctx.world_size,
+        recorder_overhead_s=recorder.overhead_s,
+    )
     metrics = cfg.metrics
-    report = build_report(timeline, min_step_s=metrics.anomaly_min_step_s,
-                          straggler_threshold=metrics.straggler_threshold,
-                          window_s=metrics.goodput_window_s or None)
+    report = build_report(
+        timeline,
+        min_step_s=metrics.anomaly_min_step_s,
+        straggler_threshold=metrics.straggler_threshold,
+        window_s=metrics.goodput_window_s or None,
+    )
     report["report_s"] = time.perf_counter() - started
-    write_run_report(out, timeline, report)
+    write_run_report(out, timeline, report, html=False)  # the task draws the page
     return report

@@ -26,7 +26,14 @@ from platform_lib.training.overrides import apply_overrides
 from platform_lib.training.presets import get_preset
 from platform_lib.training.train import train
 
-__all__ = ["CPU_PRESETS", "GOLDEN_DIR", "ZOO_STEPS", "check_zoo_preset", "golden_path", "zoo_config"]
+__all__ = [
+    "CPU_PRESETS",
+    "GOLDEN_DIR",
+    "ZOO_STEPS",
+    "check_zoo_preset",
+    "golden_path",
+    "zoo_config",
+]
 
 CPU_PRESETS = ("small", "synthetic_default", "pandaset_smoke")
 ZOO_STEPS = 6
@@ -37,10 +44,16 @@ RTOL = {"fp32": 1e-4, "bf16": 2e-2}
 def zoo_config(preset: str) -> TrainConfig:
     """Return `preset` cut to ZOO_STEPS steps (warm-up 1 step, one checkpoint at the end, no
     loader workers: the gate measures the model, not the loader)."""
-    return apply_overrides(get_preset(preset), {
-        "optimizer.max_steps": ZOO_STEPS, "optimizer.warmup_steps": 1, "checkpoint.interval": ZOO_STEPS,
-        "data.num_workers": 0, "metrics.mlflow_interval": 0,
-    })
+    return apply_overrides(
+        get_preset(preset),
+        {
+            "optimizer.max_steps": ZOO_STEPS,
+            "optimizer.warmup_steps": 1,
+            "checkpoint.interval": ZOO_STEPS,
+            "data.num_workers": 0,
+            "metrics.mlflow_interval": 0,
+        },
+    )
 
 
 def golden_path(preset: str, golden_dir: str | os.PathLike[str] = GOLDEN_DIR) -> Path:
@@ -52,41 +65,67 @@ def _precision(cfg: TrainConfig) -> str:
     return "bf16" if cfg.parallel.mixed_precision else "fp32"
 
 
-def check_zoo_preset(preset: str, dataset_dir: str | os.PathLike[str], workdir: str | os.PathLike[str], *,
-                     golden_dir: str | os.PathLike[str] = GOLDEN_DIR, write: bool = False) -> dict[str, Any]:
+def check_zoo_preset(
+    preset: str,
+    dataset_dir: str | os.PathLike[str],
+    workdir: str | os.PathLike[str],
+    *,
+    golden_dir: str | os.PathLike[str] = GOLDEN_DIR,
+    write: bool = False,
+) -> dict[str, Any]:
     """Train `zoo_config(preset)` on `dataset_dir` and compare its losses with the golden file.
 
     Returns:
         {"preset", "precision", "losses", "golden_losses", "rtol", "max_rel_error",
-        "loss_ok", "median_step_s", "report" (goodput report), "golden": path}; with
-        `write` the golden file is (re)written from this run and loss_ok is True.
+        "config_changed", "loss_ok", "median_step_s", "report" (goodput report), "golden"};
+        with `write` the golden file is first (re)written from this run.
 
     Raises:
         FileNotFoundError: no golden file for `preset` (run with write=True to create it).
     """
-    cfg = zoo_config(preset)
-    result = train(cfg, str(dataset_dir), str(Path(workdir) / preset))
-    rows = [json.loads(line) for line in Path(result.metrics_path).read_text().splitlines() if line.strip()]
-    losses = [r["loss"] for r in rows]
-    report = json.loads((Path(workdir) / preset / "goodput.json").read_text())
-    path = golden_path(preset, golden_dir)
-    precision = _precision(cfg)
-    record = {"preset": preset, "config": cfg.to_dict(), "torch_version": torch.__version__,
-              "precision": precision, "losses": losses}
+    cfg, path = zoo_config(preset), golden_path(preset, golden_dir)
+    if not write and not path.is_file():
+        raise FileNotFoundError(
+            f"no golden file {path} for preset {preset!r}: create it with `drivetrain zoo check --write`"
+        )
+    run = Path(workdir) / preset
+    result = train(cfg, str(dataset_dir), str(run))
+    rows = [
+        json.loads(line)
+        for line in Path(result.metrics_path).read_text().splitlines()
+        if line.strip()
+    ]
+    losses, precision = [r["loss"] for r in rows], _precision(cfg)
+    config = json.loads(json.dumps(cfg.to_dict()))
     if write:
+        record = {
+            "preset": preset,
+            "config": config,
+            "torch_version": torch.__version__,
+            "precision": precision,
+            "losses": losses,
+        }
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-    if not path.is_file():
-        raise FileNotFoundError(f"no golden file {path} for preset {preset!r}: create it with "
-                                "`drivetrain zoo check --write`")
     golden = json.loads(path.read_text())
     rtol = RTOL[precision]
-    errors = [abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses, golden["losses"], strict=False)]
+    errors = [
+        abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses, golden["losses"], strict=False)
+    ]
     max_error = max(errors, default=float("inf"))
     steady = [r["step_time_s"] for r in rows[1:]]
     return {
-        "preset": preset, "precision": precision, "losses": losses, "golden_losses": golden["losses"],
-        "rtol": rtol, "max_rel_error": max_error,
-        "loss_ok": len(losses) == len(golden["losses"]) and max_error <= rtol,
-        "median_step_s": statistics.median(steady) if steady else None, "report": report, "golden": str(path),
+        "preset": preset,
+        "precision": precision,
+        "losses": losses,
+        "golden_losses": golden["losses"],
+        "rtol": rtol,
+        "max_rel_error": max_error,
+        "config_changed": golden["config"] != config,
+        "loss_ok": len(losses) == len(golden["losses"])
+        and max_error <= rtol
+        and golden["config"] == config,
+        "median_step_s": statistics.median(steady) if steady else None,
+        "report": json.loads((run / "goodput.json").read_text()),
+        "golden": str(path),
     }

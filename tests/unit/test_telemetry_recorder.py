@@ -17,7 +17,12 @@ from platform_lib.telemetry.baseline import (
     summarize_run,
 )
 from platform_lib.telemetry.goodput import split_lost_steps
-from platform_lib.telemetry.mfu import count_flops_per_sample, measure_cpu_peak, register_peak, resolve_peak_flops
+from platform_lib.telemetry.mfu import (
+    count_flops_per_sample,
+    measure_cpu_peak,
+    register_peak,
+    resolve_peak_flops,
+)
 from platform_lib.telemetry.recorder import StepRecorder
 from platform_lib.telemetry.report import build_report
 from platform_lib.telemetry.timeline import load_rank_file, load_timeline
@@ -37,8 +42,16 @@ def record_steps(recorder: StepRecorder, steps: range, *, checkpoint_at: int | N
 
 
 def test_recorder_writes_steps_events_and_meta(tmp_path):
-    recorder = StepRecorder(tmp_path, rank=1, world_size=2, device=CPU, batch_size=4, flush_interval=3,
-                            meta={"model": "m"}, started=10.0)
+    recorder = StepRecorder(
+        tmp_path,
+        rank=1,
+        world_size=2,
+        device=CPU,
+        batch_size=4,
+        flush_interval=3,
+        meta={"model": "m"},
+        started=10.0,
+    )
     record_steps(recorder, range(1, 6), checkpoint_at=4)
     recorder.close()
     steps, events, meta = load_rank_file(tmp_path / "rank-00001.jsonl")
@@ -57,8 +70,15 @@ def test_recorder_writes_steps_events_and_meta(tmp_path):
 
 def test_a_restart_is_a_new_attempt_and_repeats_are_lost_work(tmp_path):
     # started 10 s ago, so the restore (recorded as the 0.5 s before now) lies inside the job
-    first = StepRecorder(tmp_path, rank=0, world_size=1, device=CPU, batch_size=2, flush_interval=1,
-                         started=time.time() - 10)
+    first = StepRecorder(
+        tmp_path,
+        rank=0,
+        world_size=1,
+        device=CPU,
+        batch_size=2,
+        flush_interval=1,
+        started=time.time() - 10,
+    )
     record_steps(first, range(1, 8), checkpoint_at=4)
     # killed here: no close(); steps 5-7 happened after the checkpoint of step 4
     second = StepRecorder(tmp_path, rank=0, world_size=1, device=CPU, batch_size=2)
@@ -74,12 +94,16 @@ def test_a_restart_is_a_new_attempt_and_repeats_are_lost_work(tmp_path):
     assert [s.step for s in kept] == list(range(1, 9))
     report = build_report(timeline, min_step_s=0.0)
     assert report["steps"]["lost"] == 3 and report["steps"]["kept"] == 8
-    assert report["badput_s"]["lost_work"] == pytest.approx(sum(s.wall_s for s in lost), abs=1e-5)  # POSIX-time precision
+    assert report["badput_s"]["lost_work"] == pytest.approx(
+        sum(s.wall_s for s in lost), abs=1e-5
+    )  # POSIX-time precision
     assert report["badput_s"]["checkpoint_restore"] == pytest.approx(0.5)
 
 
 def test_a_torn_last_line_is_dropped_but_a_bad_line_inside_is_an_error(tmp_path):
-    recorder = StepRecorder(tmp_path, rank=0, world_size=1, device=CPU, batch_size=2, flush_interval=1)
+    recorder = StepRecorder(
+        tmp_path, rank=0, world_size=1, device=CPU, batch_size=2, flush_interval=1
+    )
     record_steps(recorder, range(1, 3))
     path = tmp_path / "rank-00000.jsonl"
     with path.open("a") as f:
@@ -93,14 +117,27 @@ def test_a_torn_last_line_is_dropped_but_a_bad_line_inside_is_an_error(tmp_path)
 
 def test_sink_gets_window_means_every_interval(tmp_path):
     pushed = []
-    recorder = StepRecorder(tmp_path, rank=0, world_size=2, device=CPU, batch_size=4,
-                            sink=lambda step, metrics: pushed.append((step, metrics)), sink_interval=2)
+    recorder = StepRecorder(
+        tmp_path,
+        rank=0,
+        world_size=2,
+        device=CPU,
+        batch_size=4,
+        sink=lambda step, metrics: pushed.append((step, metrics)),
+        sink_interval=2,
+    )
     record_steps(recorder, range(1, 6))
     recorder.close()
     assert [step for step, _ in pushed] == [2, 4, 5]
-    assert set(pushed[0][1]) == {"telemetry/step_time_s", "telemetry/input_wait_fraction",
-                                 "telemetry/samples_per_s", "telemetry/peak_memory_bytes"}
-    assert pushed[0][1]["telemetry/samples_per_s"] == pytest.approx(8 / pushed[0][1]["telemetry/step_time_s"])
+    assert set(pushed[0][1]) == {
+        "telemetry/step_time_s",
+        "telemetry/input_wait_fraction",
+        "telemetry/samples_per_s",
+        "telemetry/peak_memory_bytes",
+    }
+    assert pushed[0][1]["telemetry/samples_per_s"] == pytest.approx(
+        8 / pushed[0][1]["telemetry/step_time_s"]
+    )
 
 
 def test_lap_outside_a_step_and_unknown_phase_fail(tmp_path):
@@ -135,27 +172,43 @@ def test_peaks_table_and_cpu_probe():
 
 
 def report_with(median: float, wait: float, ckpt: float, peak: int) -> dict:
-    return {"steps": {"median_step_s": median, "checkpoint_s": ckpt * 2, "checkpoints": 2},
-            "input": {"wait_fraction": wait}, "throughput": {"mfu": 0.1}, "memory": {"peak_bytes": peak},
-            "goodput": {"compatible": 0.5, "input_adjusted": 0.4}}
+    return {
+        "steps": {"median_step_s": median, "checkpoint_s": ckpt * 2, "checkpoints": 2},
+        "input": {"wait_fraction": wait},
+        "throughput": {"mfu": 0.1},
+        "memory": {"peak_bytes": peak},
+        "goodput": {"compatible": 0.5, "input_adjusted": 0.4},
+    }
 
 
 def test_regression_flags_against_the_baseline():
-    base = aggregate_baseline([summarize_run(report_with(m, 0.02, 0.3, 1000)) for m in (0.19, 0.2, 0.21)])
-    assert base["median_step_s"] == pytest.approx(0.2) and base["checkpoint_s_per_save"] == pytest.approx(0.3)
+    base = aggregate_baseline(
+        [summarize_run(report_with(m, 0.02, 0.3, 1000)) for m in (0.19, 0.2, 0.21)]
+    )
+    assert base["median_step_s"] == pytest.approx(0.2) and base[
+        "checkpoint_s_per_save"
+    ] == pytest.approx(0.3)
     assert compare_with_baseline(summarize_run(report_with(0.21, 0.06, 0.315, 1050)), base) == {}
     flags = compare_with_baseline(summarize_run(report_with(0.2101, 0.0701, 0.316, 1051)), base)
     assert sorted(flags) == ["checkpoint", "input_wait", "peak_memory", "step_time"]
     assert flags["step_time"].startswith("0.2101 s vs baseline 0.2000 s (+5.0%")
     assert "+5.0 points" in flags["input_wait"]
-    assert compare_with_baseline(summarize_run(report_with(0.3, 0.02, 0.3, 1000)), base, tolerance=0.6) == {}
+    assert (
+        compare_with_baseline(summarize_run(report_with(0.3, 0.02, 0.3, 1000)), base, tolerance=0.6)
+        == {}
+    )
     with pytest.raises(ValueError, match="tolerance"):
         compare_with_baseline({}, {}, tolerance=-0.1)
 
 
 def test_workload_key():
-    key = Workload(model="bev_fusion_small", dataset_hash="0123456789abcdef", world_size=2, device_type="cpu",
-                   precision="bf16").key()
+    key = Workload(
+        model="bev_fusion_small",
+        dataset_hash="0123456789abcdef",
+        world_size=2,
+        device_type="cpu",
+        precision="bf16",
+    ).key()
     assert key == "bev_fusion_small/0123456789ab/ws2/cpu/bf16"
 
 
@@ -169,5 +222,8 @@ def test_mlflow_baseline_store_round_trip(tmp_path):
         store.add("w/1", summarize_run(report_with(median, 0.0, 0.1, 10)), source_run_id="r")
     store.add("w/2", summarize_run(report_with(9.0, 0.0, 0.1, 10)))
     loaded = store.load("w/1", max_runs=2)
-    assert [s["median_step_s"] for s in loaded] == [0.25, 0.2]  # newest first, other workloads apart
+    assert [s["median_step_s"] for s in loaded] == [
+        0.25,
+        0.2,
+    ]  # newest first, other workloads apart
     assert json.loads(json.dumps(loaded))  # plain floats

@@ -1,0 +1,51 @@
+"""Model-zoo gate: a preset's losses against its golden file, pass and fail."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from platform_lib.training.golden import build_golden_dataset
+from platform_lib.training.zoo import (
+    CPU_PRESETS,
+    ZOO_STEPS,
+    check_zoo_preset,
+    golden_path,
+    zoo_config,
+)
+
+
+@pytest.fixture(scope="module")
+def zoo_dataset(tmp_path_factory):
+    return build_golden_dataset(tmp_path_factory.mktemp("zoo"))
+
+
+def test_every_cpu_preset_has_a_golden_file():
+    for preset in CPU_PRESETS:
+        golden = json.loads(golden_path(preset).read_text())
+        assert golden["preset"] == preset and len(golden["losses"]) == ZOO_STEPS
+        assert golden["config"] == json.loads(json.dumps(zoo_config(preset).to_dict())), (
+            f"preset {preset} changed: regenerate with `drivetrain zoo check --write`"
+        )
+
+
+def test_small_matches_its_golden_file_and_a_changed_golden_fails(zoo_dataset, tmp_path):
+    result = check_zoo_preset("small", zoo_dataset, tmp_path / "runs")
+    assert result["loss_ok"], result["max_rel_error"]
+    assert result["precision"] == "fp32" and result["rtol"] == 1e-4
+    assert result["report"]["steps"]["kept"] == ZOO_STEPS and result["median_step_s"] > 0
+
+    golden = json.loads(golden_path("small").read_text())
+    golden["losses"][3] *= 1.001  # 1e-3 relative: ten times the fp32 tolerance
+    (tmp_path / "golden").mkdir()
+    golden_path("small", tmp_path / "golden").write_text(json.dumps(golden))
+    failed = check_zoo_preset(
+        "small", zoo_dataset, tmp_path / "runs2", golden_dir=tmp_path / "golden"
+    )
+    assert not failed["loss_ok"] and failed["max_rel_error"] == pytest.approx(1e-3, rel=1e-2)
+
+
+def test_a_preset_without_golden_file_says_how_to_make_one(zoo_dataset, tmp_path):
+    with pytest.raises(FileNotFoundError, match="drivetrain zoo check --write"):
+        check_zoo_preset("small", zoo_dataset, tmp_path / "runs", golden_dir=tmp_path / "none")
