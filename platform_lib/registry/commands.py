@@ -88,21 +88,10 @@ def add_goodput_commands(groups: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=_run_goodput)
 
 
-def _zoo_workload(result: dict[str, Any], dataset_dir: Path) -> Any:
-    from platform_lib.shards import load_manifest
-    from platform_lib.telemetry.baseline import Workload
-
-    return Workload(
-        model=result["report"]["job"]["model"] or result["preset"],
-        dataset_hash=load_manifest(dataset_dir)["dataset_hash"],
-        world_size=1,
-        device_type=result["report"]["job"]["device_type"] or "cpu",
-        precision=result["precision"],
-    )
-
-
 def _run_zoo_check(args: argparse.Namespace) -> int:
     from platform_lib.registry.goodput import compare_with_workload_baseline
+    from platform_lib.shards import load_manifest
+    from platform_lib.telemetry.baseline import workload_of
     from platform_lib.training.golden import build_golden_dataset
     from platform_lib.training.zoo import CPU_PRESETS, check_zoo_preset
 
@@ -114,7 +103,7 @@ def _run_zoo_check(args: argparse.Namespace) -> int:
             result = check_zoo_preset(preset, dataset, Path(tmp) / "runs", write=args.write)
             baseline = compare_with_workload_baseline(
                 result["report"],
-                _zoo_workload(result, dataset),
+                workload_of(result["report"], load_manifest(dataset)["dataset_hash"]),
                 tolerance=args.tolerance,
                 source_run_id=f"zoo:{preset}",
             )

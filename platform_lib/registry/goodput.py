@@ -33,6 +33,7 @@ from platform_lib.telemetry.baseline import (
     aggregate_baseline,
     compare_with_baseline,
     summarize_run,
+    workload_of,
 )
 from platform_lib.telemetry.publish import (
     GOODPUT_HTML,
@@ -227,14 +228,7 @@ def finish_goodput(
     client = configure_mlflow()
     if run_id is None:
         run_id = start_training_run(client, run_name=f"train-{run_dir.name}", tags={})
-    job = report["job"]
-    workload = Workload(
-        model=job["model"] or config.model.name,
-        dataset_hash=dataset_hash,
-        world_size=job["world_size"],
-        device_type=timeline.meta.get("device_name") or "cpu",
-        precision=job["precision"] or "fp32",
-    )
+    workload = workload_of(report, dataset_hash)
     report["baseline"] = compare_with_workload_baseline(
         report,
         workload,

@@ -31,6 +31,7 @@ __all__ = [
     "aggregate_baseline",
     "compare_with_baseline",
     "summarize_run",
+    "workload_of",
 ]
 
 BASELINE_EXPERIMENT = "drivetrain-baselines"
@@ -50,10 +51,15 @@ SUMMARY_KEYS = (
 
 @dataclass(kw_only=True, frozen=True)
 class Workload:
-    """What must match for two runs' step times to be comparable."""
+    """What must match for two runs' step times to be comparable.
+
+    The issue's key (model, dataset hash, world size, device type, precision) plus the batch
+    size per rank: two training presets of one model (synthetic_default: 4, pandaset_smoke: 2)
+    differ in step time by their batch alone.
+    """
 
     model: str
-    """model preset name"""
+    """model preset name (model zoo)"""
     dataset_hash: str
     """content hash of the dataset (manifest `dataset_hash`)"""
     world_size: int
@@ -62,10 +68,36 @@ class Workload:
     """"cpu" or the CUDA device name"""
     precision: str
     """"bf16" (mixed precision) or "fp32" """
+    batch_size: int
+    """samples per rank per step"""
 
     def key(self) -> str:
-        """Return the key tagged on baseline runs, e.g. "bev_fusion_small/3f2a9c1d0b7e/ws2/cpu/bf16"."""
-        return f"{self.model}/{self.dataset_hash[:12]}/ws{self.world_size}/{self.device_type}/{self.precision}"
+        """Return the key tagged on baseline runs, e.g. "bev_fusion_small/3f2a9c1d0b7e/ws2/cpu/bf16/b4"."""
+        return (
+            f"{self.model}/{self.dataset_hash[:12]}/ws{self.world_size}/{self.device_type}/"
+            f"{self.precision}/b{self.batch_size}"
+        )
+
+
+def workload_of(report: dict[str, Any], dataset_hash: str) -> Workload:
+    """Return the workload of a goodput report (`build_report`) trained on `dataset_hash`.
+
+    Raises:
+        ValueError: the report lacks the model, precision or batch size (recorded by
+            `training.observe.build_recorder`).
+    """
+    job = report["job"]
+    missing = [k for k in ("model", "precision", "batch_size") if not job.get(k)]
+    if missing:
+        raise ValueError(f"goodput report has no {missing}: cannot key its workload baseline")
+    return Workload(
+        model=job["model"],
+        dataset_hash=dataset_hash,
+        world_size=int(job["world_size"]),
+        device_type=job.get("device_name") or job["device_type"] or "cpu",
+        precision=job["precision"],
+        batch_size=int(job["batch_size"]),
+    )
 
 
 def summarize_run(report: dict[str, Any]) -> dict[str, float]:

@@ -140,6 +140,8 @@ def build_report(
             "model": timeline.meta.get("model"),
             "precision": timeline.meta.get("precision"),
             "preset": timeline.meta.get("preset"),
+            "batch_size": timeline.meta.get("batch_size"),
+            "device_name": timeline.meta.get("device_name"),
         },
         "goodput": figures,
         "productive_s": {

@@ -11,10 +11,10 @@ from torch import nn
 
 from platform_lib.telemetry.baseline import (
     MlflowBaselineStore,
-    Workload,
     aggregate_baseline,
     compare_with_baseline,
     summarize_run,
+    workload_of,
 )
 from platform_lib.telemetry.goodput import split_lost_steps
 from platform_lib.telemetry.mfu import (
@@ -201,15 +201,25 @@ def test_regression_flags_against_the_baseline():
         compare_with_baseline({}, {}, tolerance=-0.1)
 
 
-def test_workload_key():
-    key = Workload(
-        model="bev_fusion_small",
-        dataset_hash="0123456789abcdef",
-        world_size=2,
-        device_type="cpu",
-        precision="bf16",
-    ).key()
-    assert key == "bev_fusion_small/0123456789ab/ws2/cpu/bf16"
+def test_workload_key_of_a_report():
+    report = {
+        "job": {
+            "model": "bev_fusion_small",
+            "world_size": 2,
+            "device_type": "cpu",
+            "device_name": "cpu",
+            "precision": "bf16",
+            "batch_size": 4,
+        }
+    }
+    assert (
+        workload_of(report, "0123456789abcdef").key()
+        == "bev_fusion_small/0123456789ab/ws2/cpu/bf16/b4"
+    )
+    report["job"]["device_type"], report["job"]["device_name"] = "cuda", "NVIDIA H100 80GB HBM3"
+    assert workload_of(report, "ff" * 32).key().split("/")[3] == "NVIDIA H100 80GB HBM3"
+    with pytest.raises(ValueError, match="batch_size"):
+        workload_of({"job": {**report["job"], "batch_size": None}}, "ab")
 
 
 def test_mlflow_baseline_store_round_trip(tmp_path):
