@@ -19,6 +19,7 @@ Algorithm (all knowledge is in `rules.RULES`; this module only ranks matches):
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,8 +36,11 @@ __all__ = [
     "Finding",
     "Verdict",
     "classify",
+    "classify_attempts",
+    "classify_lines",
     "classify_text",
     "match_line",
+    "split_attempts",
 ]
 
 #: Highest confidence of a verdict built from cascades only.
@@ -51,7 +55,9 @@ HIGH, MEDIUM = 0.75, 0.5
 MAX_MATCH_CHARS = 2000
 
 _PID = re.compile(r"\b(?:PID|pid)[:= ]\s*'?(\d+)|\(pid (\d+)\)|Killed process (\d+)")
-_SIGNAL = re.compile(r"\((SIG[A-Z]+)\)|signal: (Bus error|Killed|Aborted)|got signal: (\d+)")
+_SIGNAL = re.compile(
+    r"\((SIG[A-Z]+)\)|signal: (Bus error|Killed|Aborted)|got signal: (\d+)|with signal (SIG[A-Z]+)"
+)
 _SIGNAL_NAMES = {
     "Bus error": "SIGBUS",
     "Killed": "SIGKILL",
@@ -116,6 +122,9 @@ class Verdict:
     action: str
     fingerprint: str
     from_cascades_only: bool = False
+    attempt: int = 0
+    """Index of the attempt classified (0 = first), when one log holds several (elastic
+    restarts); `classify` classifies the last one, `classify_attempts` each."""
 
     @property
     def confidence_level(self) -> str:
@@ -278,17 +287,74 @@ def _rank_pid_signal(
     return rank, pid, signal
 
 
+def split_attempts(lines: Sequence[LogLine], rules: Sequence[Rule] = RULES) -> list[int]:
+    """Return the attempt index of each line (lines in time order, as `read_evidence_lines`).
+
+    torch elastic reports each failed worker group with an error block (`failed (exitcode: N)
+    local_rank: R (pid: P) of fn: ...` and the traceback it logs with the same time stamp); with
+    `max_restarts` the group restarts after it. A line belongs to the attempt after the last
+    block that ended before it; the last block closes the last attempt.
+    """
+    ends: list[int] = []
+    n = 0
+    while n < len(lines):
+        rule = match_line(lines[n], rules)
+        if rule is not None and rule.ends_attempt:
+            first, end = lines[n], n
+            while (
+                end + 1 < len(lines)
+                and lines[end + 1].source == first.source
+                and (lines[end + 1].time == first.time)
+            ):
+                end += 1
+            ends.append(end)
+            n = end + 1
+            continue
+        n += 1
+    last = max(len(ends) - 1, 0)
+    attempt, out = 0, []
+    for n in range(len(lines)):
+        out.append(min(attempt, last))
+        while attempt < len(ends) and ends[attempt] <= n:
+            attempt += 1
+    return out
+
+
 def classify(evidence: Evidence, rules: Sequence[Rule] = RULES) -> Verdict:
-    """Classify one failed attempt from its evidence.
+    """Classify the failure of the last attempt in `evidence` (see `classify_attempts`).
 
     Args:
-        evidence: logs, exit codes and pod status of the attempt (see `load_evidence`).
+        evidence: logs, exit codes and pod status (see `load_evidence`).
         rules: the rule table (default `RULES`).
 
     Returns:
         The verdict; class UNKNOWN with confidence 0 and no root when nothing matched.
     """
+    return classify_attempts(evidence, rules)[-1]
+
+
+def classify_attempts(evidence: Evidence, rules: Sequence[Rule] = RULES) -> list[Verdict]:
+    """Classify each attempt of the worker group found in `evidence`, oldest first.
+
+    One log of an elastic launch with `max_restarts` holds every attempt; each failed attempt
+    gets its own verdict (for the restart policy's history); exit codes and pod status belong
+    to the last one.
+    """
     lines = read_evidence_lines(evidence)
+    index = split_attempts(lines, rules)
+    structured = {"exit_codes", "pod_status"}
+    last = max(index, default=0)
+    groups: list[list[LogLine]] = [[] for _ in range(last + 1)]
+    for line, attempt in zip(lines, index, strict=True):
+        groups[last if line.source in structured else attempt].append(line)
+    return [
+        dataclasses.replace(classify_lines(group, rules), attempt=n)
+        for n, group in enumerate(groups)
+    ]
+
+
+def classify_lines(lines: Sequence[LogLine], rules: Sequence[Rule] = RULES) -> Verdict:
+    """Classify one attempt from its evidence lines (time order)."""
     findings = [
         Finding(line, rule)
         for line in lines

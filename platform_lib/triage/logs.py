@@ -55,6 +55,7 @@ _SUMMARY_TIME = re.compile(r"^\s*time\s*:\s*(\S+)")
 _SUMMARY_BORDER = re.compile(r"^\s*(?:={8,}|-{8,})\s*$")
 _FIRST_OBSERVED = "Root Cause (first observed failure):"
 _GLOG_HEADER = re.compile(r"^\[?[IWEF]\d{4} \d{2}:\d{2}:\d{2}\.\d+ +\d* *[^\]\s]*\] ?")
+_CPP_FRAME = re.compile(r"^\s*(?:frame #\d+: |<omitting python frames>)")  # c10 backtraces
 _TRACEBACK_FRAME = re.compile(r'^\s*File "[^"]+", line \d+, in ')
 
 
@@ -74,7 +75,8 @@ class LogLine:
         first_observed: the line is in torchelastic's "Root Cause (first observed failure)"
             section (the first process to exit, not necessarily the cause).
         is_code: the line is source code quoted by a Python traceback (indented below a
-            `File "...", line N, in f` line); rules never match it.
+            `File "...", line N, in f` line) or a frame of a C++ backtrace (`frame #3: ...`);
+            rules never match it.
     """
 
     source: str
@@ -211,7 +213,9 @@ def parse_log(text: str, source: str, *, year: int = 1970) -> list[LogLine]:
         body = _GLOG_HEADER.sub("", message, count=1)  # torchelastic logs tracebacks via glog
         indent = len(body) - len(body.lstrip())
         frame_indent = after_frame.get(rank)
-        is_code = frame_indent is not None and indent > frame_indent
+        is_code = (frame_indent is not None and indent > frame_indent) or bool(
+            _CPP_FRAME.match(body)
+        )
         after_frame[rank] = indent if _TRACEBACK_FRAME.match(body) else None
         lines.append(LogLine(source, lineno, raw, message, rank, time, is_code=is_code))
     # lines before the first time stamp of the file take the next one (keeps file order)

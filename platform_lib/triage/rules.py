@@ -48,6 +48,10 @@ class Rule:
     """How strongly one such line supports the class, 0-1."""
     action: str | None = None
     """What to do, when more specific than the class's default action."""
+    ends_attempt: bool = False
+    """The line closes an attempt of the worker group (torch elastic's report of a failed
+    worker; with `max_restarts` the group restarts after it and one log holds several
+    attempts)."""
     regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -88,6 +92,7 @@ RULES: tuple[Rule, ...] = (
         C.UNKNOWN,
         Role.CONTEXT,
         r"failed \(exitcode: -?\d+\) local_rank: \d+ \(pid: \d+\) of (?:binary|fn)",
+        ends_attempt=True,
     ),
     Rule("traceback-header", C.UNKNOWN, Role.CONTEXT, r"Traceback \(most recent call last\)"),
     Rule(
@@ -546,9 +551,10 @@ RULES: tuple[Rule, ...] = (
         C.USER_CODE,
         Role.ROOT,
         _LINE_START
+        + r"(?:"
         + _PY_EXC
-        + r"(?:[A-Z]\w*(?:Error|Exception)|AssertionError|NotImplementedError)"
-        r"(?::\s|:?$)",
+        + r"(?:[A-Z]\w*(?:Error|Exception|Fault|Interrupt)|AssertionError|NotImplementedError)"
+        + r"(?::\s|:?$)|(?:[a-z_]\w*\.)+[A-Z]\w*: )",
         0.55,
     ),
 )

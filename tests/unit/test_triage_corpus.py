@@ -12,7 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from platform_lib.triage import RULES, Evidence, FailureClass, Role, classify, load_evidence
+from platform_lib.triage import (
+    RULES,
+    Evidence,
+    FailureClass,
+    Role,
+    classify,
+    classify_attempts,
+    load_evidence,
+)
 from platform_lib.triage.classifier import match_line
 from platform_lib.triage.fingerprints import normalise_line
 from platform_lib.triage.logs import parse_log
@@ -52,6 +60,10 @@ def test_corpus_case_class_and_root_line(case: str) -> None:
         assert verdict.rank == expected["rank"], verdict.describe()
     if "confidence_level" in expected:
         assert verdict.confidence_level == expected["confidence_level"], verdict.describe()
+    if "attempts" in expected:  # one log, several elastic attempts: each classified alone
+        attempts = classify_attempts(load_evidence(CORPUS / case))
+        assert [str(v.failure_class) for v in attempts] == expected["attempts"]
+        assert [v.attempt for v in attempts] == list(range(len(attempts)))
 
 
 def test_corpus_accuracy_is_total() -> None:

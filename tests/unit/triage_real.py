@@ -208,6 +208,19 @@ def produce_sigterm_agent(tmp: Path) -> str:
     return _run(script, str(dataset), str(tmp / "run"), faults=faults)
 
 
+def produce_restart_kill_then_crash(tmp: Path) -> str:
+    """max_restarts=1: rank 1 is SIGKILLed at step 3 (fault switch `kill`), the group restarts
+    from the step-2 checkpoint, then rank 0 raises at step 5 (`crash`): two attempts, one log."""
+    script = _SMALL + (
+        "import sys\ncfg = replace(cfg, optimizer=replace(cfg.optimizer, max_steps=6), "
+        "checkpoint=replace(cfg.checkpoint, interval=1))\n"
+        "launch_local(cfg, sys.argv[1], sys.argv[2], nproc=2, max_restarts=1)\n"
+    )
+    faults = ('[{"kind": "kill", "rank": 1, "step": 3}, '
+              '{"kind": "crash", "rank": 0, "step": 5, "attempt": 1}]')
+    return _run(script, str(_build_dataset(tmp)), str(tmp / "run"), faults=faults)
+
+
 def _parent(proc_dir: Path) -> int | None:
     try:
         return int((proc_dir / "stat").read_text().rsplit(")", 1)[1].split()[1])
@@ -231,6 +244,7 @@ PRODUCERS: dict[str, Callable[[Path], str]] = {
     "nan_loss_lr": produce_nan_loss_lr,
     "hang_rank1": produce_hang_rank1,
     "sigterm_agent": produce_sigterm_agent,
+    "restart_kill_then_crash": produce_restart_kill_then_crash,
 }
 
 
