@@ -143,7 +143,8 @@ def test_two_hosts_rendezvous_match_single_node_and_survive_a_host_kill(
         # HANG_STEP: a fixed point to kill host b at. Host a keeps running: it hosts the c10d
         # rendezvous store (the endpoint's host), which a restart needs.
         stall = json.dumps([{"kind": "hang", "rank": r, "step": HANG_STEP} for r in (0, 1)])
-        procs = {ns: _agent(ns, [*common, "--output", str(out[ns])],
+        serves = {ns_a: "--rdzv-host", ns_b: "--no-rdzv-host"}  # the store lives on host a
+        procs = {ns: _agent(ns, [*common, serves[ns], "--output", str(out[ns])],
                             {**env, "DRIVETRAIN_FAULTS": stall} if ns == ns_b else env,
                             tmp_path / f"{ns}.log")
                  for ns in (ns_a, ns_b)}
@@ -168,7 +169,7 @@ def test_two_hosts_rendezvous_match_single_node_and_survive_a_host_kill(
         procs[victim].wait(timeout=30)
 
         # the replacement host: same command, no fault; it joins the survivor's re-rendezvous
-        procs[victim] = _agent(victim, [*common, "--output", str(out[victim])], env,
+        procs[victim] = _agent(victim, [*common, serves[victim], "--output", str(out[victim])], env,
                                tmp_path / f"{victim}-replacement.log")
         agents.append(procs[victim])
         lines = {}
