@@ -59,7 +59,8 @@ def node_worker(cfg: TrainConfig, dataset_dir: str, output_dir: str) -> dict[str
 
 def run_node(cfg: TrainConfig, dataset_dir: str, output_dir: str, *, nnodes: int,
              nproc_per_node: int, rdzv_endpoint: str, run_id: str, max_restarts: int,
-             rdzv_host: bool | None = None, rdzv_timeout_s: int = 300) -> list[dict[str, Any]]:
+             rdzv_host: bool | None = None, local_addr: str | None = None,
+             rdzv_timeout_s: int = 300) -> list[dict[str, Any]]:
     """Run this host's elastic agent until the job finishes; return its workers' returns.
 
     Args:
@@ -67,6 +68,8 @@ def run_node(cfg: TrainConfig, dataset_dir: str, output_dir: str, *, nnodes: int
             decide by matching the endpoint against this machine's hostname and addresses,
             which fails for an address that the hostname does not resolve to (e.g. one
             assigned inside a network namespace).
+        local_addr: the address other hosts reach this one at; the host of global rank 0
+            publishes it as MASTER_ADDR. None: this machine's fully qualified hostname.
 
     Raises:
         torch.distributed.elastic.multiprocessing.errors.ChildFailedError: the workers kept
@@ -80,6 +83,7 @@ def run_node(cfg: TrainConfig, dataset_dir: str, output_dir: str, *, nnodes: int
         rdzv_configs={"timeout": rdzv_timeout_s, "join_timeout": rdzv_timeout_s,
                       **({} if rdzv_host is None else {"is_host": rdzv_host})},
         max_restarts=max_restarts, monitor_interval=0.5, start_method="spawn",
+        local_addr=local_addr,
     )
     from platform_lib.training import node  # by module name, also under `python -m`
 
@@ -98,6 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-restarts", type=int, default=1, help="worker-group restarts")
     parser.add_argument("--rdzv-host", action=argparse.BooleanOptionalAction, default=None,
                         help="this host serves the c10d store (default: decided by torch)")
+    parser.add_argument("--local-addr", default=None,
+                        help="address other hosts reach this one at (default: its hostname)")
     parser.add_argument("--preset", default="small", help="training preset")
     parser.add_argument("--overrides", default="", help="JSON object of config overrides")
     parser.add_argument("--seed", type=int, default=0, help="training seed")
@@ -108,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     workers = run_node(cfg, args.dataset, args.output, nnodes=args.nnodes,
                        nproc_per_node=args.nproc_per_node, rdzv_endpoint=args.rdzv_endpoint,
                        run_id=args.run_id, max_restarts=args.max_restarts,
-                       rdzv_host=args.rdzv_host)
+                       rdzv_host=args.rdzv_host, local_addr=args.local_addr)
     print(json.dumps({"node": socket.gethostname(), "workers": workers}, sort_keys=True))
     return 0
 

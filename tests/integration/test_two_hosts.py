@@ -50,7 +50,8 @@ def _ip(*args: str) -> None:
 
 @pytest.fixture
 def two_hosts():
-    """Two network namespaces joined by a veth pair; yields (ns_a, addr_a, ns_b, addr_b)."""
+    """Two network namespaces joined by a veth pair; yields (ns_a, addr_a, ns_b, addr_b, tag);
+    the veth ends are `va<tag>` (in ns_a) and `vb<tag>` (in ns_b)."""
     if os.geteuid() != 0:
         pytest.skip("creating network namespaces needs root (CI runs as root)")
     if shutil.which("ip") is None:
@@ -77,7 +78,7 @@ def two_hosts():
         subprocess.run(["ip", "link", "del", f"va{tag}"], capture_output=True)
         pytest.skip(f"network namespaces are not available here: {exc}")
     try:
-        yield ns_a, addr_a, ns_b, addr_b
+        yield ns_a, addr_a, ns_b, addr_b, tag
     finally:  # deleting a namespace deletes its end of the veth pair, and with it the pair
         for ns in created:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
@@ -96,6 +97,16 @@ def _agent(ns: str, args: list[str], env: dict[str, str], log: Path) -> subproce
                             text=True, start_new_session=True)
 
 
+def _tails(folder: Path) -> str:
+    """The last lines of every agent log (skipping C++ stack frames), for failure messages."""
+    text = []
+    for log in sorted(folder.glob("*.log")):
+        lines = [x for x in log.read_text(errors="replace").splitlines()
+                 if x.strip() and not x.startswith(("frame #", " "))]
+        text.append(f"--- {log.name}\n" + "\n".join(lines[-15:]))
+    return "\n".join(text)
+
+
 def _metrics(out: Path) -> list[dict]:
     path = out / "metrics.jsonl"
     if not path.exists():
@@ -109,7 +120,7 @@ def _ranks(out: Path) -> dict[str, dict]:
 
 def test_two_hosts_rendezvous_match_single_node_and_survive_a_host_kill(
         two_hosts, tmp_path: Path) -> None:
-    ns_a, addr_a, ns_b, addr_b = two_hosts
+    ns_a, addr_a, ns_b, addr_b, tag = two_hosts
     raw, dataset = tmp_path / "raw", tmp_path / "dataset"
     write_synthetic_logs(TINY, raw, progress=False)
     build_dataset("synthetic", raw, dataset, BuildConfig(val_fraction=0.0, progress=False))
@@ -144,16 +155,24 @@ def test_two_hosts_rendezvous_match_single_node_and_survive_a_host_kill(
         # rendezvous store (the endpoint's host), which a restart needs.
         stall = json.dumps([{"kind": "hang", "rank": r, "step": HANG_STEP} for r in (0, 1)])
         serves = {ns_a: "--rdzv-host", ns_b: "--no-rdzv-host"}  # the store lives on host a
-        procs = {ns: _agent(ns, [*common, serves[ns], "--output", str(out[ns])],
-                            {**env, "DRIVETRAIN_FAULTS": stall} if ns == ns_b else env,
+        addr = {ns_a: addr_a, ns_b: addr_b}
+        # each host advertises its veth address (MASTER_ADDR when it holds rank 0) and gloo
+        # binds to its veth device: the hostname resolves to no address inside a namespace
+        host_env = {ns_a: {**env, "GLOO_SOCKET_IFNAME": f"va{tag}"},
+                    ns_b: {**env, "GLOO_SOCKET_IFNAME": f"vb{tag}"}}
+        procs = {ns: _agent(ns, [*common, serves[ns], "--local-addr", addr[ns], "--output",
+                                 str(out[ns])],
+                            {**host_env[ns], "DRIVETRAIN_FAULTS": stall} if ns == ns_b else host_env[ns],
                             tmp_path / f"{ns}.log")
                  for ns in (ns_a, ns_b)}
         agents.extend(procs.values())
 
         deadline = time.monotonic() + 300
         while not any(r["step"] >= HANG_STEP - 1 for o in out.values() for r in _metrics(o)):
-            assert time.monotonic() < deadline, "the two-host run did not reach the stall"
-            assert all(p.poll() is None for p in procs.values()), "an agent exited early"
+            problem = ("the two-host run did not reach the stall" if time.monotonic() > deadline
+                       else "an agent exited early" if any(p.poll() is not None for p in procs.values())
+                       else "")
+            assert not problem, f"{problem}:\n" + _tails(tmp_path)
             time.sleep(0.5)
         first = {ns: _ranks(out[ns]) for ns in out}
         assert {ns: sorted(r) for ns, r in first.items()} in (
@@ -169,14 +188,15 @@ def test_two_hosts_rendezvous_match_single_node_and_survive_a_host_kill(
         procs[victim].wait(timeout=30)
 
         # the replacement host: same command, no fault; it joins the survivor's re-rendezvous
-        procs[victim] = _agent(victim, [*common, serves[victim], "--output", str(out[victim])], env,
+        procs[victim] = _agent(victim, [*common, serves[victim], "--local-addr", addr[victim],
+                                        "--output", str(out[victim])], host_env[victim],
                                tmp_path / f"{victim}-replacement.log")
         agents.append(procs[victim])
         lines = {}
         for ns, proc in procs.items():
             stdout, _ = proc.communicate(timeout=400)
             log = (tmp_path / f"{ns}.log").read_text()[-3000:]
-            assert proc.returncode == 0, f"{ns} agent failed:\n{log}"
+            assert proc.returncode == 0, f"{ns} agent failed:\n{log}\n" + _tails(tmp_path)
             lines[ns] = json.loads(stdout.strip().splitlines()[-1])
     finally:
         for proc in agents:
