@@ -77,6 +77,12 @@ def run_node(cfg: TrainConfig, dataset_dir: str, output_dir: str, *, nnodes: int
         torch.distributed.elastic.rendezvous.RendezvousTimeoutError: the other hosts did not
             join within `rdzv_timeout_s`.
     """
+    # A host that replaces a dead one must get MASTER_ADDR/PORT of the new round. With the
+    # rendezvous TCPStore shared with the workers (torch's default), a surviving rank-0 agent
+    # reuses its first round's bootstrap info and never publishes them for the new round, so
+    # the newcomer waits forever (torch 2.13 dynamic_rendezvous.next_rendezvous). Opting out
+    # of the sharing makes every round publish them.
+    os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     config = LaunchConfig(
         min_nodes=nnodes, max_nodes=nnodes, nproc_per_node=nproc_per_node, run_id=run_id,
         rdzv_backend="c10d", rdzv_endpoint=rdzv_endpoint,
