@@ -7,6 +7,13 @@ page cache (every stage reads the same files once before timing):
     source frames     iterate the source reader's Frames (parse, transform, validate)
     build (N proc)    drivetrain build: frames -> shards + index + manifest, published, with
                       1 and N reader/encoder processes
+    fan-out (N proc)  the pipeline's build: one part per raw log (`shards.merge.build_part`,
+                      what each map-task instance runs) on N processes, then `merge_parts`
+                      (index + manifest only, no shard bytes copied)
+    +1 log (1 proc)   the same after one new log arrived: the other parts are found in the
+                      part store (their raw logs are hashed for the lookup), one part is
+                      built, then the merge
+    merge only        `merge_parts` over the parts
 and prints frames/s, raw MB/s (input bytes / s) and each stage's time relative to `read raw`.
 
 Usage: python bench/build.py [--num-logs 40 --frames-per-log 50] [--work DIR] [--repeat 1]
@@ -16,8 +23,10 @@ Usage: python bench/build.py [--num-logs 40 --frames-per-log 50] [--work DIR] [-
 from __future__ import annotations
 
 import argparse
+import functools
 import gzip
 import json
+import multiprocessing
 import os
 import pickle
 import shutil
@@ -27,7 +36,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from platform_lib.shards import BuildConfig, build_dataset
+from platform_lib.shards.merge import build_part, merge_parts
 from platform_lib.shards.sources import open_source
+from platform_lib.sources import list_logs
 from platform_lib.sources.frame import Frame
 from platform_lib.sources.synthetic import SyntheticConfig, write_synthetic_logs
 
@@ -66,6 +77,24 @@ def iterate_frames(source: str, root: Path) -> int:
     return sum(isinstance(f, Frame) for f in frames)
 
 
+def _part(log: Path, *, source: str, store: str) -> str:
+    return build_part(source, log, BuildConfig(progress=False), store=store).location
+
+
+def fan_out(source: str, root: Path, store: Path, out: Path, workers: int) -> dict:
+    """Build every log's part on `workers` processes (parts already in `store` are reused),
+    then merge them into `out`; return the manifest."""
+    logs = list_logs(source, root)
+    build = functools.partial(_part, source=source, store=str(store))
+    if workers == 1:
+        parts = [build(log) for log in logs]
+    else:
+        with multiprocessing.get_context("spawn").Pool(min(workers, len(logs))) as pool:
+            parts = pool.map(build, logs, chunksize=1)
+    shutil.rmtree(out, ignore_errors=True)
+    return merge_parts(parts, out, BuildConfig(progress=False), source=source)
+
+
 def timed(fn: Callable[[], object], repeat: int) -> tuple[float, object]:
     best, result = float("inf"), None
     for _ in range(repeat):
@@ -96,6 +125,29 @@ def bench_input(name: str, source: str, root: Path, work: Path, repeat: int,
         s, manifest = timed(build, repeat)
         rows.append({"stage": f"build ({n} proc)", "seconds": s,
                      "out_bytes": manifest["total_bytes"], "shards": manifest["num_shards"]})
+    store, merged = work / f"parts-{source}", work / f"merged-{source}"
+    for n in sorted({1, workers}):
+        def fresh(n: int = n) -> dict:
+            shutil.rmtree(store, ignore_errors=True)
+            return fan_out(source, root, store, merged, n)
+
+        s, manifest = timed(fresh, repeat)
+        rows.append({"stage": f"fan-out ({n} proc)", "seconds": s,
+                     "out_bytes": manifest["total_bytes"], "shards": manifest["num_shards"]})
+    if len(list_logs(source, root)) > 1:
+        def one_new_log() -> dict:  # the newest part disappears = a log that just arrived
+            newest = max((store / source).iterdir(), key=lambda p: p.stat().st_mtime)
+            shutil.rmtree(newest)
+            return fan_out(source, root, store, merged, 1)  # one part to build: no pool
+
+        s, manifest = timed(one_new_log, repeat)
+        rows.append({"stage": "+1 log (1 proc)", "seconds": s,
+                     "out_bytes": manifest["total_bytes"], "shards": manifest["num_shards"]})
+    parts = [_part(log, source=source, store=str(store)) for log in list_logs(source, root)]
+    s, manifest = timed(lambda: merge_parts(parts, work / f"merge-{source}-{time.monotonic_ns()}",
+                                            BuildConfig(progress=False), source=source), repeat)
+    rows.append({"stage": "merge only", "seconds": s, "out_bytes": manifest["total_bytes"],
+                 "shards": manifest["num_shards"]})
     for row in rows:
         row.update(input=name, frames=num_frames, raw_bytes=raw_bytes,
                    fps=num_frames / row["seconds"], mbps=raw_bytes / 1e6 / row["seconds"],
@@ -104,15 +156,15 @@ def bench_input(name: str, source: str, root: Path, work: Path, repeat: int,
 
 
 def print_table(rows: list[dict]) -> None:
-    header = (f"{'input':<28} {'stage':<16} {'frames':>6} {'raw MB':>8} {'s':>7} "
+    header = (f"{'input':<28} {'stage':<17} {'frames':>6} {'raw MB':>8} {'s':>7} "
               f"{'frames/s':>9} {'raw MB/s':>9} {'time / read':>11}")
     print(header)
     print("-" * len(header))
     for r in rows:
-        print(f"{r['input']:<28} {r['stage']:<16} {r['frames']:>6} {r['raw_bytes'] / 1e6:>8.1f} "
+        print(f"{r['input']:<28} {r['stage']:<17} {r['frames']:>6} {r['raw_bytes'] / 1e6:>8.1f} "
               f"{r['seconds']:>7.2f} {r['fps']:>9.1f} {r['mbps']:>9.1f} {r['vs_read']:>10.1f}x")
     for r in rows:
-        if r["stage"].startswith("build"):
+        if r["stage"].startswith(("build", "fan-out", "+1 log")):
             print(f"{r['input']}, {r['stage']}: reaches {100 / r['vs_read']:.1f}% of the raw read limit; "
                   f"wrote {r['out_bytes'] / 1e6:.1f} MB in {r['shards']} shard(s) "
                   f"({r['out_bytes'] / 1e6 / r['seconds']:.1f} MB/s written)")
@@ -145,6 +197,11 @@ def main() -> None:
         rows += bench_input("pandaset sample (002)", "pandaset", PANDASET, work, args.repeat,
                             args.workers)
     print_table(rows)
+    single = {r["input"]: r["seconds"] for r in rows if r["stage"] == "build (1 proc)"}
+    for r in rows:
+        if r["stage"].startswith(("fan-out", "+1 log", "merge")):
+            print(f"{r['input']}, {r['stage']}: {single[r['input']] / r['seconds']:.2f}x the "
+                  "throughput of the single-process build")
     if args.work is None:
         shutil.rmtree(work, ignore_errors=True)
 
