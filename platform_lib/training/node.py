@@ -33,6 +33,7 @@ from typing import Any
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from platform_lib.training.config import TrainConfig
+from platform_lib.training.launch import fresh_store_per_restart
 from platform_lib.training.overrides import resolve_train_config
 from platform_lib.training.train import train
 
@@ -77,12 +78,6 @@ def run_node(cfg: TrainConfig, dataset_dir: str, output_dir: str, *, nnodes: int
         torch.distributed.elastic.rendezvous.RendezvousTimeoutError: the other hosts did not
             join within `rdzv_timeout_s`.
     """
-    # A host that replaces a dead one must get MASTER_ADDR/PORT of the new round. With the
-    # rendezvous TCPStore shared with the workers (torch's default), a surviving rank-0 agent
-    # reuses its first round's bootstrap info and never publishes them for the new round, so
-    # the newcomer waits forever (torch 2.13 dynamic_rendezvous.next_rendezvous). Opting out
-    # of the sharing makes every round publish them.
-    os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     config = LaunchConfig(
         min_nodes=nnodes, max_nodes=nnodes, nproc_per_node=nproc_per_node, run_id=run_id,
         rdzv_backend="c10d", rdzv_endpoint=rdzv_endpoint,
@@ -93,7 +88,10 @@ def run_node(cfg: TrainConfig, dataset_dir: str, output_dir: str, *, nnodes: int
     )
     from platform_lib.training import node  # by module name, also under `python -m`
 
-    results = elastic_launch(config, node.node_worker)(cfg, str(dataset_dir), str(output_dir))
+    # a fresh rendezvous store per round: without it a surviving rank-0 agent never publishes
+    # the new round's MASTER_ADDR/PORT and a replacement host waits forever (launch.py)
+    with fresh_store_per_restart():
+        results = elastic_launch(config, node.node_worker)(cfg, str(dataset_dir), str(output_dir))
     return [results[local_rank] for local_rank in sorted(results)]
 
 
