@@ -26,11 +26,13 @@ from typing import Any
 from flytekit import Cache, Deck, PodTemplate, Resources, task
 from flytekit.configuration import SerializationSettings
 from flytekit.core.python_function_task import PythonFunctionTask
+from flytekit.exceptions.user import FlyteRecoverableException, FlyteUserRuntimeException
 from flytekit.extend import TaskPlugins
 from flytekit.types.directory import FlyteDirectory
 from flytekitplugins.kfpytorch import Elastic
 from flytekitplugins.kfpytorch.task import PytorchElasticFunctionTask
 from kubernetes.client import V1PodSpec, V1Toleration
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
 from platform_lib.registry.goodput import MlflowMetricsStream, finish_goodput
 from platform_lib.shards import load_manifest
@@ -42,6 +44,8 @@ from platform_lib.training.train import train
 from tasks.errors import download_input, task_errors
 from tasks.image import TASK_IMAGE
 from tasks.placement import Placement, placement_from_env
+from tasks.register import MLFLOW_SECRETS
+from tasks.triage import explain_training_failure
 
 __all__ = ["build_train_task", "resolve_config", "resolve_run_dir", "train_model"]
 
@@ -69,16 +73,16 @@ def resolve_config(preset: str, overrides: str, seed: int) -> TrainConfig:
         return resolve_train_config(preset, overrides, seed)
 
 
-def resolve_run_dir(dataset_hash: str, config_hash: str) -> Path:
+def resolve_run_dir(dataset_hash: str, config_hash: str, agent_pid: int | None = None) -> Path:
     """Return the run folder shared by the ranks of one elastic launch.
 
     All ranks of a launch are children of the same elastic agent process, so the agent's pid
     (`os.getppid()` in a worker) plus the dataset and config hashes name a folder that every
     rank agrees on without communicating, and that an elastic restart (`max_restarts`) finds
     again to resume from its last checkpoint. It lives under `$TMPDIR/drivetrain-train/`;
-    the task uploads it as its output.
+    the task uploads it as its output. The agent itself passes its own pid as `agent_pid`.
     """
-    name = f"{dataset_hash[:16]}-{config_hash[:16]}-{os.getppid()}"
+    name = f"{dataset_hash[:16]}-{config_hash[:16]}-{os.getppid() if agent_pid is None else agent_pid}"
     path = Path(tempfile.gettempdir()) / "drivetrain-train" / name
     path.mkdir(parents=True, exist_ok=True)
     return path
@@ -112,11 +116,36 @@ class PlacedElastic(Elastic):
 
 
 class PlacedElasticTask(PytorchElasticFunctionTask):
-    """Elastic task that checks its team's LocalQueue exists in the target namespace."""
+    """Elastic task that checks its team's LocalQueue exists in the target namespace, and
+    explains a failed launch (triage verdict as error message and MLflow tags; retried when
+    the restart policy says so: `tasks.triage`)."""
 
     def get_config(self, settings: SerializationSettings) -> dict[str, Any] | None:
         self.task_config.placement.check_namespace(settings.project, settings.domain)
         return super().get_config(settings)
+
+    def _execute(self, **kwargs: Any) -> Any:
+        try:
+            return super()._execute(**kwargs)
+        except (FlyteRecoverableException, FlyteUserRuntimeException) as error:
+            failure = error.__context__  # the plugin raises these while handling ChildFailedError
+            if not isinstance(failure, ChildFailedError):
+                raise
+            folder, tags = _failure_context(kwargs.get("dataset"), kwargs.get("config"))
+            raise explain_training_failure(failure, checkpoint_folder=folder, tags=tags) from failure
+
+
+def _failure_context(dataset: FlyteDirectory | None, config: TrainConfig | None) -> tuple[str | None, dict[str, str]]:
+    """Return (the run's checkpoint folder, MLflow tags) as the agent sees them (best effort)."""
+    if config is None:
+        return None, {}
+    tags = {"preset": config.preset, "config_hash": hash_config(config)}
+    try:
+        tags["dataset_hash"] = load_manifest(str(dataset.remote_source or dataset.path))["dataset_hash"]
+    except Exception:  # noqa: BLE001 - no dataset, no run folder: triage still runs
+        return config.checkpoint.folder or None, tags
+    run_dir = resolve_run_dir(tags["dataset_hash"], tags["config_hash"], agent_pid=os.getpid())
+    return config.checkpoint.folder or str(run_dir / "checkpoints"), tags
 
 
 TaskPlugins.register_pythontask_plugin(PlacedElastic, PlacedElasticTask)
@@ -153,6 +182,7 @@ def build_train_task(placement: Placement) -> PythonFunctionTask:
         limits=Resources(mem=res["memory"], gpu=gpus),
         labels=placement.labels, environment=placement.environment,
         pod_template=PodTemplate(pod_spec=pod_spec),
+        secret_requests=MLFLOW_SECRETS,  # a failed launch's triage verdict goes to MLflow (tasks.triage)
         shared_memory=True,  # /dev/shm for the loader workers' tensors
     )
 

@@ -55,3 +55,46 @@ def _main(request: dict[str, Any]) -> None:
 
 if __name__ == "__main__":
     _main(json.loads(sys.argv[1]))
+
+
+def failing_worker(mode: str) -> None:
+    """An elastic worker that fails like a training rank: "preempted" (both ranks raise
+    PreemptedError after a collective) or "killed" (rank 1 SIGKILLs itself, rank 0 then
+    fails in the next collective)."""
+    import signal
+
+    import torch
+    import torch.distributed as dist
+
+    from platform_lib.training.preemption import PreemptedError
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    dist.all_reduce(torch.ones(1))
+    if mode == "preempted":
+        raise PreemptedError(f"rank {rank} pid {os.getpid()}: preempted by SIGTERM after step 3; final "
+                             "checkpoint step-000003 complete; restart to resume (recoverable)",
+                             step=3, checkpoint="step-000003", signal_name="SIGTERM")
+    if rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(1.0)
+    dist.all_reduce(torch.ones(1))
+
+
+def launch_failing(mode: str) -> BaseException:
+    """Run `failing_worker(mode)` on 2 elastic ranks; return the launch's ChildFailedError."""
+    import uuid
+
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    from platform_lib.training.launch import find_free_port, fresh_store_per_restart
+
+    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=2, run_id=uuid.uuid4().hex[:8],
+                          rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{find_free_port()}",
+                          max_restarts=0, monitor_interval=0.2, start_method="spawn")
+    try:
+        with fresh_store_per_restart():
+            elastic_launch(config, failing_worker)(mode)
+    except Exception as error:  # noqa: BLE001 - the failure is the result
+        return error
+    raise AssertionError(f"the {mode} launch did not fail")

@@ -1,0 +1,68 @@
+"""The training task's failure hook on real failed elastic launches (2 gloo ranks): the
+verdict becomes the error message (rank, pid, signal), MLflow tags on a FAILED run (real
+SQLite store) and the retry decision (FlyteRecoverableException or not)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from flytekit.exceptions.user import FlyteRecoverableException
+from mlflow.tracking import MlflowClient
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+sys.path.insert(0, str(Path(__file__).parent))
+from fault_helpers import launch_failing  # noqa: E402
+
+from tasks.triage import HISTORY_FILE, TrainingFailedError, explain_training_failure  # noqa: E402
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(300)]
+
+
+@pytest.fixture
+def mlflow_store(tmp_path, monkeypatch) -> MlflowClient:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("DRIVETRAIN_HOME", str(tmp_path / "home"))
+    return MlflowClient(tracking_uri=uri)
+
+
+def _failed_runs(client: MlflowClient):
+    experiment = client.get_experiment_by_name("drivetrain")
+    return client.search_runs([experiment.experiment_id], "tags.`drivetrain.outcome` = 'failed'")
+
+
+def test_preempted_workers_become_a_recoverable_error_with_the_verdict(mlflow_store, tmp_path):
+    failure = launch_failing("preempted")
+    assert isinstance(failure, ChildFailedError)
+    error = explain_training_failure(failure, checkpoint_folder=str(tmp_path / "ckpt"),
+                                     tags={"preset": "small", "dataset_hash": "d" * 64})
+    assert isinstance(error, FlyteRecoverableException)
+    text = str(error)
+    assert "preemption" in text and "PreemptedError" in text and "pid" in text
+    (run,) = _failed_runs(mlflow_store)
+    assert run.info.status == "FAILED" and run.data.tags["triage.class"] == "preemption_platform"
+    assert run.data.tags["dataset_hash"] == "d" * 64 and "PreemptedError" in run.data.tags["triage.root_line"]
+    assert (tmp_path / "ckpt" / HISTORY_FILE).is_file()  # the attempt is in the run's history
+
+
+def test_killed_rank_is_named_with_pid_and_signal(mlflow_store, tmp_path):
+    failure = launch_failing("killed")
+    pid = failure.failures[1].pid
+    error = explain_training_failure(failure, checkpoint_folder=str(tmp_path / "ckpt"), tags={"preset": "small"})
+    text = str(error)
+    assert "rank 1" in text and str(pid) in text and "SIGKILL" in text
+    (run,) = _failed_runs(mlflow_store)
+    assert run.data.tags["triage.rank"] == "1" and run.data.tags["triage.signal"] == "SIGKILL"
+    assert isinstance(error, FlyteRecoverableException | TrainingFailedError)
+
+
+def test_mlflow_down_does_not_hide_the_failure(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")  # nothing listens on the discard port
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "2")
+    failure = launch_failing("preempted")
+    with pytest.warns(UserWarning, match="not recorded in MLflow"):
+        error = explain_training_failure(failure, checkpoint_folder=None)
+    assert isinstance(error, FlyteRecoverableException) and "MLflow run" not in str(error)
