@@ -215,7 +215,9 @@ class HangWatchdog:
         if report["no_dump"]:
             lines.append(f"rank(s) {report['no_dump']} did not answer the dump request within {self.wait_s:g} s "
                          "(dead, or stuck holding the GIL)")
-        if not report["never_joined"] and not report["no_dump"]:
+        if dumps and not any(d["flight_recorder"].get("entries") for d in dumps.values()):
+            lines.append("the Flight Recorder was off: set TORCH_FR_BUFFER_SIZE before the process group is created")
+        elif not report["never_joined"] and not report["no_dump"]:
             lines.append("every rank entered the same collectives: a slow or stuck transport, not a missing rank")
         lines.append(f"Flight Recorder dumps and report: {self.dir}")
         return "\n".join(lines)

@@ -221,6 +221,22 @@ def produce_restart_kill_then_crash(tmp: Path) -> str:
     return _run(script, str(_build_dataset(tmp)), str(tmp / "run"), faults=faults)
 
 
+def produce_nan_loss_rank1(tmp: Path) -> str:
+    """Rank 1 gets a NaN batch at step 2 (fault switch `nan`): NaN loss on that rank only, NaN
+    global gradient norm, NonFiniteError on both ranks naming rank 1, before the optimizer step."""
+    script = _SMALL + "import sys\nlaunch_local(cfg, sys.argv[1], sys.argv[2], nproc=2)\n"
+    faults = '[{"kind": "nan", "rank": 1, "step": 2}]'
+    return _run(script, str(_build_dataset(tmp)), str(tmp / "run"), faults=faults)
+
+
+def produce_disk_full_checkpoint(tmp: Path) -> str:
+    """Rank 1 hits ENOSPC after 4 KiB of its step-2 checkpoint file (fault switch `disk_full`):
+    CheckpointSaveError on both ranks naming the step, the folder and rank 1's error."""
+    script = _SMALL + "import sys\nlaunch_local(cfg, sys.argv[1], sys.argv[2], nproc=2)\n"
+    faults = '[{"kind": "disk_full", "rank": 1, "step": 2, "after_bytes": 4096}]'
+    return _run(script, str(_build_dataset(tmp)), str(tmp / "run"), faults=faults)
+
+
 def _parent(proc_dir: Path) -> int | None:
     try:
         return int((proc_dir / "stat").read_text().rsplit(")", 1)[1].split()[1])
@@ -245,6 +261,8 @@ PRODUCERS: dict[str, Callable[[Path], str]] = {
     "hang_rank1": produce_hang_rank1,
     "sigterm_agent": produce_sigterm_agent,
     "restart_kill_then_crash": produce_restart_kill_then_crash,
+    "nan_loss_rank1": produce_nan_loss_rank1,
+    "disk_full_checkpoint": produce_disk_full_checkpoint,
 }
 
 
