@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from platform_lib.loading import InputWaitMeter, ResumeStateError, StreamingLoader
@@ -49,6 +50,7 @@ from platform_lib.training.faults import FaultPlan
 from platform_lib.training.hang import HangWatchdog, enable_flight_recorder, is_collective_timeout
 from platform_lib.training.loop import (
     MetricsLog,
+    NonFiniteError,
     build_optimizer,
     forward_backward,
     next_batch,
@@ -69,6 +71,7 @@ __all__ = [
     "preempt",
     "record_restart",
     "restore",
+    "step_optimizer",
     "resume_loader",
     "train",
 ]
@@ -196,6 +199,19 @@ def preempt(checkpointer: Checkpointer, preemption: PreemptionHandler, step: int
     return PreemptedError(message, step=step, checkpoint=path, signal_name=name)
 
 
+def step_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, step: int, cfg: TrainConfig,
+                   loss: torch.Tensor) -> tuple[float, float]:
+    """`optimizer_step`; when it refuses a non-finite gradient (on every rank alike), name the
+    ranks whose local loss was non-finite (one all-gather, on that path only)."""
+    try:
+        return optimizer_step(model, optimizer, step, cfg.optimizer)
+    except NonFiniteError as error:
+        finite: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(finite, math.isfinite(loss.item()))
+        ranks = [r for r, ok in enumerate(finite) if not ok] or "none (the gradients alone)"
+        raise NonFiniteError(f"{error}; non-finite local loss on rank(s) {ranks}") from None
+
+
 def log_step(metrics: MetricsLog, step: int, loss: torch.Tensor, cfg: TrainConfig, ctx: DistContext,
              **values: float) -> None:
     """Average the loss over ranks and write one metrics line (rank 0, every `log_interval` steps)."""
@@ -290,10 +306,7 @@ def train(cfg: TrainConfig, dataset_dir: str, output_dir: str, *,
             loss = forward_backward(model, faults.corrupt_batch(step + 1, batch), cfg.model)
             recorder.lap("forward_backward")
             step += 1
-            if not math.isfinite(loss.item()):  # name the rank; optimizer_step stops every rank
-                print(f"[drivetrain train] rank {ctx.rank} pid {os.getpid()}: non-finite local loss {loss.item()} "
-                      f"at step {step}", file=sys.stderr, flush=True)
-            grad_norm, lr = optimizer_step(model, optimizer, step, cfg.optimizer)
+            grad_norm, lr = step_optimizer(model, optimizer, step, cfg, loss)
             recorder.lap("optimizer")
             samples.log({"step": step, "keys": list(batch["__key__"])})
             saved, blocking_s = maybe_checkpoint(checkpointer, step, model, optimizer, loader, cfg)

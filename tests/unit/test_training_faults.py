@@ -161,8 +161,8 @@ def test_hung_rank_is_detected_within_the_timeout_and_named(dataset, tmp_path):
 
 def test_nan_loss_stops_before_the_optimizer_step(dataset, tmp_path, monkeypatch, capfd):
     monkeypatch.setenv(ENV_VAR, json.dumps([{"kind": "nan", "rank": 0, "step": 2}]))
-    with pytest.raises(NonFiniteError, match="step 2: the global gradient norm is nan"):
+    with pytest.raises(NonFiniteError, match=r"step 2: the global gradient norm is nan.*non-finite local loss on "
+                       r"rank\(s\) \[0\]"):
         train(apply_overrides(CFG, {"max_steps": 3}), str(dataset), str(tmp_path / "nan"))
-    err = capfd.readouterr().err
-    assert "injecting nan" in err and "rank 0 pid" in err and "non-finite local loss nan at step 2" in err
+    assert "injecting nan" in capfd.readouterr().err
     assert [json.loads(r)["step"] for r in (tmp_path / "nan" / "metrics.jsonl").read_text().splitlines()] == [1]
