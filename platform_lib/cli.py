@@ -2,27 +2,37 @@
 
 Groups register themselves through `COMMAND_GROUPS`: each entry is a function
 `add_<group>_commands(subparsers)` that adds its group parser and sets `func` on every leaf
-(`func(args) -> int` exit code). To add a group (e.g. `drivetrain bench loader`), write
-`add_bench_commands` next to its code and append it to `COMMAND_GROUPS` below.
+(`func(args) -> int` exit code). To add a group, write `add_<group>_commands` next to its
+code and append it to `COMMAND_GROUPS` below. Benchmarks are scripts in the repository's
+`bench/` folder (`python bench/loader.py`), not commands of the installed library.
+
+Errors: a command raises; `main` prints a user error (`platform_lib.errors.UserError`, a bad
+dataset, a full disk, an unreachable store) as one line `error: <what> (<culprit>): <what to
+do>` and returns 1 (2 for bad arguments), writing the traceback to
+`$DRIVETRAIN_HOME/logs/errors.log`; `drivetrain --debug ...` shows the traceback instead.
+Anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import os
 import sys
+import traceback
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
-from platform_lib.loading.commands import add_bench_commands
+from platform_lib.errors import UserError, format_user_error, to_user_error
 from platform_lib.registry.commands import add_goodput_commands, add_zoo_commands
 from platform_lib.shards.commands import add_data_commands
 from platform_lib.triage.commands import add_triage_command
 
-__all__ = ["COMMAND_GROUPS", "build_parser", "main"]
+__all__ = ["COMMAND_GROUPS", "build_parser", "explain_error", "main"]
 
 #: Functions that add one subcommand group each to the top-level subparsers.
 COMMAND_GROUPS: list[Callable[[argparse._SubParsersAction], None]] = [
     add_data_commands,
-    add_bench_commands,
     add_triage_command,
     add_goodput_commands,
     add_zoo_commands,
@@ -34,16 +44,68 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="drivetrain",
         description="Drivetrain: raw driving logs -> shards -> training -> registry.")
+    parser.add_argument("--debug", action="store_true",
+                        help="show the full traceback of an error instead of one line")
     groups = parser.add_subparsers(dest="group", metavar="GROUP", required=True)
     for add_group in COMMAND_GROUPS:
         add_group(groups)
     return parser
 
 
+def explain_error(error: BaseException, culprit: str, output: str | None = None) -> UserError | None:
+    """Return the one-line `UserError` of an error the user can act on, else None (a bug).
+
+    Args:
+        error: what a command raised.
+        culprit: the command's main input (folder or URL), named when the error has no culprit.
+        output: the folder the command writes, named for a full disk.
+    """
+    user = to_user_error(error, where=output or culprit)
+    if user is not None:
+        return user
+    from platform_lib.storage import StorageUnreachableError
+
+    if isinstance(error, StorageUnreachableError):
+        what, _, fix = str(error).rpartition("; ")
+        return UserError(what or str(error), culprit, fix or "retry later")
+    if type(error).__module__.startswith("platform_lib.shards"):
+        from platform_lib.shards.check import explain_dataset_error
+        from platform_lib.shards.errors import DatasetError
+
+        if isinstance(error, DatasetError):
+            return explain_dataset_error(error, culprit)
+    return None
+
+
+def _log_traceback(error: BaseException) -> Path | None:
+    """Append the traceback of `error` to `$DRIVETRAIN_HOME/logs/errors.log`; return the file."""
+    home = Path(os.environ.get("DRIVETRAIN_HOME") or "~/.drivetrain").expanduser()
+    path = home / "logs" / "errors.log"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as log:
+            log.write(f"--- {datetime.datetime.now(datetime.UTC).isoformat()} drivetrain {sys.argv[1:]}\n")
+            log.write("".join(traceback.format_exception(error)))
+    except OSError:
+        return None
+    return path
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the `drivetrain` command; return its exit status (0 = success)."""
+    """Run the `drivetrain` command; return its exit status (0 = success, 1 = error, 2 = usage)."""
     args = build_parser().parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except Exception as exc:
+        culprit = next((str(getattr(args, name)) for name in ("input", "dataset", "target", "output")
+                        if getattr(args, name, None)), "drivetrain")
+        output = str(args.output) if getattr(args, "output", None) else None
+        user = None if args.debug else explain_error(exc, culprit, output)
+        if user is None:
+            raise
+        _log_traceback(exc)
+        print(format_user_error(user), file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

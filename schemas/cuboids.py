@@ -5,11 +5,16 @@ LiDAR pose origin, ~0.3 m above the road). `yaw` is the heading of the box's len
 ego +z, counter-clockwise from ego +x, in rad within [-pi, pi]. The Arrow schema
 (`CUBOID_SCHEMA`) is the columnar form of `platform_lib.sources.frame.Cuboids` (and of the
 `cuboids.json` shard member); `CuboidModel` validates the pandas form with value rules.
+
+Contracts sit below the code: this module imports nothing from `platform_lib`; the sources,
+the shard writer and the model zoo import `CLASS_GROUPS` from `schemas.classes`.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -17,9 +22,28 @@ import pandera.pandas as pa_pd
 import pyarrow as pa
 from pandera.typing import Series
 
-from platform_lib.sources.frame import CLASS_GROUPS, Cuboids
+from schemas.classes import CLASS_GROUPS
 
-__all__ = ["CUBOID_SCHEMA", "CuboidModel", "cuboids_to_frame", "validate_cuboid_frame"]
+__all__ = [
+    "CLASS_GROUPS",
+    "CUBOID_SCHEMA",
+    "CuboidArrays",
+    "CuboidModel",
+    "cuboids_to_frame",
+    "validate_cuboid_frame",
+]
+
+
+
+class CuboidArrays(Protocol):
+    """The K boxes of one frame, as `platform_lib.sources.frame.Cuboids` holds them."""
+
+    label: Sequence[str]
+    class_group: Sequence[str]
+    track_id: Sequence[str]
+    center: Any  # (K, 3) float, m, ego frame
+    size: Any  # (K, 3) float: length, width, height in m
+    yaw: Any  # (K,) float, rad
 
 CUBOID_SCHEMA = pa.schema(
     [
@@ -70,7 +94,7 @@ class CuboidModel(pa_pd.DataFrameModel):
         ordered = True
 
 
-def cuboids_to_frame(key: str, cuboids: Cuboids) -> pd.DataFrame:
+def cuboids_to_frame(key: str, cuboids: CuboidArrays) -> pd.DataFrame:
     """Return the cuboid table (K rows, `CUBOID_SCHEMA` columns) of one frame's `Cuboids`.
 
     `yaw` is wrapped into [-pi, pi].

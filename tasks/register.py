@@ -14,11 +14,13 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 from flytekit import Cache, Secret, current_context, task
 from flytekit.types.directory import FlyteDirectory
 from flytekit.types.file import FlyteFile
 
+from platform_lib.registry.lineage import resolve_code_version
 from platform_lib.registry.record import record_training_run
 from platform_lib.training.config import TrainConfig
 from tasks.errors import download_input, task_errors
@@ -29,6 +31,9 @@ __all__ = ["MLFLOW_SECRETS", "mlflow_credentials", "register_model"]
 #: Flyte secrets holding the MLflow login (group "mlflow"); requested by the task.
 MLFLOW_SECRETS = [Secret(group="mlflow", key="username"), Secret(group="mlflow", key="password")]
 _ENV_OF_KEY = {"username": "MLFLOW_TRACKING_USERNAME", "password": "MLFLOW_TRACKING_PASSWORD"}
+#: The folder these tasks were imported from: its git commit is the run's code version when it
+#: is a work tree (an editable install); in an image, `$DRIVETRAIN_CODE_VERSION` or the version.
+CHECKOUT = Path(__file__).resolve().parents[1]
 
 
 @contextlib.contextmanager
@@ -77,6 +82,7 @@ def register_model(
             run_dir=download_input(run, "train_model"),
             dataset_dir=download_input(dataset, "merge_dataset"),
             eval_json=download_input(eval_table, "evaluate_model"), config=config,
-            raw_logs_hash=raw_logs_hash,
+            raw_logs_hash=raw_logs_hash, execution_id=current_context().execution_id.name or "local",
+            code_version=resolve_code_version(CHECKOUT),
         )
     return registration.model_uri

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from platform_lib.sources.frame import CLASS_GROUPS
+from schemas.classes import CLASS_GROUPS
 
 __all__ = ["BEVGrid", "rasterise_cuboids"]
 

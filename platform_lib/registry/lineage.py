@@ -6,12 +6,12 @@ Every registered model version carries these tags (see `build_lineage`):
     val_split_hash      sha256 over the content hashes of the validation samples (`hash_val_split`)
     raw_logs_hash       content hash of the raw-log location the dataset was built from
     source_log_hashes   JSON {log_id: content_hash} from manifest["source_logs"]
-    code_version        git commit of the work tree (suffix "+dirty" when it has uncommitted
-                        changes), or "drivetrain==<version>" outside a git work tree
+    code_version        git commit of the caller's work tree (suffix "+dirty" when it has
+                        uncommitted changes), `$DRIVETRAIN_CODE_VERSION`, or "drivetrain==<version>"
     config_hash         sha256 of the canonical JSON of the TrainConfig
                         (`platform_lib.training.config.hash_config`)
     seed                training seed
-    flyte_execution_id  Flyte execution name, or "local" outside a Flyte execution
+    flyte_execution_id  Flyte execution name (given by the task), or "local"
 
 Raw-log content keys: `platform_lib.sources.hashing.hash_raw_location`.
 """
@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import subprocess
 from dataclasses import dataclass
 from importlib import metadata
@@ -89,14 +90,19 @@ def hash_val_split(dataset_dir: str | Path, split: str = "val") -> str:
 
 
 def resolve_code_version(root: str | Path | None = None) -> str:
-    """Return the git commit of the package's work tree, or the package version outside git.
+    """Return the version of the code that trained: a git commit, or the package version.
 
     Args:
-        root: folder to ask git about; default: the checkout this module was imported from.
+        root: a git work tree to ask (the caller's checkout, e.g. the task layer's); None:
+            `$DRIVETRAIN_CODE_VERSION` (set it when building an image from a commit), else
+            "drivetrain==<installed version>". The library never looks for a checkout itself.
 
-    A work tree with uncommitted changes to tracked files gets the suffix "+dirty".
+    A work tree with uncommitted changes to tracked files gets the suffix "+dirty"; a `root`
+    outside git falls back like None does.
     """
-    root = Path(root) if root is not None else Path(__file__).resolve().parents[2]
+    fallback = os.environ.get("DRIVETRAIN_CODE_VERSION") or f"drivetrain=={metadata.version('drivetrain')}"
+    if root is None:
+        return fallback
     try:
         commit = subprocess.run(
             ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
@@ -108,21 +114,17 @@ def resolve_code_version(root: str | Path | None = None) -> str:
         ).stdout.strip()
         return f"{commit}+dirty" if dirty else commit
     except (OSError, subprocess.SubprocessError):
-        return f"drivetrain=={metadata.version('drivetrain')}"
+        return fallback
 
 
 def resolve_flyte_execution_id() -> str:
-    """Return the current Flyte execution name, or "local" outside a Flyte execution.
+    """Return the Flyte execution name from the pod's environment, or "local" outside a cluster.
 
-    `pyflyte run` without `--remote` reports the placeholder execution id "local" too.
+    Flyte sets `FLYTE_INTERNAL_EXECUTION_ID` in every task pod; the task layer passes the
+    execution id explicitly where it knows it (`record_training_run(execution_id=...)`), so
+    the library never imports flytekit.
     """
-    try:
-        import flytekit
-
-        name = flytekit.current_context().execution_id.name
-    except Exception:  # noqa: BLE001 - no Flyte context at all
-        return "local"
-    return name or "local"
+    return os.environ.get("FLYTE_INTERNAL_EXECUTION_ID") or "local"
 
 
 def build_lineage(
@@ -133,6 +135,7 @@ def build_lineage(
     seed: int,
     raw_logs_hash: str = "",
     execution_id: str | None = None,
+    code_version: str | None = None,
 ) -> Lineage:
     """Collect the lineage of a model trained on `dataset_dir` with `config`.
 
@@ -142,7 +145,8 @@ def build_lineage(
         config: the training config dataclass.
         seed: training seed.
         raw_logs_hash: content hash of the raw-log location ("" when unknown).
-        execution_id: Flyte execution id; resolved from the Flyte context when None.
+        execution_id: Flyte execution id; `resolve_flyte_execution_id()` when None.
+        code_version: version of the training code; `resolve_code_version()` when None.
     """
     logs = {log["log_id"]: log["content_hash"] for log in manifest.get("source_logs", [])}
     return Lineage(
@@ -150,7 +154,7 @@ def build_lineage(
         val_split_hash=hash_val_split(dataset_dir),
         raw_logs_hash=raw_logs_hash or "unknown",
         source_log_hashes=json.dumps(logs, sort_keys=True, separators=(",", ":")),
-        code_version=resolve_code_version(),
+        code_version=code_version or resolve_code_version(),
         config_hash=hash_config(config),
         seed=int(seed),
         flyte_execution_id=execution_id or resolve_flyte_execution_id(),

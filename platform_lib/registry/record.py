@@ -46,6 +46,7 @@ def record_training_run(
     config: Any,
     raw_logs_hash: str = "",
     execution_id: str | None = None,
+    code_version: str | None = None,
 ) -> Registration:
     """Log params, step metrics, eval table and lineage to the run's MLflow run; register the model.
 
@@ -59,7 +60,8 @@ def record_training_run(
         eval_json: eval_metrics.json written by `platform_lib.training.evaluate`.
         config: the TrainConfig of the run.
         raw_logs_hash: content hash of the raw logs the dataset was built from.
-        execution_id: Flyte execution id; resolved from the Flyte context when None.
+        execution_id: Flyte execution id; from the environment (or "local") when None.
+        code_version: version of the training code (see `resolve_code_version`).
 
     Returns:
         The new model version and the champion decision.
@@ -78,7 +80,7 @@ def record_training_run(
         raise ValueError(f"{eval_json} has no mean IoU: the validation split has nothing to score")
     lineage = build_lineage(
         manifest=manifest, dataset_dir=dataset_dir, config=config, seed=config.seed,
-        raw_logs_hash=raw_logs_hash, execution_id=execution_id,
+        raw_logs_hash=raw_logs_hash, execution_id=execution_id, code_version=code_version,
     )
     client = configure_mlflow()
     tags = lineage.to_tags() | {"model_name": model_name, "source": manifest["source"]}

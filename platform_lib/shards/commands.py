@@ -8,9 +8,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from platform_lib.shards.errors import BuildError, DatasetError
+from platform_lib.errors import UserError
+from platform_lib.shards.errors import BuildError
 from platform_lib.shards.sources import SOURCE_NAMES
 from platform_lib.shards.split import SPLIT_METHODS
+from platform_lib.sources import DEFAULT_SPLITS
 
 # Heavy modules (pyarrow, pandera, numpy) are imported inside the commands so that
 # `drivetrain --help` and other command groups start fast.
@@ -72,32 +74,47 @@ def summarize_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _split_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The split fields of BuildConfig: the source's default split unless --split is given."""
+    options = dict(DEFAULT_SPLITS[args.source]) if args.split is None else {"split": args.split}
+    given = {"val_fraction": args.val_fraction, "val_frames_per_log": args.val_frames_per_log}
+    return options | {k: v for k, v in given.items() if v is not None}
+
+
 def _run_build(args: argparse.Namespace) -> int:
     from platform_lib.shards.build import BuildConfig, build_dataset
 
     try:
         config = BuildConfig(
-            shard_size_mb=args.shard_size_mb, split=args.split, val_fraction=args.val_fraction,
+            shard_size_mb=args.shard_size_mb, **_split_options(args),
             val_logs=tuple(v for v in (args.val_logs or "").split(",") if v),
-            val_frames_per_log=args.val_frames_per_log, quarantine=args.quarantine,
-            overwrite=args.overwrite, workers=args.workers)
+            quarantine=args.quarantine, overwrite=args.overwrite, workers=args.workers)
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {exc} (data build): see `drivetrain data build --help`", file=sys.stderr)
         return 2
     input_path = Path(args.input)
-    try:
-        if args.source == "synthetic":
-            try:
-                note = ensure_synthetic_logs(input_path, num_logs=args.num_logs,
-                                             frames_per_log=args.frames_per_log, seed=args.seed)
-            except ValueError as exc:  # e.g. --num-logs 0
-                print(f"error: {exc} (from --num-logs/--frames-per-log/--seed)", file=sys.stderr)
-                return 2
-            print(note, file=sys.stderr)
-        manifest = build_dataset(args.source, input_path, args.output, config)
-    except (BuildError, DatasetError) as exc:
-        print(f"error: build failed: {exc}", file=sys.stderr)
-        return 1
+    if args.source == "synthetic":
+        try:
+            note = ensure_synthetic_logs(input_path, num_logs=args.num_logs,
+                                         frames_per_log=args.frames_per_log, seed=args.seed)
+        except ValueError as exc:  # e.g. --num-logs 0
+            if isinstance(exc, UserError):
+                raise
+            print(f"error: {exc} (--num-logs/--frames-per-log/--seed): give positive sizes",
+                  file=sys.stderr)
+            return 2
+        print(note, file=sys.stderr)
+    elif not input_path.is_dir():
+        raise UserError("raw-log folder does not exist", str(input_path),
+                        f"pass --input a folder of {args.source} logs")
+    manifest = build_dataset(args.source, input_path, args.output, config)
+    counts = manifest["splits"].get("counts", {})
+    for split in ("train", "val"):
+        if not counts.get(split):
+            from platform_lib.shards.check import describe_empty_split_fix
+
+            print(f"warning: split {split!r} is empty (split {config.split}, counts {counts}) "
+                  f"(--split): {describe_empty_split_fix(config.split)}", file=sys.stderr)
     print(f"built {args.output}: {manifest['num_samples']} samples in {manifest['num_shards']} "
           f"shards, {manifest['total_bytes'] / 1e6:.1f} MB, dataset_hash "
           f"{manifest['dataset_hash']}")
@@ -111,14 +128,18 @@ def _run_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_dataset_folder(dataset: str) -> None:
+    """Fail in one line when a local dataset folder does not exist (before "no manifest.json")."""
+    if "://" not in dataset and not Path(dataset).exists():
+        raise UserError("dataset folder does not exist", dataset,
+                        "pass the --output folder of `drivetrain data build` (or a dataset URL)")
+
+
 def _run_inspect(args: argparse.Namespace) -> int:
     from platform_lib.shards.manifest import load_manifest
 
-    try:
-        summary = summarize_manifest(load_manifest(args.dataset))
-    except DatasetError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    _check_dataset_folder(args.dataset)
+    summary = summarize_manifest(load_manifest(args.dataset))
     if args.json:
         print(json.dumps(summary, indent=2, sort_keys=True))
         return 0
@@ -131,6 +152,7 @@ def _run_inspect(args: argparse.Namespace) -> int:
 def _run_validate(args: argparse.Namespace) -> int:
     from platform_lib.shards.validate import validate_dataset
 
+    _check_dataset_folder(args.dataset)
     report = validate_dataset(args.dataset)
     print(report.describe(), file=sys.stdout if report.ok else sys.stderr)
     return 0 if report.ok else 1
@@ -157,11 +179,13 @@ def add_data_commands(groups: argparse._SubParsersAction) -> None:
                        help="replace an existing dataset at --output (atomically)")
     build.add_argument("--workers", type=int, default=1,
                        help="processes reading/encoding raw logs (same output bytes)")
-    build.add_argument("--split", choices=SPLIT_METHODS, default="by_log")
-    build.add_argument("--val-fraction", type=float, default=0.2,
-                       help="by_log: fraction of logs for val (default 0.2)")
+    build.add_argument("--split", choices=SPLIT_METHODS, default=None,
+                       help="train/val split method (default: the source's, pandaset "
+                       "by_frame_range, synthetic by_log)")
+    build.add_argument("--val-fraction", type=float, default=None,
+                       help="by_log: fraction of logs for val (default 0.25 synthetic, 0.2 else)")
     build.add_argument("--val-logs", help="by_log: comma-separated val log ids")
-    build.add_argument("--val-frames-per-log", type=int, default=2,
+    build.add_argument("--val-frames-per-log", type=int, default=None,
                        help="by_frame_range: last frames of each log for val (default 2)")
     build.set_defaults(func=_run_build)
 

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from schemas.classes import CLASS_GROUPS
+
 __all__ = [
     "CLASS_GROUPS",
     "CameraImage",
@@ -34,7 +36,6 @@ __all__ = [
 ]
 
 #: Class groups the models are trained on; cuboid labels of a source map onto these (or "other").
-CLASS_GROUPS: tuple[str, ...] = ("vehicle", "pedestrian", "cyclist")
 
 #: Log ids become part of WebDataset keys, which must not contain dots or path separators.
 LOG_ID_PATTERN = re.compile(r"^[A-Za-z0-9-]{1,64}$")

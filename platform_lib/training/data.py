@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -27,6 +28,7 @@ __all__ = [
     "iterate_epochs",
     "loader_config",
     "split_keys",
+    "warn_if_batch_exceeds_split",
 ]
 
 #: Loader workers are forked: ranks started by torch elastic with the "spawn" method inherit
@@ -94,6 +96,23 @@ def iterate_epochs(loader: Any, batch_delay_s: float = 0.0) -> Iterator[Any]:
         epoch += 1
 
 
+def warn_if_batch_exceeds_split(batch_size: int, world_size: int, split: str, num_samples: int) -> bool:
+    """Warn (one line, naming `data.batch_size`) when one global batch holds more samples than the split.
+
+    The loader still works (its pad policy repeats samples), but every step then sees some
+    samples twice. Returns True when it warned.
+    """
+    if batch_size * world_size <= num_samples:
+        return False
+    warnings.warn(
+        f"batch of {batch_size} x world size {world_size} is larger than split {split!r} "
+        f"({num_samples} samples): every step repeats samples (data.batch_size): lower "
+        f"batch_size to at most {max(1, num_samples // world_size)}",
+        UserWarning, stacklevel=3,
+    )
+    return True
+
+
 def loader_config(data: DataConfig, transform: Transform) -> LoaderConfig:
     """Return the loader options of the data section, with the model's sample transform."""
     return LoaderConfig(
@@ -120,7 +139,8 @@ def build_train_loader(
     Raises:
         ValueError: if the split is empty; loader errors for a missing or damaged dataset.
     """
-    split_keys(open_dataset(dataset_dir), data.train_split)  # fail fast, naming the split
+    keys = split_keys(open_dataset(dataset_dir), data.train_split)  # fail fast, naming the split
+    warn_if_batch_exceeds_split(data.batch_size, world_size, data.train_split, len(keys))
     return build_loader(
         os.fspath(dataset_dir), rank=rank, world_size=world_size, batch_size=data.batch_size,
         num_workers=data.num_workers, seed=seed, shuffle=True, decode="none", split=data.train_split,

@@ -34,11 +34,11 @@ from platform_lib.models import (
     rasterise_cuboids,
 )
 from platform_lib.shards.reader import open_dataset
-from platform_lib.sources.frame import CLASS_GROUPS
 from platform_lib.training.checkpoint import load_weights
 from platform_lib.training.config import TrainConfig
 from platform_lib.training.data import build_eval_loader, split_keys
 from platform_lib.training.loop import resolve_batch_keys, run_model
+from schemas.classes import CLASS_GROUPS
 
 __all__ = ["EvalResult", "compute_prior", "evaluate"]
 

@@ -133,12 +133,21 @@ def test_val_split_hash_ignores_train_rows(tmp_path: Path) -> None:
         hash_val_split(tmp_path / "none")
 
 
-def test_code_version_git_or_package(tmp_path: Path) -> None:
-    inside = resolve_code_version()
-    git_dir = Path(__file__).resolve().parents[2] / ".git"
-    if git_dir.exists():
-        assert re.fullmatch(r"[0-9a-f]{40}(\+dirty)?", inside)
-    assert resolve_code_version(tmp_path) == "drivetrain==0.1.0"
+def test_code_version_git_or_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (repo / "a.txt").write_text("a")
+    subprocess.run([*git, "add", "a.txt"], check=True)
+    subprocess.run([*git, "commit", "-qm", "a"], check=True)
+    assert re.fullmatch(r"[0-9a-f]{40}", resolve_code_version(repo))
+    (repo / "a.txt").write_text("b")
+    assert re.fullmatch(r"[0-9a-f]{40}\+dirty", resolve_code_version(repo))
+    monkeypatch.delenv("DRIVETRAIN_CODE_VERSION", raising=False)
+    assert resolve_code_version() == resolve_code_version(tmp_path / "not-git") == "drivetrain==0.1.0"
+    monkeypatch.setenv("DRIVETRAIN_CODE_VERSION", "abc123")
+    assert resolve_code_version() == "abc123"
 
 
 def test_build_lineage_collects_every_tag(tmp_path: Path) -> None:
@@ -155,3 +164,5 @@ def test_build_lineage_collects_every_tag(tmp_path: Path) -> None:
     assert tags["config_hash"] == hash_config(get_preset("small"))
     assert tags["val_split_hash"] == hash_val_split(dataset)
     assert resolve_flyte_execution_id() == "local"
+    assert build_lineage(manifest=manifest, dataset_dir=dataset, config=get_preset("small"), seed=7,
+                         execution_id="f3a9", code_version="c0de").to_tags()["flyte_execution_id"] == "f3a9"

@@ -1,6 +1,6 @@
 """Golden loss: the first steps of the small preset on a fixed synthetic dataset (CPU).
 
-Regenerate with `python -m platform_lib.training.golden --write` (see that module).
+Regenerate with `.venv/bin/python tests/unit/golden_run.py --write` (see that module).
 """
 
 from __future__ import annotations
@@ -9,8 +9,7 @@ import json
 
 import numpy as np
 import torch
-
-from platform_lib.training.golden import GOLDEN_PATH, RTOL, run_golden
+from golden_run import GOLDEN_PATH, RTOL, run_golden
 
 
 def test_small_preset_matches_the_golden_losses(tmp_path):

@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from golden_run import build_golden_dataset
 
 from platform_lib.loading import build_loader
 from platform_lib.models import build_model
 from platform_lib.training.checkpoint import find_latest_checkpoint, load_weights
 from platform_lib.training.evaluate import evaluate
-from platform_lib.training.golden import build_golden_dataset
 from platform_lib.training.overrides import apply_overrides
 from platform_lib.training.presets import small
 from platform_lib.training.train import resume_loader, train
@@ -132,3 +132,15 @@ def test_loader_state_from_another_global_batch_restarts_the_saved_epoch(dataset
         resume_loader(loader, state)
     assert loader.epoch == 3
     assert loader.state_dict()["consumed_samples"] == 0
+
+
+def test_batch_larger_than_the_split_warns_naming_batch_size(dataset):
+    from platform_lib.models import build_model_transform
+    from platform_lib.training.data import build_train_loader
+
+    data = apply_overrides(small(), {"batch_size": 9}).data  # the golden train split holds 8
+    with pytest.warns(UserWarning) as caught:
+        build_train_loader(dataset, data, build_model_transform("bev_fusion_small"), rank=0, world_size=1, seed=0)
+    assert [str(w.message) for w in caught] == [
+        "batch of 9 x world size 1 is larger than split 'train' (8 samples): every step repeats samples "
+        "(data.batch_size): lower batch_size to at most 8"]
