@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from platform_lib.training.golden import build_golden_dataset
+from golden_run import build_golden_dataset
 
 from platform_lib.shards.reader import open_dataset
 from platform_lib.training.checkpoint import list_checkpoints, load_weights
