@@ -1,6 +1,7 @@
 # Drivetrain: `make run` (install + main job on synthetic logs) and `make test` on a fresh clone.
-# torch is pinned to exactly 2.13.0 in pyproject.toml: the CPU wheel of it is on these machines,
-# any other spec pulls a multi-GB CUDA build.
+# The exact torch build is pinned here, in the install command (torch==2.13.0: its CPU wheel is
+# on these machines, any other spec pulls a multi-GB CUDA build); pyproject.toml declares the
+# compatible range (>=2.13,<2.14).
 
 PYTHON3  ?= python3
 VENV     := .venv
@@ -43,8 +44,12 @@ test: dev
 test-all: dev
 	$(BIN)/python -m pytest
 
+# Lint, format check, import-layer contracts (pyproject [tool.importlinter]) and the type checker.
 lint: dev
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 # Serialise every Flyte entity (what `pyflyte register` would upload) into $(OUT)/.
 package: install

@@ -1,0 +1,4 @@
+"""Drivetrain: raw driving logs -> shards -> streaming loader -> FSDP training -> registry.
+
+Layers and what each may import: docs/architecture.md.
+"""

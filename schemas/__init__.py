@@ -1,0 +1,1 @@
+"""Data contracts (Arrow schemas, pandera models); they import no library code."""

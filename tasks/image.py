@@ -28,7 +28,6 @@ PINNED = (
     "pyarrow==25.0.1",
     "pandas==3.1.1",
     "numpy==2.4.6",
-    "webdataset==1.0.2",
     "pandera==0.35.0",
     "pillow==13.0.0",
     "simplejpeg==1.9.0",
@@ -38,7 +37,8 @@ PINNED = (
     "tqdm==4.70.1",
     "safetensors==0.8.0",
     "tenacity==9.2.1",
-    "matplotlib==3.11.2",
+    "scipy==1.17.1",
+    "croniter==7.0.0",
 )
 
 TASK_IMAGE = ImageSpec(

@@ -1,7 +1,7 @@
-"""The main job: raw driving logs -> dataset -> elastic training -> evaluation -> MLflow registry.
+r"""The main job: raw driving logs -> dataset -> elastic training -> evaluation -> MLflow registry.
 
     pyflyte run workflows/training_pipeline.py training_pipeline
-    pyflyte run workflows/training_pipeline.py training_pipeline \\
+    pyflyte run workflows/training_pipeline.py training_pipeline \
         --source pandaset --raw_logs ../shared/data/pandaset/002 --preset pandaset_smoke
 
 Wiring only; the tasks live in `tasks/`, the logic in `platform_lib/`. See docs/pipeline.md.

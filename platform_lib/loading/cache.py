@@ -112,7 +112,8 @@ class ShardCache:
 
     def prefetch(self, shard_path: str, expected_bytes: int) -> None:
         """Download the shard into the cache if absent (from a background thread); errors are
-        left for the later `open` of the same shard to raise."""
+        left for the later `open` of the same shard to raise.
+        """
         try:
             os.close(self.open(shard_path, expected_bytes))
         except Exception:  # noqa: BLE001 - the reading path retries and reports
@@ -152,7 +153,8 @@ class ShardCache:
 
     def _evict(self, *, keep: Path) -> None:
         """Delete least-recently-used cached shards until the cache holds <= limit_bytes, and
-        temporary files left by crashed downloads."""
+        temporary files left by crashed downloads.
+        """
         with filelock.FileLock(str(self.base / ".evict.lock")):
             cached = []
             for marker in self.base.glob(f"*/{CACHE_MARKER}"):

@@ -67,9 +67,9 @@ class Lineage:
 
 
 def hash_val_split(dataset_dir: str | Path, split: str = "val") -> str:
-    """Return the identity of a dataset's validation set.
+    r"""Return the identity of a dataset's validation set.
 
-    sha256 over the sorted `key\\0content_hash\\n` of the index rows of `split`, so two datasets
+    sha256 over the sorted `key\0content_hash\n` of the index rows of `split`, so two datasets
     whose validation samples are byte-identical share it even if their train splits differ.
 
     Raises:

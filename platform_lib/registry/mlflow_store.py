@@ -146,6 +146,8 @@ def log_step_metrics(client: MlflowClient, run_id: str, metrics_jsonl: str | Pat
     """Log every numeric field of every row of a training metrics JSONL as a step metric.
 
     Args:
+        client: MLflow client of the store.
+        run_id: the MLflow run receiving the metrics.
         metrics_jsonl: one JSON object per line with an integer "step" and numeric fields
             (e.g. {"step": 3, "loss": 0.71, "lr": 0.001}); non-numeric fields are skipped.
 
@@ -175,6 +177,9 @@ def log_eval_table(
     """Log an evaluation table as metrics and as the artifact `eval/metrics.json`.
 
     Args:
+        client: MLflow client of the store.
+        run_id: the MLflow run receiving the table.
+        prefix: metric name prefix, e.g. "val" gives `val_mean_iou`.
         table: {"per_class_iou": {cls: iou}, "mean_iou": float, "baseline_per_class_iou":
             {cls: iou}, "baseline_mean_iou": float, ...}; any other scalar fields are logged
             as metrics too.

@@ -104,6 +104,7 @@ def register_model_version(
         lineage: tags of the version (`build_lineage`).
         mean_iou: validation mean IoU of this model on the split identified by
             `lineage.val_split_hash`.
+        client: MLflow client; None: `configure_mlflow()`.
 
     Returns:
         The new version and where `champion` points now (see module docstring for the rules).

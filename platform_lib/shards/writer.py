@@ -95,7 +95,7 @@ class _HashingFile:
 
 
 def fsync_dir(path: Path) -> None:
-    """fsync a directory so renames inside it survive a power cut (no-op where unsupported)."""
+    """Fsync a directory so renames inside it survive a power cut (no-op where unsupported)."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:

@@ -143,6 +143,7 @@ class Cuboids:
 
     @classmethod
     def empty(cls) -> Cuboids:
+        """Return zero boxes (K = 0)."""
         return cls(
             label=[], class_group=[], center=np.zeros((0, 3)), size=np.zeros((0, 3)),
             yaw=np.zeros((0,)), track_id=[],

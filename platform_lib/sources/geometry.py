@@ -141,7 +141,9 @@ def label_points_in_cuboids(
 
     Args:
         points: (N, 3) m, same frame as the cuboids.
-        center, size, yaw: cuboids as in the module legend.
+        center: (K, 3) box centres, m (module legend).
+        size: (K, 3) length, width, height, m.
+        yaw: (K,) heading about +z, rad.
         margin: added to every half extent, m (tolerance for sensor noise).
     """
     out = np.full(len(points), -1, dtype=np.int64)

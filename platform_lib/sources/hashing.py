@@ -64,9 +64,9 @@ def list_raw_files(log_dir: str | os.PathLike[str]) -> list[str]:
 
 
 def hash_raw_log(log_dir: str | os.PathLike[str]) -> str:
-    """Return the hex sha256 content hash of a raw log folder (see module docstring).
+    r"""Return the hex sha256 content hash of a raw log folder (see module docstring).
 
-    Each entry contributes `relpath + "\\0" + file_sha256 + "\\n"`, in sorted relpath order.
+    Each entry contributes `relpath + "\0" + file_sha256 + "\n"`, in sorted relpath order.
 
     Raises:
         FileNotFoundError: if `log_dir` is not a directory.
@@ -79,14 +79,14 @@ def hash_raw_log(log_dir: str | os.PathLike[str]) -> str:
 
 
 def hash_raw_location(location: str) -> str:
-    """Return the content key of a raw-log folder, local or on object storage.
+    r"""Return the content key of a raw-log folder, local or on object storage.
 
     Args:
         location: local folder path, `file://` URL, or an fsspec URL such as `s3://bucket/logs/`.
 
     Returns:
-        sha256 hex. Local files: over sorted `relpath\\0sha256(bytes)\\n`. Remote objects: over
-        sorted `relpath\\0version_id-or-ETag\\n` (no bytes are read).
+        sha256 hex. Local files: over sorted `relpath\0sha256(bytes)\n`. Remote objects: over
+        sorted `relpath\0version_id-or-ETag\n` (no bytes are read).
 
     Raises:
         UserError: the location does not exist, is not a folder or holds no files (culprit:

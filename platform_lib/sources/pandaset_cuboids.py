@@ -57,6 +57,9 @@ def read_pandaset_cuboids(path: Path, log_id: str, i: int, ego_from_world: np.nd
     """Read annotations/cuboids/NN.pkl.gz of frame `i` into ego-frame `Cuboids`.
 
     Args:
+        path: the frame's annotations/cuboids/NN.pkl.gz.
+        log_id: sequence id, for error messages.
+        i: frame index.
         ego_from_world: (4, 4) inverse of the sweep's world_from_ego.
 
     Raises:

@@ -156,7 +156,15 @@ def simulate_radar(config: SyntheticConfig, groups: list[str], center: np.ndarra
     """Simulate a front radar (+-60 deg azimuth) at the bumper; returns from cuboid faces only.
 
     Args:
+        config: generator settings (radar range).
+        groups: (K,) class group per object.
+        center: (K, 3) object box centres, m, ego frame.
+        size: (K, 3) length, width, height, m.
+        yaw: (K,) heading about ego +z, rad.
         velocity_ego: (K, 3) object velocities expressed in ego axes, m/s (world-relative).
+        ego_speed: ego forward speed, m/s.
+        ego_yaw_rate: ego yaw rate, rad/s.
+        rng: random generator of the frame (RCS noise).
 
     Returns:
         (M, 5) float32 x, y, z (m, ego), radial velocity (m/s, positive = moving away from the
@@ -240,8 +248,10 @@ def prepare_camera_rays(config: SyntheticConfig, intrinsics: np.ndarray,
 def render_camera(config: SyntheticConfig, cam: CameraRays, groups: list[str],
                   center: np.ndarray, size: np.ndarray, yaw: np.ndarray,
                   world_from_ego: np.ndarray) -> bytes:
-    """Ray-trace one pinhole image: sky gradient, world-fixed 2 m checkered ground with haze,
-    and cuboids filled with their class colour (face shading by normal axis).
+    """Ray-trace one pinhole image.
+
+    Sky gradient, world-fixed 2 m checkered ground with haze, and cuboids filled with their
+    class colour (face shading by normal axis).
 
     Returns:
         JPEG bytes (quality `config.jpeg_quality`, 4:2:0), deterministic for the same inputs.

@@ -99,9 +99,8 @@ def describe_bounds(f: dataclasses.Field[Any]) -> str:
     bounds = f.metadata.get("bounds", {})
     if "choices" in bounds:
         return "one of " + ", ".join(repr(c) for c in bounds["choices"])
-    kind = {int: "an int", float: "a number", bool: "true or false", str: "a string"}.get(
-        field_type(f), "a value"
-    )
+    kinds: dict[type | None, str] = {int: "an int", float: "a number", bool: "true or false", str: "a string"}
+    kind = kinds.get(field_type(f), "a value")
     parts = [f"{op} {bounds[key]}" for key, op in (("ge", ">="), ("gt", ">"), ("le", "<=")) if key in bounds]
     if field_type(f) is int:
         parts = parts or [f">= {INT64_MIN}"]

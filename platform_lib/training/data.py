@@ -14,6 +14,7 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -67,7 +68,7 @@ def build_eval_loader(
     Raises:
         ValueError: if the split is empty; loader errors for a missing or damaged dataset.
     """
-    split_keys(open_dataset(dataset_dir), split)  # fail fast, naming the split
+    split_keys(open_dataset(Path(dataset_dir)), split)  # fail fast, naming the split
     return build_loader(
         os.fspath(dataset_dir), rank=0, world_size=1, batch_size=batch_size, num_workers=0,
         seed=0, shuffle=False, decode="none", split=split,
@@ -139,7 +140,7 @@ def build_train_loader(
     Raises:
         ValueError: if the split is empty; loader errors for a missing or damaged dataset.
     """
-    keys = split_keys(open_dataset(dataset_dir), data.train_split)  # fail fast, naming the split
+    keys = split_keys(open_dataset(Path(dataset_dir)), data.train_split)  # fail fast, naming the split
     warn_if_batch_exceeds_split(data.batch_size, world_size, data.train_split, len(keys))
     return build_loader(
         os.fspath(dataset_dir), rank=rank, world_size=world_size, batch_size=data.batch_size,

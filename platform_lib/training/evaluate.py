@@ -80,7 +80,7 @@ def _mean(values: list[float | None]) -> float:
 
 def compute_prior(dataset_dir: str | os.PathLike[str], split: str, grid) -> tuple[np.ndarray, dict[str, float]]:
     """Return the (3, H, W) mean occupancy over `split` and the per-class IoU-maximising thresholds."""
-    reader = open_dataset(dataset_dir)
+    reader = open_dataset(Path(dataset_dir))
     targets = np.stack([
         rasterise_cuboids(json.loads(reader.read_member(key, "cuboids.json")), grid)
         for key in split_keys(reader, split)

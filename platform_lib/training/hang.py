@@ -65,8 +65,10 @@ class CollectiveHangError(RuntimeError):
 
 
 def enable_flight_recorder(entries: int = FR_BUFFER_ENTRIES) -> None:
-    """Turn on torch's Flight Recorder (unless the environment already sizes it); call before
-    creating the process group."""
+    """Turn on torch's Flight Recorder (unless the environment already sizes it).
+
+    Call before creating the process group.
+    """
     os.environ.setdefault("TORCH_FR_BUFFER_SIZE", str(entries))
 
 

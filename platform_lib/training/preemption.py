@@ -76,8 +76,10 @@ class PreemptionHandler:
         return self.grace_s - (time.monotonic() - self.received_at)
 
     def requested(self) -> bool:
-        """Return True on every rank when any rank received the signal; collective (call it at
-        the same point of every step on every rank)."""
+        """Return True on every rank when any rank received the signal.
+
+        Collective: call it at the same point of every step on every rank.
+        """
         flag = torch.tensor([1.0 if self.received is not None else 0.0], device=self.device)
         if dist.is_initialized() and dist.get_world_size() > 1:
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)

@@ -108,8 +108,11 @@ class TrainResult:
 
 
 def resume_loader(loader: StreamingLoader, state: dict[str, Any]) -> None:
-    """Continue the loader from a checkpoint; after an elastic resize that breaks its global
-    batch, warn and restart the loader's epoch instead (never silently)."""
+    """Continue the loader from a checkpoint.
+
+    After an elastic resize that breaks its global batch, warn and restart the loader's epoch
+    instead (never silently).
+    """
     try:
         loader.load_state_dict(state)
     except ResumeStateError as error:
@@ -170,8 +173,11 @@ def record_restart(out: Path, step: int, samples: MetricsLog, metrics: MetricsLo
 def maybe_checkpoint(checkpointer: Checkpointer, step: int, model: nn.Module,
                      optimizer: torch.optim.Optimizer, loader: StreamingLoader, cfg: TrainConfig,
                      force: bool = False) -> tuple[str | None, float]:
-    """Save a distributed checkpoint every `checkpoint.interval` steps, at the last step and
-    when `force`d; return (its folder or None, seconds the loop was blocked)."""
+    """Save a distributed checkpoint every `checkpoint.interval` steps, at the last step and when `force`d.
+
+    Returns:
+        (its folder or None, seconds the loop was blocked).
+    """
     if step % cfg.checkpoint.interval and step != cfg.optimizer.max_steps and not force:
         return None, 0.0
     state = {"step": step, "rng": capture_rng_state(), "loader": loader.state_dict()}

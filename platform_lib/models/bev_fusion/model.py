@@ -108,7 +108,8 @@ class BEVFusion(nn.Module):
         )
         self.fusion_up = ConvBlock(c_f + c_l, c_l)
         self.head = nn.Conv2d(c_l, cfg.num_classes, 1)
-        nn.init.constant_(self.head.bias, -2.0)  # start near the (sparse) occupancy prior
+        if self.head.bias is not None:
+            nn.init.constant_(self.head.bias, -2.0)  # start near the (sparse) occupancy prior
 
     def forward(
         self,

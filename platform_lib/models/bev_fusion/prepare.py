@@ -88,8 +88,11 @@ def _scatter_radar(points: np.ndarray | None, cfg: BEVFusionConfig) -> np.ndarra
 
 
 def camera_resize(cfg: BEVFusionConfig) -> CameraResize:
-    """The camera input size of `cfg` as a `CameraResize` (also usable as the loader's
-    `LoaderConfig.camera_resize`, so workers decode straight to model size)."""
+    """Return the camera input size of `cfg` as a `CameraResize`.
+
+    Also usable as the loader's `LoaderConfig.camera_resize`, so workers decode straight to
+    model size.
+    """
     return CameraResize(width=cfg.camera_width, height=cfg.camera_height, anchor_y=cfg.camera_anchor_y)
 
 
@@ -149,8 +152,11 @@ def compute_camera_index(calib: Mapping[str, Any], cfg: BEVFusionConfig) -> np.n
 @functools.lru_cache(maxsize=256)
 def _cached_camera_index(k: bytes, ego_from_camera: bytes, width: int, height: int,
                          cfg: BEVFusionConfig) -> np.ndarray:
-    """`compute_camera_index`, memoised per (calibration, cfg): a rig's calibration repeats
-    from frame to frame, and the lift is half of `prepare_sample`'s time without it."""
+    """Return `compute_camera_index`, memoised per (calibration, cfg).
+
+    A rig's calibration repeats from frame to frame, and the lift is half of
+    `prepare_sample`'s time without the memo.
+    """
     calib = {"intrinsics": np.frombuffer(k).reshape(3, 3), "extrinsics": np.frombuffer(ego_from_camera).reshape(4, 4),
              "width": width, "height": height}
     index = compute_camera_index(calib, cfg)
