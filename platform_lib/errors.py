@@ -57,7 +57,8 @@ def to_user_error(error: BaseException, *, where: str = "") -> UserError | None:
     if isinstance(error, OSError) and error.errno in _DISK_FULL:
         target = error.filename or where or "the output folder"
         return UserError(
-            f"disk full while writing ({error.strerror or 'no space left on device'})", str(target),
+            f"disk full while writing ({error.strerror or 'no space left on device'})",
+            str(target),
             "free space on that disk or write the output to a larger one (--output, TMPDIR)",
         )
     return None

@@ -111,8 +111,9 @@ class ShardCache:
         return fd
 
     def prefetch(self, shard_path: str, expected_bytes: int) -> None:
-        """Download the shard into the cache if absent (from a background thread); errors are
-        left for the later `open` of the same shard to raise.
+        """Download the shard into the cache if absent (from a background thread).
+
+        Errors are left for the later `open` of the same shard to raise.
         """
         try:
             os.close(self.open(shard_path, expected_bytes))
@@ -152,8 +153,9 @@ class ShardCache:
         self.stats.bytes_downloaded += expected_bytes
 
     def _evict(self, *, keep: Path) -> None:
-        """Delete least-recently-used cached shards until the cache holds <= limit_bytes, and
-        temporary files left by crashed downloads.
+        """Delete least-recently-used cached shards until the cache holds <= limit_bytes.
+
+        Also deletes temporary files left by crashed downloads.
         """
         with filelock.FileLock(str(self.base / ".evict.lock")):
             cached = []

@@ -156,6 +156,7 @@ def adjust_calib(camera_calib: dict[str, Any], resize: CameraResize) -> dict[str
 
     Args:
         camera_calib: "width", "height" (pixels), "intrinsics" (3, 3), "extrinsics" (4, 4).
+        resize: the output size and crop anchor.
 
     Returns:
         a copy with "width"/"height" of the output, "intrinsics" adjusted, and "resize" the
@@ -183,6 +184,7 @@ def resize_camera_image(image: np.ndarray, plan: ResizePlan) -> np.ndarray:
     Args:
         image: (h, w, 3) uint8 RGB, the source image at any uniform scale of the plan's source
             size (e.g. a DCT-scaled decode); the box is mapped by h / source_height, w / source_width.
+        plan: the crop box and output size (`plan_camera_resize`).
 
     Returns:
         (plan.height, plan.width, 3) uint8 RGB.

@@ -31,8 +31,10 @@ class InputWaitMeter:
     """
 
     def __init__(self, *, skip_first: int = 0) -> None:
-        """Args:
-        skip_first: leading steps left out of `summary` (worker start-up), in steps.
+        """Start an empty meter.
+
+        Args:
+            skip_first: leading steps left out of `summary` (worker start-up), in steps.
         """
         self.skip_first = skip_first
         self.waits_s: list[float] = []

@@ -74,8 +74,10 @@ def _keep_as_is(batch: dict[str, Any]) -> dict[str, Any]:
 
 
 def _init_worker(worker_id: int) -> None:
-    """Short GIL switch interval in workers: the thread that hands a batch's shared-memory
-    block to the main process must not wait behind a decoding thread (5 ms by default).
+    """Set a short GIL switch interval in a worker.
+
+    The thread that hands a batch's shared-memory block to the main process must not wait
+    behind a decoding thread (5 ms by default).
     """
     sys.setswitchinterval(0.0005)
 

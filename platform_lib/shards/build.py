@@ -133,6 +133,8 @@ def write_dataset(frames: Iterable[Frame | FrameError], output_dir: str | Path,
 
     Args:
         frames: frames sorted by (log_id, frame_index), or FrameError for unreadable frames.
+        output_dir: dataset folder to publish (atomically).
+        config: build settings.
         source: source name recorded in the manifest ("pandaset", "synthetic", ...).
         source_logs: [{"log_id", "content_hash"}] of the raw logs; num_frames is filled in.
         input_root: raw input folder; file paths in quarantine entries are made relative to it.

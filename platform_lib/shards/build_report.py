@@ -52,6 +52,7 @@ class BadFrames:
 
     @property
     def count(self) -> int:
+        """Bad frames recorded."""
         return len(self._items)
 
     def report(self) -> dict[str, dict[str, Any]]:

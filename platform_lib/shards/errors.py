@@ -1,5 +1,6 @@
-"""Exceptions of the shard layer. Each message says what, where (folder, shard, member, byte
-offset, sample key) and what to do.
+"""Exceptions of the shard layer.
+
+Each message says what, where (folder, shard, member, byte offset, sample key) and what to do.
 """
 
 from __future__ import annotations

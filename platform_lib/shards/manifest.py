@@ -1,7 +1,7 @@
-"""manifest.json: the identity and inventory of a dataset, written LAST (docs/format.md).
+r"""manifest.json: the identity and inventory of a dataset, written LAST (docs/format.md).
 
-`dataset_hash` = sha256 of the text `index:<index sha256>\\n` followed by one line
-`<shard path>:<shard sha256>\\n` per shard in manifest order; it changes whenever any byte of
+`dataset_hash` = sha256 of the text `index:<index sha256>\n` followed by one line
+`<shard path>:<shard sha256>\n` per shard in manifest order; it changes whenever any byte of
 the index or of any shard changes, and identifies a dataset for caching, lineage and MLflow.
 """
 

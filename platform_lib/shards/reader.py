@@ -174,6 +174,8 @@ class DatasetReader:
         """Return the bytes of member `name` (e.g. "front_camera.jpg") of sample `key`.
 
         Args:
+            key: sample key `<log_id>_<frame_index:06d>`.
+            name: member name.
             verify: also check the bytes against the index sha256.
 
         Raises:
@@ -196,6 +198,7 @@ class DatasetReader:
         """Return {"__key__", "__shard__", "<ext>": bytes, ...} of `key` with one ranged read.
 
         Args:
+            key: sample key `<log_id>_<frame_index:06d>`.
             verify: also check every member against the index sha256.
 
         Raises:

@@ -69,7 +69,9 @@ class ConfigError(UserError):
         return _rebuild_config_error, (self.what, self.culprit, self.fix, self.fields)
 
 
-def _rebuild_config_error(what: str, culprit: str, fix: str, fields: tuple[str, ...]) -> ConfigError:
+def _rebuild_config_error(
+    what: str, culprit: str, fix: str, fields: tuple[str, ...]
+) -> ConfigError:
     return ConfigError(what, culprit, fix, fields=fields)
 
 
@@ -90,7 +92,9 @@ def setting(
         le: largest allowed value (inclusive).
         choices: allowed string values.
     """
-    bounds = {k: v for k, v in (("ge", ge), ("gt", gt), ("le", le), ("choices", choices)) if v is not None}
+    bounds = {
+        k: v for k, v in (("ge", ge), ("gt", gt), ("le", le), ("choices", choices)) if v is not None
+    }
     return field(default=default, metadata={"bounds": bounds})
 
 
@@ -99,9 +103,18 @@ def describe_bounds(f: dataclasses.Field[Any]) -> str:
     bounds = f.metadata.get("bounds", {})
     if "choices" in bounds:
         return "one of " + ", ".join(repr(c) for c in bounds["choices"])
-    kinds: dict[type | None, str] = {int: "an int", float: "a number", bool: "true or false", str: "a string"}
+    kinds: dict[type | None, str] = {
+        int: "an int",
+        float: "a number",
+        bool: "true or false",
+        str: "a string",
+    }
     kind = kinds.get(field_type(f), "a value")
-    parts = [f"{op} {bounds[key]}" for key, op in (("ge", ">="), ("gt", ">"), ("le", "<=")) if key in bounds]
+    parts = [
+        f"{op} {bounds[key]}"
+        for key, op in (("ge", ">="), ("gt", ">"), ("le", "<="))
+        if key in bounds
+    ]
     if field_type(f) is int:
         parts = parts or [f">= {INT64_MIN}"]
         if "le" not in bounds:
@@ -112,7 +125,9 @@ def describe_bounds(f: dataclasses.Field[Any]) -> str:
 def field_type(f: dataclasses.Field[Any]) -> type | None:
     """Return the scalar type (int, float, bool, str) of field `f`, None for other types."""
     text = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")
-    return {"int": int, "float": float, "bool": bool, "str": str}.get(str(text).replace(" | None", ""))
+    return {"int": int, "float": float, "bool": bool, "str": str}.get(
+        str(text).replace(" | None", "")
+    )
 
 
 def check_value(f: dataclasses.Field[Any], value: Any) -> tuple[Any, str | None]:
@@ -169,7 +184,8 @@ def _raise_if(problems: list[str]) -> None:
     if problems:
         fields = tuple(dict.fromkeys(p.split(" ", 1)[0] for p in problems))
         raise ConfigError(
-            "invalid training config: " + "; ".join(problems), ", ".join(fields),
+            "invalid training config: " + "; ".join(problems),
+            ", ".join(fields),
             "change the preset or the overrides so that each field is in range",
             fields=fields,
         )
@@ -357,7 +373,9 @@ class TrainConfig:
         problems = []
         for f in dataclasses.fields(self):
             if f.name in SECTIONS and not isinstance(getattr(self, f.name), SECTIONS[f.name]):
-                problems.append(f"{f.name} must be a {SECTIONS[f.name].__name__}, got {getattr(self, f.name)!r}")
+                problems.append(
+                    f"{f.name} must be a {SECTIONS[f.name].__name__}, got {getattr(self, f.name)!r}"
+                )
         problems += check_fields(self, "", skip=tuple(SECTIONS))
         _raise_if(problems)
 

@@ -107,5 +107,7 @@ def get_preset(name: str) -> TrainConfig:
         KeyError: if `name` is unknown; the message lists the presets.
     """
     if name not in PRESETS:
-        raise KeyError(f"unknown training preset {name!r}; known presets: {', '.join(list_presets())}")
+        raise KeyError(
+            f"unknown training preset {name!r}; known presets: {', '.join(list_presets())}"
+        )
     return PRESETS[name]()

@@ -33,7 +33,9 @@ print(len(names), leaked)
 
 
 def test_every_library_module_imports_without_flytekit():
-    result = subprocess.run([sys.executable, "-c", _IMPORT_ALL], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", _IMPORT_ALL], capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     count, leaked = result.stdout.split(" ", 1)
     assert int(count) > 60 and leaked.strip() == "[]"
@@ -41,5 +43,7 @@ def test_every_library_module_imports_without_flytekit():
 
 def test_the_blocker_really_blocks():
     code = _IMPORT_ALL.split("import platform_lib")[0] + "import flytekit\n"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode != 0 and "blocked by the test" in result.stderr

@@ -42,8 +42,16 @@ def test_unknown_preset_lists_the_known_ones():
     [
         (DataConfig, {"batch_size": 0}, ["data.batch_size"]),
         (OptimizerConfig, {"lr": -1.0}, ["optimizer.lr"]),
-        (OptimizerConfig, {"max_steps": 0, "warmup_steps": -1}, ["optimizer.max_steps", "optimizer.warmup_steps"]),
-        (OptimizerConfig, {"warmup_steps": 50, "max_steps": 10}, ["optimizer.warmup_steps", "optimizer.max_steps"]),
+        (
+            OptimizerConfig,
+            {"max_steps": 0, "warmup_steps": -1},
+            ["optimizer.max_steps", "optimizer.warmup_steps"],
+        ),
+        (
+            OptimizerConfig,
+            {"warmup_steps": 50, "max_steps": 10},
+            ["optimizer.warmup_steps", "optimizer.max_steps"],
+        ),
         (OptimizerConfig, {"grad_clip": -0.5}, ["optimizer.grad_clip"]),
         (OptimizerConfig, {"lr": float("nan")}, ["optimizer.lr"]),
         (DataConfig, {"num_workers": -1}, ["data.num_workers"]),
@@ -61,13 +69,17 @@ def test_impossible_values_fail_fast_naming_every_field(section, changes, fields
 def test_sections_check_types_and_choices():
     from platform_lib.training.config import ModelConfig, ParallelConfig
 
-    with pytest.raises(ConfigError, match=r"parallel.backend must be one of 'auto', 'gloo', 'nccl'"):
+    with pytest.raises(
+        ConfigError, match=r"parallel.backend must be one of 'auto', 'gloo', 'nccl'"
+    ):
         ParallelConfig(backend="mpi")
     with pytest.raises(ConfigError, match=r"model.name must be one of 'bev_fusion_large'"):
         ModelConfig(name="resnet50")
     with pytest.raises(ConfigError, match=r"data.batch_size must be an int >= 1 .*got '4'"):
         DataConfig(batch_size="4")
-    with pytest.raises(ConfigError, match=r"invalid training config: optimizer must be a OptimizerConfig"):
+    with pytest.raises(
+        ConfigError, match=r"invalid training config: optimizer must be a OptimizerConfig"
+    ):
         TrainConfig(optimizer={"lr": 1.0})
     with pytest.raises(ConfigError, match=r"seed must be an int >= 0"):
         TrainConfig(seed=-1)
@@ -84,7 +96,11 @@ def test_every_field_has_a_one_line_docstring_with_its_section():
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef):
             for a, b in zip(node.body, node.body[1:], strict=False):
-                if isinstance(a, ast.AnnAssign) and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant):
+                if (
+                    isinstance(a, ast.AnnAssign)
+                    and isinstance(b, ast.Expr)
+                    and isinstance(b.value, ast.Constant)
+                ):
                     assert "\n" not in b.value.value.strip() or node.name == "TrainConfig"
                     documented.add((node.name, a.target.id))
     for cls in [TrainConfig, *SECTIONS.values()]:
@@ -103,13 +119,17 @@ def test_round_trip_and_hash():
 
 def test_hash_is_stable_across_number_spellings_and_key_order():
     cfg = get_preset("small")
-    assert hash_config(apply_overrides(cfg, {"lr": 1})) == hash_config(apply_overrides(cfg, {"lr": 1.0}))
+    assert hash_config(apply_overrides(cfg, {"lr": 1})) == hash_config(
+        apply_overrides(cfg, {"lr": 1.0})
+    )
     assert apply_overrides(cfg, {"lr": 1}).optimizer.lr == 1.0
     assert isinstance(apply_overrides(cfg, {"max_steps": 20.0}).optimizer.max_steps, int)
     as_dict = cfg.to_dict()
     reordered = {k: as_dict[k] for k in reversed(list(as_dict))}
-    reordered["optimizer"] = {k: float(v) if isinstance(v, int) else v
-                              for k, v in reversed(list(as_dict["optimizer"].items()))}
+    reordered["optimizer"] = {
+        k: float(v) if isinstance(v, int) else v
+        for k, v in reversed(list(as_dict["optimizer"].items()))
+    }
     assert hash_config(reordered) == hash_config(as_dict) == hash_config(cfg)
     assert hash_config({"a": 1, "b": 2.5}) != hash_config({"a": 1, "b": 2})
 
