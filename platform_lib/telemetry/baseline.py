@@ -171,9 +171,11 @@ class MlflowBaselineStore:
     """Baseline summaries as runs of one MLflow experiment, tagged `workload_key`."""
 
     def __init__(self, client: Any, experiment: str = BASELINE_EXPERIMENT) -> None:
-        """Args:
-        client: an `mlflow.tracking.MlflowClient`.
-        experiment: experiment holding the summaries (created if missing).
+        """Open (or create) the baseline experiment.
+
+        Args:
+            client: an `mlflow.tracking.MlflowClient`.
+            experiment: experiment holding the summaries (created if missing).
         """
         self.client = client
         found = client.get_experiment_by_name(experiment)

@@ -28,7 +28,9 @@ class StepProfiler:
         num_steps: int,
         cuda: bool = False,
     ) -> None:
-        """Args:
+        """Set up a profiling window (nothing runs until its first step).
+
+        Args:
             output_dir: folder of the trace file (created when the trace is written).
             rank: this rank (names the file).
             first_step: first profiled step (1-based).

@@ -92,12 +92,14 @@ class StepRecorder:
 
         Args:
             telemetry_dir: folder of the rank files (created).
-            rank, world_size: this process's global rank and the world size.
+            rank: this process's global rank.
+            world_size: ranks in the run.
             device: where the model runs (CUDA laps synchronise it).
             batch_size: samples per rank per step.
             flush_interval: steps between appends to the rank file.
             sink: called on rank 0 every `sink_interval` steps with (step, metrics): mean step
                 time, input wait fraction, samples/s over those steps (MLflow streaming).
+            sink_interval: steps between sink calls.
             meta: run facts written once (world size, device type, workload fields).
             started: POSIX time of the process start; default: from /proc.
             profiler: an object with `on_step_begin(step)` / `on_step_end(step)` (StepProfiler).

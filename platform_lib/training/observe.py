@@ -82,6 +82,10 @@ def publish_goodput(
     """Close the recorder, gather all ranks (collective) and, on rank 0, write and return the report.
 
     Args:
+        recorder: this rank's step recorder.
+        cfg: the run's config.
+        ctx: this rank's distributed context.
+        out: the run folder (the report goes under it).
         batch: a batch of this run (the last one) for the FLOP count; None skips MFU.
     """
     if recorder.profiler is not None:

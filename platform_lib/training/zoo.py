@@ -1,5 +1,6 @@
-"""Model-zoo gate: every CPU preset trains a few steps on a fixed synthetic dataset, and its
-losses must match the preset's golden file.
+"""Model-zoo gate: every CPU preset trains a few steps and must match its golden losses.
+
+Each preset trains on a fixed synthetic dataset (`platform_lib.training.golden`).
 
 `check_zoo_preset(preset, dataset_dir, workdir)` trains `zoo_config(preset)` (the preset cut
 to ZOO_STEPS steps, world size 1, in this process) and compares its per-step losses with
@@ -42,8 +43,11 @@ RTOL = {"fp32": 1e-4, "bf16": 2e-2}
 
 
 def zoo_config(preset: str) -> TrainConfig:
-    """Return `preset` cut to ZOO_STEPS steps (warm-up 1 step, one checkpoint at the end, no
-    loader workers: the gate measures the model, not the loader)."""
+    """Return `preset` cut to ZOO_STEPS steps.
+
+    Warm-up 1 step, one checkpoint at the end, no loader workers: the gate measures the
+    model, not the loader.
+    """
     return apply_overrides(
         get_preset(preset),
         {

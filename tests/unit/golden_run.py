@@ -22,8 +22,7 @@ from typing import Any
 
 import torch
 
-from platform_lib.shards import BuildConfig, build_dataset
-from platform_lib.sources.synthetic import SyntheticConfig, write_synthetic_logs
+from platform_lib.training.golden import SYNTHETIC, build_golden_dataset
 from platform_lib.training.presets import small
 from platform_lib.training.train import train
 
@@ -31,19 +30,6 @@ __all__ = ["GOLDEN_PATH", "RTOL", "build_golden_dataset", "run_golden"]
 
 GOLDEN_PATH = Path(__file__).resolve().parent / "golden" / "small.json"
 RTOL = 1e-4
-SYNTHETIC = SyntheticConfig(num_logs=2, frames_per_log=6, seed=0)
-
-
-def build_golden_dataset(workdir: str | os.PathLike[str]) -> Path:
-    """Generate the fixed synthetic logs under `workdir/raw` and build `workdir/dataset`; return it."""
-    workdir = Path(workdir)
-    write_synthetic_logs(SYNTHETIC, workdir / "raw", progress=False)
-    dataset = workdir / "dataset"
-    build_dataset(
-        "synthetic", workdir / "raw", dataset,
-        BuildConfig(split="by_frame_range", val_frames_per_log=2, progress=False),
-    )
-    return dataset
 
 
 def run_golden(workdir: str | os.PathLike[str]) -> dict[str, Any]:
