@@ -1,45 +1,13 @@
-"""MLflow tracking, lineage tags and model registration (see README.md)."""
+"""MLflow tracking, lineage tags and model registration (see README.md).
 
-from platform_lib.registry.lineage import (
-    Lineage,
-    build_lineage,
-    hash_val_split,
-    resolve_code_version,
-    resolve_flyte_execution_id,
-)
-from platform_lib.registry.mlflow_store import (
-    configure_mlflow,
-    log_eval_table,
-    log_params,
-    log_step_metrics,
-    resolve_drivetrain_home,
-    resolve_tracking_uri,
-    start_training_run,
-)
-from platform_lib.registry.register import (
-    Registration,
-    load_champion,
-    load_model_version,
-    promote_champion,
-    register_model_version,
-)
+Import from the modules (`platform_lib.registry.register.load_champion`, ...): this package
+re-exports nothing, so that `drivetrain --help` (whose `goodput`/`zoo` commands live in
+`registry/commands.py`) does not import MLflow, torch or pyarrow.
 
-__all__ = [
-    "Lineage",
-    "Registration",
-    "build_lineage",
-    "configure_mlflow",
-    "hash_val_split",
-    "load_champion",
-    "load_model_version",
-    "log_eval_table",
-    "log_params",
-    "log_step_metrics",
-    "promote_champion",
-    "register_model_version",
-    "resolve_code_version",
-    "resolve_drivetrain_home",
-    "resolve_flyte_execution_id",
-    "resolve_tracking_uri",
-    "start_training_run",
-]
+    lineage.py       content hashes and ids of a model version (`build_lineage`)
+    mlflow_store.py  tracking store, params, step metrics, eval tables
+    register.py      model versions, aliases (candidate / champion), loading
+    record.py        the pipeline's last step: one run recorded and registered
+    goodput.py       goodput reports and step-time baselines in MLflow
+    commands.py      `drivetrain goodput`, `drivetrain zoo check`
+"""
