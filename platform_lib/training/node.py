@@ -1,8 +1,8 @@
-"""One host's part of a multi-node run: a torch elastic agent running `train()` on its workers.
+r"""One host's part of a multi-node run: a torch elastic agent running `train()` on its workers.
 
-    python -m platform_lib.training.node --nnodes 2 --nproc-per-node 1 \\
-        --rdzv-endpoint 10.0.0.1:29400 --run-id job-7 --max-restarts 2 \\
-        --preset small --overrides '{"checkpoint.folder": "s3://bucket/job-7/ckpt"}' \\
+    python -m platform_lib.training.node --nnodes 2 --nproc-per-node 1 \
+        --rdzv-endpoint 10.0.0.1:29400 --run-id job-7 --max-restarts 2 \
+        --preset small --overrides '{"checkpoint.folder": "s3://bucket/job-7/ckpt"}' \
         --dataset /data/ds --output /scratch/job-7
 
 Start it once per host with the same rendezvous endpoint and run id; this is what the Flyte
@@ -65,12 +65,21 @@ def run_node(cfg: TrainConfig, dataset_dir: str, output_dir: str, *, nnodes: int
     """Run this host's elastic agent until the job finishes; return its workers' returns.
 
     Args:
+        cfg: the training config.
+        dataset_dir: the published dataset (same on every host).
+        output_dir: the run folder (shared by the hosts, or per host for local checkpoints).
+        nnodes: hosts in the job.
+        nproc_per_node: worker processes per host (one per accelerator).
+        rdzv_endpoint: host:port of the c10d rendezvous store.
+        run_id: the job's id, the same on every host.
+        max_restarts: worker-group restarts before giving up.
         rdzv_host: this agent serves the c10d store at `rdzv_endpoint`. None lets torch
             decide by matching the endpoint against this machine's hostname and addresses,
             which fails for an address that the hostname does not resolve to (e.g. one
             assigned inside a network namespace).
         local_addr: the address other hosts reach this one at; the host of global rank 0
             publishes it as MASTER_ADDR. None: this machine's fully qualified hostname.
+        rdzv_timeout_s: how long to wait for the other hosts to join, in s.
 
     Raises:
         torch.distributed.elastic.multiprocessing.errors.ChildFailedError: the workers kept
