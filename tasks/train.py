@@ -116,9 +116,11 @@ class PlacedElastic(Elastic):
 
 
 class PlacedElasticTask(PytorchElasticFunctionTask):
-    """Elastic task that checks its team's LocalQueue exists in the target namespace, and
-    explains a failed launch (triage verdict as error message and MLflow tags; retried when
-    the restart policy says so: `tasks.triage`)."""
+    """Elastic task that checks its team's LocalQueue exists in the target namespace.
+
+    It also explains a failed launch (triage verdict as error message and MLflow tags; retried
+    when the restart policy says so: `tasks.triage`).
+    """
 
     def get_config(self, settings: SerializationSettings) -> dict[str, Any] | None:
         self.task_config.placement.check_namespace(settings.project, settings.domain)

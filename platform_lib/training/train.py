@@ -207,8 +207,11 @@ def preempt(checkpointer: Checkpointer, preemption: PreemptionHandler, step: int
 
 def step_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, step: int, cfg: TrainConfig,
                    loss: torch.Tensor) -> tuple[float, float]:
-    """`optimizer_step`; when it refuses a non-finite gradient (on every rank alike), name the
-    ranks whose local loss was non-finite (one all-gather, on that path only)."""
+    """Run `optimizer_step`, naming the ranks with a non-finite local loss when it refuses a step.
+
+    When it refuses a non-finite gradient (on every rank alike), one all-gather (on that path
+    only) finds the ranks whose local loss was non-finite.
+    """
     try:
         return optimizer_step(model, optimizer, step, cfg.optimizer)
     except NonFiniteError as error:
