@@ -15,7 +15,11 @@ pipeline  Runs the default pipeline (`training_pipeline()`, synthetic logs, pres
           item 8): elastic monitor interval 5 s (the plugin default), no MLflow stream
           during training (the MLflow store is created by registration).
 
+agent     The elastic agent's share of the tail alone: a trivial 2-worker elastic launch,
+          worker return -> launch return, per monitor interval (5 s: the plugin's default).
+
 Usage: python bench/telemetry.py overhead [--steps 40] [--work DIR]
+       python bench/telemetry.py agent [--intervals 5 0.5] [--repeat 3]
        python bench/telemetry.py pipeline [--before] [--work DIR] [--json]
 """
 
@@ -98,6 +102,45 @@ def run_overhead(args: argparse.Namespace) -> dict:
         f"= {result['tight_loop_fraction_of_median_step']:.4%} of the median step"
     )
     return result
+
+
+def _worker_return_time() -> float:
+    """Elastic worker of `run_agent`: returns at once (POSIX time of its return)."""
+    return time.time()
+
+
+def run_agent(args: argparse.Namespace) -> dict:
+    import uuid
+
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    from platform_lib.training.launch import find_free_port
+
+    rows = {}
+    for interval in args.intervals:
+        tails = []
+        for _ in range(args.repeat):
+            config = LaunchConfig(
+                min_nodes=1,
+                max_nodes=1,
+                nproc_per_node=2,
+                run_id=f"bench-{uuid.uuid4().hex[:6]}",
+                rdzv_backend="c10d",
+                rdzv_endpoint=f"127.0.0.1:{find_free_port()}",
+                max_restarts=0,
+                monitor_interval=interval,
+                start_method="spawn",
+            )
+            returned = elastic_launch(config, _worker_return_time)()
+            tails.append(time.time() - max(returned.values()))
+        rows[interval] = tails
+        print(
+            f"monitor_interval {interval:>4} s: worker return -> launch return "
+            + ", ".join(f"{t:.2f} s" for t in tails)
+            + f" (load average {os.getloadavg()[0]:.1f})",
+            flush=True,
+        )
+    return rows
 
 
 def _isolate(work: Path) -> None:
@@ -187,9 +230,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     pipe.add_argument("--work")
     pipe.add_argument("--json", action="store_true")
+    agent = sub.add_parser("agent")
+    agent.add_argument("--intervals", type=float, nargs="+", default=[5.0, 0.5])
+    agent.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args(argv)
     if args.mode == "pipeline":
         run_pipeline(args)
+    elif args.mode == "agent":
+        run_agent(args)
     else:
         if args.mode is None:
             args = over.parse_args([])
