@@ -92,12 +92,12 @@ class IndexModel(pa_pd.DataFrameModel):
     """sha256 hex over `name\\0sha256\\n` of every member in order"""
 
     @pa_pd.dataframe_check
-    def check_sample_offsets_aligned(cls, df: pd.DataFrame) -> Series[bool]:
+    def check_sample_offsets_aligned(cls, df: pd.DataFrame) -> Series[bool]:  # type: ignore[misc]  # pandera makes it a classmethod
         """Tar headers start on 512-byte blocks."""
         return df["sample_offset"] % 512 == 0
 
     @pa_pd.dataframe_check
-    def check_class_counts_bounded(cls, df: pd.DataFrame) -> Series[bool]:
+    def check_class_counts_bounded(cls, df: pd.DataFrame) -> Series[bool]:  # type: ignore[misc]  # pandera makes it a classmethod
         """Per-class counts never exceed the total cuboid count."""
         return df["num_vehicle"] + df["num_pedestrian"] + df["num_cyclist"] <= df["num_cuboids"]
 

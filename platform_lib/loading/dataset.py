@@ -164,7 +164,9 @@ class BatchStream(IterableDataset):
         fresh = [(s, shard) for s, shard in wanted if readers[s].cache is not None and not readers[s].is_open(shard)]
         for s, shard in fresh[: self.config.shards_ahead]:
             view = self.views[s]
-            pool.submit(readers[s].cache.prefetch, view.shard_paths[shard], int(view.shard_bytes[shard]))
+            cache = readers[s].cache
+            assert cache is not None  # `fresh` holds readers with a cache only
+            pool.submit(cache.prefetch, view.shard_paths[shard], int(view.shard_bytes[shard]))
 
     def _collate(self, items: list[tuple[str, Any]], padded: np.ndarray) -> dict[str, Any]:
         keys = [key for key, _ in items]

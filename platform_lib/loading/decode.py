@@ -222,6 +222,7 @@ def decode_jpeg_cpu(
     if resize is None and plan is None:
         return simplejpeg.decode_jpeg(data, colorspace="RGB")
     if plan is None:
+        assert resize is not None  # one of the two is given (checked above)
         height, width, _, _ = simplejpeg.decode_jpeg_header(data)
         plan = plan_camera_resize(width, height, resize)
     min_w, min_h = _dct_min_size(plan)

@@ -68,7 +68,7 @@ class LoaderStats:
     """shards evicted from the node cache by this rank's workers"""
 
 
-def _keep_as_is(batch: dict[str, Any]) -> dict[str, Any]:
+def _keep_as_is(batch: Any) -> Any:
     """Collate of the DataLoader: batches are built in the workers; keep ndarrays as ndarrays."""
     return batch
 
@@ -242,7 +242,7 @@ class StreamingLoader:
                              start_step=self._step, decode="none" if self.decode == "gpu" else self.decode,
                              config=self.config)
         cfg = self.config
-        workers = dict(num_workers=self.num_workers, prefetch_factor=cfg.prefetch_depth,
+        workers: dict[str, Any] = dict(num_workers=self.num_workers, prefetch_factor=cfg.prefetch_depth,
                        multiprocessing_context=_start_method(cfg)) if self.num_workers > 0 else {}
 
         def receive() -> Iterator[dict[str, Any]]:

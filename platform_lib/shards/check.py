@@ -68,7 +68,7 @@ def check_dataset(
             os.fspath(dataset_dir),
             "rebuild it; `drivetrain data validate` lists every problem",
         )
-    manifest = load_manifest(dataset_dir)
+    manifest = load_manifest(os.fspath(dataset_dir))
     counts = manifest["splits"].get("counts", {})
     method = manifest["splits"].get("method", "?")
     empty = [s for s in splits if counts.get(s, 0) < 1]

@@ -48,7 +48,7 @@ def ensure_synthetic_logs(input_path: Path, *, num_logs: int | None, frames_per_
         # never write generated logs into someone's (raw-data) folder
         raise BuildError(f"--input {input_path} holds no synthetic logs but is not an empty "
                          "folder; pass a new or empty folder to generate synthetic logs into")
-    overrides = {name: value for name, value in (
+    overrides: dict[str, Any] = {name: value for name, value in (
         ("num_logs", num_logs), ("frames_per_log", frames_per_log), ("seed", seed))
         if value is not None}
     config = SyntheticConfig(**overrides)
@@ -108,12 +108,12 @@ def _run_build(args: argparse.Namespace) -> int:
         raise UserError("raw-log folder does not exist", str(input_path),
                         f"pass --input a folder of {args.source} logs")
     manifest = build_dataset(args.source, input_path, args.output, config)
-    counts = manifest["splits"].get("counts", {})
+    split_counts = manifest["splits"].get("counts", {})
     for split in ("train", "val"):
-        if not counts.get(split):
+        if not split_counts.get(split):
             from platform_lib.shards.check import describe_empty_split_fix
 
-            print(f"warning: split {split!r} is empty (split {config.split}, counts {counts}) "
+            print(f"warning: split {split!r} is empty (split {config.split}, counts {split_counts}) "
                   f"(--split): {describe_empty_split_fix(config.split)}", file=sys.stderr)
     print(f"built {args.output}: {manifest['num_samples']} samples in {manifest['num_shards']} "
           f"shards, {manifest['total_bytes'] / 1e6:.1f} MB, dataset_hash "

@@ -53,7 +53,7 @@ def prepare_frame(item: Frame | FrameError) -> PreparedFrame | FrameError:
     try:
         check_frame(item)
     except FrameError as exc:
-        exc.key = _key_of(item)
+        exc.key = _key_of(item)  # type: ignore[attr-defined]  # read back by the builder
         return exc
     return PreparedFrame(
         key=item.key, log_id=item.log_id, frame_index=item.frame_index,

@@ -64,7 +64,7 @@ def assign_splits(samples: list[tuple[str, int]], *, method: str, val_fraction: 
             for log, frames in frames_of.items()
         }
         splits = [
-            "val" if first_val[log] is not None and frame >= first_val[log] else "train"
+            "val" if (first := first_val[log]) is not None and frame >= first else "train"
             for log, frame in samples
         ]
         params = {"val_frames_per_log": val_frames_per_log}

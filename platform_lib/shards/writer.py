@@ -116,8 +116,8 @@ def _encoded_size(key: str, members: list[tuple[str, bytes]]) -> int:
         if full.isascii() and len(full) < _USTAR_NAME_MAX and len(data) < _USTAR_SIZE_MAX:
             header_size = BLOCK_SIZE  # fits a plain ustar header: no PAX extension block
         else:
-            header_size = len(make_tarinfo(full, len(data)).tobuf(TAR_FORMAT, "utf-8",
-                                                                  "surrogateescape"))
+            header_size = len(make_tarinfo(full, len(data)).tobuf(TAR_FORMAT, "utf-8",  # type: ignore[arg-type]
+                                                                  "surrogateescape"))  # typeshed: format is an int constant
         total += header_size + padded_size(len(data))
     return total
 
@@ -157,8 +157,8 @@ class ShardWriter:
     def _open(self) -> None:
         self._tmp_path = self.root / f"{self._shard_rel}.tmp-{os.getpid()}"
         self._file = _HashingFile(self._tmp_path)
-        self._tar = tarfile.open(fileobj=self._file, mode="w", format=TAR_FORMAT)  # noqa: SIM115
-        self._tar.copybufsize = _COPY_BUFSIZE  # few large writes instead of 16 KiB chunks
+        self._tar = tarfile.open(fileobj=self._file, mode="w", format=TAR_FORMAT)  # type: ignore[call-overload]  # noqa: SIM115  # _HashingFile is a file object
+        self._tar.copybufsize = _COPY_BUFSIZE  # type: ignore[union-attr]  # TarFile attribute without a stub  # few large writes instead of 16 KiB chunks
         self._num_samples = 0
 
     def _close_shard(self) -> None:

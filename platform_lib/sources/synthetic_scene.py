@@ -15,6 +15,7 @@ Shape legend (F frames, K objects):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -188,7 +189,12 @@ def sample_scene(config: SyntheticConfig, log_index: int) -> Scene:
     yaw_rate = float(np.radians(rng.uniform(-1.0, 1.0) * config.max_yaw_rate_dps))
     ego_pose = _ego_trajectory(t, speed, yaw_rate, config.lidar_height_m)
     ego_xy = ego_pose[:, :2, 3]
-    groups, sizes, yaws, vels, paths, radii = [], [], [], [], [], []
+    groups: list[str] = []
+    sizes: list[Any] = []
+    yaws: list[Any] = []
+    vels: list[Any] = []
+    paths: list[Any] = []
+    radii: list[Any] = []
     counts = {"vehicle": config.num_vehicles, "pedestrian": config.num_pedestrians,
               "cyclist": config.num_cyclists}
     for group, (lo, hi) in counts.items():

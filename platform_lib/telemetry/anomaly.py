@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
+from typing import Any
 
 from platform_lib.telemetry.timeline import StepRecord
 
@@ -91,7 +92,7 @@ def find_step_anomalies(
     ideal = statistics.fmean(s.wall_s for s in normal)
     mean_wait = statistics.fmean(s.input_wait_s for s in normal)
     mean_ckpt = statistics.fmean(s.checkpoint_s for s in normal)
-    anomalies = []
+    anomalies: list[dict[str, Any]] = []
     for s in considered:
         if s.wall_s <= threshold:
             continue

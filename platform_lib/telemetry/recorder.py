@@ -286,6 +286,7 @@ class StepRecorder:
         self.overhead_s += time.perf_counter() - t0
 
     def _push(self, step: int) -> None:
+        assert self.sink is not None  # called only when a sink is set
         wall = sum(w for w, _ in self._window)
         wait = sum(i for _, i in self._window)
         self.sink(

@@ -38,7 +38,7 @@ DEFAULT_WINDOWS = 10
 def steady_steps(steps: list[StepRecord]) -> list[StepRecord]:
     """Return the kept steps of one rank without the first step of each attempt (its start-up)."""
     kept, _ = split_lost_steps(steps)
-    firsts = {}
+    firsts: dict[int, StepRecord] = {}
     for s in sorted(steps, key=lambda s: s.start):
         firsts.setdefault(s.attempt, s)
     first_ids = {id(s) for s in firsts.values()}

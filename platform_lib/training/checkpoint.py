@@ -32,10 +32,9 @@ import re
 import time
 import warnings
 from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import fsspec
 import numpy as np
@@ -135,7 +134,7 @@ def find_latest_checkpoint(folder: str | os.PathLike[str]) -> str | None:
 
 def capture_rng_state() -> dict[str, Any]:
     """Return this process's torch (CPU and CUDA), numpy and `random` generator states."""
-    mt, keys, pos, has_gauss, gauss = np.random.get_state()
+    mt, keys, pos, has_gauss, gauss = cast(tuple[str, np.ndarray, int, int, float], np.random.get_state())
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),
         "numpy": {"name": mt, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
@@ -204,7 +203,7 @@ class Checkpointer:
         """every save of this process, in order"""
         self.failed_saves: list[tuple[int, str]] = []
         """(step, error) of async saves that failed transiently and were skipped"""
-        self._pending: tuple[int, str, Future] | None = None
+        self._pending: tuple[int, str, Any] | None = None  # (step, path, Future or AsyncSaveResponse)
         self._group = None
         self._stager: DefaultStager | None = None
         if async_save:
@@ -358,7 +357,10 @@ class Checkpointer:
         set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
         if key in state:
             return torch.load(io.BytesIO(state[key]), weights_only=True)
-        return {"step": int(_STEP_DIR.match(path.rstrip("/").rsplit("/", 1)[-1]).group(1))}
+        match = _STEP_DIR.match(path.rstrip("/").rsplit("/", 1)[-1])
+        if match is None:
+            raise ValueError(f"{path} is not a step-NNNNNN checkpoint folder")
+        return {"step": int(match.group(1))}
 
     def close(self) -> None:
         """Wait for the save in flight and release the staging buffers and the process group."""
@@ -388,7 +390,7 @@ def export_weights(
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tensors = {k: v.detach().float().contiguous() for k, v in full.items()}
+    tensors = {k: cast(torch.Tensor, v).detach().float().contiguous() for k, v in full.items()}
     save_file(tensors, str(tmp), metadata=metadata or {})
     os.replace(tmp, path)
     return path

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
-from torch._C._distributed_c10d import _dump_fr_trace_json
+from torch._C._distributed_c10d import _dump_fr_trace_json  # type: ignore[attr-defined]  # private, no stub
 
 __all__ = [
     "CollectiveHangError",
@@ -78,7 +78,8 @@ def is_collective_timeout(error: BaseException) -> bool:
 
 
 def _main_stack() -> list[str]:
-    frame = sys._current_frames().get(threading.main_thread().ident)
+    ident = threading.main_thread().ident
+    frame = sys._current_frames().get(ident) if ident is not None else None
     return traceback.format_stack(frame) if frame is not None else []
 
 
@@ -111,7 +112,7 @@ def analyze_dumps(dumps: dict[int, dict[str, Any]], world_size: int) -> dict[str
         if min(last.values()) == newest:
             continue
         entered = sorted(r for r, seq in last.items() if seq == newest)
-        entry = next((e for e in dumps[entered[0]]["flight_recorder"].get("entries", [])
+        entry: dict[str, Any] = next((e for e in dumps[entered[0]]["flight_recorder"].get("entries", [])
                       if str(e.get("pg_id")) == pg and e.get("collective_seq_id") == newest), {})
         groups.append({"pg": pg, "name": (entry.get("process_group") or ["", ""])[-1],
                        "collective": entry.get("profiling_name", "?"), "seq": newest,
@@ -162,6 +163,8 @@ class HangWatchdog:
     def _poll(self) -> None:
         try:
             store = _store_client(max(30.0, self.wait_s))  # own connection: the main thread uses its own
+            if store is None:  # no job store (not under torchrun / elastic): nothing to answer
+                return
             while not self._stop.wait(self.poll_s):
                 if store.check([self.prefix + "request"]):
                     self._answer(store)

@@ -94,6 +94,7 @@ def check_zoo_preset(
         )
     run = Path(workdir) / preset
     result = train(cfg, str(dataset_dir), str(run))
+    assert result is not None  # world size 1: this process is rank 0
     rows = [
         json.loads(line)
         for line in Path(result.metrics_path).read_text().splitlines()

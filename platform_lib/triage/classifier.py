@@ -67,7 +67,7 @@ _SIGNAL_NAMES = {
     "2": "SIGINT",
 }
 _EXIT_REPORT = re.compile(r"exitcode\s*:|received by PID")
-_NO_MATCH = re.match("", "")
+_NO_MATCH: re.Match[str] = re.compile("").fullmatch("")  # type: ignore[assignment]  # always matches
 #: Rules whose lines report a worker killed by a signal (rank/pid/signal of last resort).
 _KILL_RULES = ("sigkill", "sigbus", "worker-sigterm", "native-crash")
 
@@ -258,7 +258,7 @@ def _rank_pid_signal(
         if v is not None
     }
     if named.get("rank", named.get("rank2")) is not None:  # the rule names the culprit rank
-        rank = int(named.get("rank", named.get("rank2")))
+        rank = int(named.get("rank") or named["rank2"])
         pid = int(named["pid"]) if "pid" in named else None
     for f in findings:
         if pid is not None and signal is not None:

@@ -164,7 +164,7 @@ def parse_time(message: str, year: int) -> datetime | None:
 
 def _safe_datetime(*parts: int) -> datetime | None:
     try:
-        return datetime(*parts)
+        return datetime(*parts)  # type: ignore[arg-type]  # (year, month, day, h, m, s[, us])
     except ValueError:
         return None
 

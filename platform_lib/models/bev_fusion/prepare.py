@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import simplejpeg
@@ -111,7 +111,7 @@ def _camera_input(image: np.ndarray | bytes, calib: Mapping[str, Any], cfg: BEVF
                          "the intrinsics would not match the pixels (rebuild the shard)")
     plan = plan_camera_resize(width, height, resize)
     if encoded:
-        pixels = decode_jpeg_cpu(image, plan=plan)  # DCT-domain downscaling
+        pixels = decode_jpeg_cpu(memoryview(cast(bytes, image)), plan=plan)  # DCT-domain downscaling (bytes or 1-D uint8 array)
     else:
         pixels = resize_camera_image(np.ascontiguousarray(image, dtype=np.uint8), plan)
     adjusted = {**calib, "width": plan.width, "height": plan.height,
