@@ -11,14 +11,17 @@ one AdamW step (so the optimizer holds two moments per parameter), it times `--r
 
 and, as limits measured in the same run on the same rank-local bytes:
 
-    copy limit      clone every local tensor (the least staging can cost)
+    copy limit      copy every local tensor into a preallocated buffer (memcpy: the least
+                    staging can cost; the async stager reuses its buffers across saves too)
     write limit     write the same bytes to one file and fsync (the least a durable write costs)
 
 Blocking time is the max over ranks (the next collective waits for the slowest rank).
-Printed: median ms per save and ratios to the limits. With `--compute-ms`, the async rows also
-time a fixed matmul workload while the background write runs (CPU contention on small hosts).
+Printed: median ms per save and ratios to the limits. With `--matmuls N`, a fixed compute
+workload (N 512x512 fp32 matmuls per rank) is also timed while an async save writes in the
+background, against the same workload idle: what the background thread costs the training
+step on this host's cores.
 
-Usage: python bench/checkpoint.py [--world-size 2] [--mlp-mb 64] [--reps 3] [--dir /tmp/x]
+Usage: python bench/checkpoint.py [--world-size 2] [--mlp-mb 64] [--reps 3] [--matmuls 0] [--dir /tmp/x]
 """
 
 from __future__ import annotations
@@ -66,27 +69,37 @@ def _max_over_ranks(seconds: float) -> float:
     return float(value)
 
 
-def _compute(ms_budget: float) -> float:
-    """Run a fixed matmul workload sized to take ~`ms_budget` on an idle rank; return its seconds."""
+def _compute(matmuls: int) -> float:
+    """Run `matmuls` 512x512 fp32 matmuls (+tanh); return the seconds it took."""
     a = torch.randn(512, 512)
     start = time.perf_counter()
-    for _ in range(max(1, int(ms_budget / 2))):
+    for _ in range(matmuls):
         a = torch.tanh(a @ a)
     return time.perf_counter() - start
 
 
-def _time_saves(ckpt: Checkpointer, model, optimizer, reps: int, compute_ms: float) -> dict[str, float]:
-    blocking, complete, compute = [], [], []
+def _time_saves(ckpt: Checkpointer, model, optimizer, reps: int) -> dict[str, float]:
+    """Median blocking and until-complete seconds of `reps` saves (max over ranks)."""
+    blocking, complete = [], []
     for rep in range(reps):
         dist.barrier()
         start = time.perf_counter()
         saved = ckpt.save(rep + 1, model, optimizer, {"step": rep + 1})
         blocking.append(_max_over_ranks(saved.blocking_s))
-        compute.append(_max_over_ranks(_compute(compute_ms)) if compute_ms else 0.0)
         ckpt.wait()
         complete.append(_max_over_ranks(time.perf_counter() - start))
-    return {"blocking": statistics.median(blocking), "complete": statistics.median(complete),
-            "compute": statistics.median(compute)}
+    return {"blocking": statistics.median(blocking), "complete": statistics.median(complete)}
+
+
+def _compute_during_writes(ckpt: Checkpointer, model, optimizer, reps: int, matmuls: int) -> float:
+    """Median seconds of the compute workload run right after an async save returned."""
+    times = []
+    for rep in range(reps):
+        dist.barrier()
+        ckpt.save(100 + rep, model, optimizer, {"step": 100 + rep})
+        times.append(_max_over_ranks(_compute(matmuls)))
+        ckpt.wait()
+    return statistics.median(times)
 
 
 def _worker(rank: int, world_size: int, port: int, args: argparse.Namespace, queue) -> None:
@@ -106,12 +119,18 @@ def _worker(rank: int, world_size: int, port: int, args: argparse.Namespace, que
         local_bytes = sum(t.numel() * t.element_size() for t in local)
         total_mb = _max_over_ranks(local_bytes) * world_size / 2**20
         work = Path(args.dir) / name
-        idle = _max_over_ranks(_compute(args.compute_ms)) if args.compute_ms else 0.0
+        idle = statistics.median(_max_over_ranks(_compute(args.matmuls)) for _ in range(args.reps)) \
+            if args.matmuls else 0.0
 
-        start = time.perf_counter()
-        copies = [t.clone() for t in local]
-        copy_s = _max_over_ranks(time.perf_counter() - start)
-        del copies
+        buffers = [torch.empty_like(t) for t in local]
+        copy_times = []
+        for _ in range(args.reps + 1):  # the first pass faults the buffers' pages in
+            start = time.perf_counter()
+            for dst, src in zip(buffers, local, strict=True):
+                dst.copy_(src)
+            copy_times.append(_max_over_ranks(time.perf_counter() - start))
+        copy_s = statistics.median(copy_times[1:])
+        del buffers
         raw = work / f"raw-rank{rank}.bin"
         raw.parent.mkdir(parents=True, exist_ok=True)
         dist.barrier()
@@ -123,9 +142,10 @@ def _worker(rank: int, world_size: int, port: int, args: argparse.Namespace, que
             os.fsync(f.fileno())
         write_s = _max_over_ranks(time.perf_counter() - start)
 
-        sync = _time_saves(Checkpointer(work / "sync", keep=1), model, optimizer, args.reps, 0.0)
+        sync = _time_saves(Checkpointer(work / "sync", keep=1), model, optimizer, args.reps)
         async_ckpt = Checkpointer(work / "async", keep=1, async_save=True)
-        asyn = _time_saves(async_ckpt, model, optimizer, args.reps, args.compute_ms)
+        asyn = _time_saves(async_ckpt, model, optimizer, args.reps)
+        busy = _compute_during_writes(async_ckpt, model, optimizer, args.reps, args.matmuls) if args.matmuls else 0.0
         async_ckpt.close()
 
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
@@ -142,7 +162,8 @@ def _worker(rank: int, world_size: int, port: int, args: argparse.Namespace, que
                     os.fsync(f.fileno())
             peer.append(_max_over_ranks(time.perf_counter() - start))
         rows.append({"workload": name, "mb": total_mb, "copy": copy_s, "write": write_s, "sync": sync,
-                     "async": asyn, "peer": statistics.median(peer), "idle_compute": idle})
+                     "async": asyn, "peer": statistics.median(peer), "idle_compute": idle,
+                     "busy_compute": busy})
         dist.barrier()
     if rank == 0:
         queue.put(rows)
@@ -168,9 +189,9 @@ def print_table(rows: list[dict], args: argparse.Namespace) -> None:
     for r in rows:
         cut = 1 - r["async"]["blocking"] / r["sync"]["blocking"]
         line = f"{r['workload']}: async save blocks {cut:.0%} less than sync"
-        if args.compute_ms:
-            line += (f"; a {args.compute_ms:g} ms compute step during the background write took "
-                     f"{r['async']['compute'] * 1e3:.0f} ms (idle: {r['idle_compute'] * 1e3:.0f} ms)")
+        if args.matmuls:
+            line += (f"; {args.matmuls} matmuls took {r['busy_compute'] * 1e3:.0f} ms during the background "
+                     f"write vs {r['idle_compute'] * 1e3:.0f} ms idle ({r['busy_compute'] / r['idle_compute']:.2f}x)")
         print(line)
 
 
@@ -180,8 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workloads", nargs="+", default=["bev_fusion_small", "bev_fusion_large", "mlp"])
     parser.add_argument("--mlp-mb", type=int, default=64, help="fp32 parameter MB of the mlp workload")
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--compute-ms", type=float, default=0.0,
-                        help="time a matmul workload of about this many ms during async writes")
+    parser.add_argument("--matmuls", type=int, default=0,
+                        help="time this many 512x512 matmuls per rank during async writes and idle")
     parser.add_argument("--dir", default=None, help="checkpoint folder (default: a temporary folder)")
     args = parser.parse_args(argv)
     temporary = args.dir is None
