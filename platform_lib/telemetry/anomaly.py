@@ -75,7 +75,7 @@ def find_step_anomalies(
         the ideal step the most. Times in s; None when no step qualifies.
     """
     considered = [s for s in steps if s.wall_s >= min_step_s]
-    out: dict = {
+    out: dict[str, Any] = {
         "ideal_step_s": None,
         "median_step_s": None,
         "mad_s": None,
