@@ -1,5 +1,7 @@
 """Streaming loader over Drivetrain shards: exact epochs, elastic resume, cache tier, mixing."""
 
+from typing import TYPE_CHECKING
+
 from platform_lib.lazy import lazy_exports
 
 # Submodules are imported on first use (PEP 562), so that importing a light submodule
@@ -23,6 +25,26 @@ _EXPORTS = {
 
 
 __getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
+
+if TYPE_CHECKING:  # the same names, imported explicitly for type checkers and IDEs
+    from platform_lib.loading.config import LoaderConfig
+    from platform_lib.loading.errors import (
+        CacheFullError,
+        DatasetIndexError,
+        DatasetNotFoundError,
+        LoaderError,
+        ObjectStoreUnreachableError,
+        ResumeStateError,
+        SampleDecodeError,
+        SampleIntegrityError,
+        ShardReadError,
+    )
+    from platform_lib.loading.input_wait import InputWaitMeter
+    from platform_lib.loading.loader import (
+        LoaderStats,
+        StreamingLoader,
+        build_loader,
+    )
 
 
 __all__ = [

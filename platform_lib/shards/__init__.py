@@ -3,6 +3,8 @@
 See README.md in this folder and docs/format.md for the on-disk contract.
 """
 
+from typing import TYPE_CHECKING
+
 from platform_lib.lazy import lazy_exports
 
 # Submodules are imported on first use (PEP 562), so that importing a light submodule
@@ -29,6 +31,37 @@ _EXPORTS = {
 
 
 __getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
+
+if TYPE_CHECKING:  # the same names, imported explicitly for type checkers and IDEs
+    from platform_lib.shards.build import (
+        BuildConfig,
+        build_dataset,
+        write_dataset,
+    )
+    from platform_lib.shards.codec import (
+        check_frame,
+        decode_sample,
+        encode_frame,
+    )
+    from platform_lib.shards.errors import (
+        BuildError,
+        DatasetError,
+        ManifestMissingError,
+        ShardFormatError,
+    )
+    from platform_lib.shards.manifest import (
+        compute_dataset_hash,
+        load_manifest,
+    )
+    from platform_lib.shards.reader import (
+        DatasetReader,
+        iter_tar_samples,
+        open_dataset,
+    )
+    from platform_lib.shards.validate import (
+        ValidationReport,
+        validate_dataset,
+    )
 
 
 __all__ = [

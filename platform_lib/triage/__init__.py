@@ -1,38 +1,43 @@
 """Failed-run triage: root cause vs. cascades, failure class, restart policy (see README.md)."""
 
-from platform_lib.lazy import lazy_exports
-
-# Submodules are imported on first use (PEP 562): `drivetrain --help` stays fast.
-_EXPORTS = {
-    "assess_failure": "platform_lib.triage.attempt",
-    "evidence_from_child_failure": "platform_lib.triage.attempt",
-    "failure_message": "platform_lib.triage.attempt",
-    "Finding": "platform_lib.triage.classifier",
-    "Verdict": "platform_lib.triage.classifier",
-    "classify": "platform_lib.triage.classifier",
-    "classify_attempts": "platform_lib.triage.classifier",
-    "classify_text": "platform_lib.triage.classifier",
-    "Evidence": "platform_lib.triage.logs",
-    "LogLine": "platform_lib.triage.logs",
-    "ProcessExit": "platform_lib.triage.logs",
-    "load_evidence": "platform_lib.triage.logs",
-    "save_evidence": "platform_lib.triage.logs",
-    "Attempt": "platform_lib.triage.policy",
-    "RestartDecision": "platform_lib.triage.policy",
-    "RestartPolicy": "platform_lib.triage.policy",
-    "append_attempt": "platform_lib.triage.policy",
-    "decide_restart": "platform_lib.triage.policy",
-    "fingerprint": "platform_lib.triage.fingerprints",
-    "load_history": "platform_lib.triage.policy",
-    "record_verdict": "platform_lib.triage.record",
-    "RULES": "platform_lib.triage.rules",
-    "Rule": "platform_lib.triage.rules",
-    "CLASS_INFO": "platform_lib.triage.taxonomy",
-    "FailureClass": "platform_lib.triage.taxonomy",
-    "Role": "platform_lib.triage.taxonomy",
-}
-
-__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
+from platform_lib.triage.attempt import (
+    assess_failure,
+    evidence_from_child_failure,
+    failure_message,
+)
+from platform_lib.triage.classifier import (
+    Finding,
+    Verdict,
+    classify,
+    classify_attempts,
+    classify_text,
+)
+from platform_lib.triage.fingerprints import fingerprint
+from platform_lib.triage.logs import (
+    Evidence,
+    LogLine,
+    ProcessExit,
+    load_evidence,
+    save_evidence,
+)
+from platform_lib.triage.policy import (
+    Attempt,
+    RestartDecision,
+    RestartPolicy,
+    append_attempt,
+    decide_restart,
+    load_history,
+)
+from platform_lib.triage.record import record_verdict
+from platform_lib.triage.rules import (
+    RULES,
+    Rule,
+)
+from platform_lib.triage.taxonomy import (
+    CLASS_INFO,
+    FailureClass,
+    Role,
+)
 
 __all__ = [
     "CLASS_INFO",

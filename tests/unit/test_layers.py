@@ -47,3 +47,19 @@ def test_the_blocker_really_blocks():
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
     )
     assert result.returncode != 0 and "blocked by the test" in result.stderr
+
+
+def test_lazy_packages_import_their_exports_explicitly_for_type_checkers():
+    """shards/ and loading/ load submodules on first use (a fast `drivetrain --help`); their
+    `if TYPE_CHECKING:` block must name the same exports, so mypy sees the real types."""
+    import ast
+    import importlib
+    import inspect
+
+    for name in ("platform_lib.shards", "platform_lib.loading"):
+        package = importlib.import_module(name)
+        tree = ast.parse(inspect.getsource(package))
+        block = next(n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING")
+        typed = {a.name: node.module for node in block.body if isinstance(node, ast.ImportFrom) for a in node.names}
+        assert typed == package._EXPORTS, name
+        assert sorted(typed) == sorted(package.__all__), name
