@@ -198,11 +198,13 @@ def render_deck_html(
         "<style>body{margin:0;font-family:sans-serif;background:#fff}"
         "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px;font-size:12px}</style>"
         "</head><body>"
+        # a positioned container: the plot boxes stay put when Flyte embeds the page in its Deck
+        f"<div style='position:relative;width:{2 * PLOT_WIDTH + 3 * _GAP}px;min-height:{below + 400}px'>"
         f"<h2 style='position:absolute;left:{_GAP}px;top:0;margin:16px 0;font-size:18px'>Goodput "
         f"{good['compatible']:.1%} (compatible) / {good['input_adjusted']:.1%} (input-adjusted), "
         f"input: {html.escape(report['input']['verdict'])}</h2>"
         f"{boxes}<div style='position:absolute;left:{_GAP}px;top:{below}px;width:{2 * PLOT_WIDTH + _GAP}px'>"
         f"<h3>Baseline comparison</h3>{_baseline_html(report.get('baseline'))}"
         f"<h3>Report</h3><pre style='font-size:11px'>{html.escape(format_report(report))}</pre></div>"
-        "</body></html>"
+        "</div></body></html>"
     )

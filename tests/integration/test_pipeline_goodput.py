@@ -103,3 +103,7 @@ def test_loader_delay_is_input_bound_measured_and_flagged(
     )
     page = (run / "goodput.html").read_text()
     assert page.count("<img ") == 6 and "step_time" in page and "input-bound" in page
+    # the training task published it as its Flyte Deck (flytekit writes local decks to deck.html)
+    decks = [p.read_text() for p in (local_flyte / "flyte-sandbox").rglob("deck.html")]
+    published = [d for d in decks if 'id="plot-step_time"' in d and "input-bound" in d]
+    assert published, f"no Goodput deck among {len(decks)} deck.html files"
