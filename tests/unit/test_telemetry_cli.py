@@ -54,3 +54,23 @@ def test_goodput_of_something_else_fails_in_one_line(tmp_path, capsys):
     assert main(["goodput", "no-such-run"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not an MLflow run id" in err
+
+
+def test_goodput_of_an_mlflow_run_id(tmp_path, capsys, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    from platform_lib.registry.goodput import log_goodput
+
+    run, report = _run_folder(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("DRIVETRAIN_HOME", str(tmp_path / "home"))
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.create_experiment(
+        "drivetrain", artifact_location=(tmp_path / "art").as_uri()
+    )
+    run_id = client.create_run(experiment).info.run_id
+    log_goodput(client, run_id, run, report)
+    assert client.get_run(run_id).data.tags["goodput.input_verdict"] == report["input"]["verdict"]
+    assert main(["goodput", run_id, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == json.loads(json.dumps(report))
