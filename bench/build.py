@@ -124,7 +124,7 @@ def bench_input(name: str, source: str, root: Path, work: Path, repeat: int,
 
         s, manifest = timed(build, repeat)
         rows.append({"stage": f"build ({n} proc)", "seconds": s,
-                     "out_bytes": manifest["total_bytes"], "shards": manifest["num_shards"]})
+                     "out_bytes": manifest.total_bytes, "shards": manifest.num_shards})
     store, merged = work / f"parts-{source}", work / f"merged-{source}"
     for n in sorted({1, workers}):
         def fresh(n: int = n) -> dict:
@@ -133,7 +133,7 @@ def bench_input(name: str, source: str, root: Path, work: Path, repeat: int,
 
         s, manifest = timed(fresh, repeat)
         rows.append({"stage": f"fan-out ({n} proc)", "seconds": s,
-                     "out_bytes": manifest["total_bytes"], "shards": manifest["num_shards"]})
+                     "out_bytes": manifest.total_bytes, "shards": manifest.num_shards})
     if len(list_logs(source, root)) > 1:
         def one_new_log() -> dict:  # the newest part disappears = a log that just arrived
             newest = max((store / source).iterdir(), key=lambda p: p.stat().st_mtime)
@@ -142,12 +142,12 @@ def bench_input(name: str, source: str, root: Path, work: Path, repeat: int,
 
         s, manifest = timed(one_new_log, repeat)
         rows.append({"stage": "+1 log (1 proc)", "seconds": s,
-                     "out_bytes": manifest["total_bytes"], "shards": manifest["num_shards"]})
+                     "out_bytes": manifest.total_bytes, "shards": manifest.num_shards})
     parts = [_part(log, source=source, store=str(store)) for log in list_logs(source, root)]
     s, manifest = timed(lambda: merge_parts(parts, work / f"merge-{source}-{time.monotonic_ns()}",
                                             BuildConfig(progress=False), source=source), repeat)
-    rows.append({"stage": "merge only", "seconds": s, "out_bytes": manifest["total_bytes"],
-                 "shards": manifest["num_shards"]})
+    rows.append({"stage": "merge only", "seconds": s, "out_bytes": manifest.total_bytes,
+                 "shards": manifest.num_shards})
     for row in rows:
         row.update(input=name, frames=num_frames, raw_bytes=raw_bytes,
                    fps=num_frames / row["seconds"], mbps=raw_bytes / 1e6 / row["seconds"],

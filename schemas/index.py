@@ -12,43 +12,58 @@ import pandera.pandas as pa_pd
 import pyarrow as pa
 from pandera.typing import Series
 
-__all__ = ["INDEX_SCHEMA", "MEMBER_TYPE", "SPLITS", "IndexModel", "validate_index_frame"]
+__all__ = [
+    "INDEX_SCHEMA",
+    "INDEX_SCHEMA_WITHOUT_XXH3",
+    "MEMBER_TYPE",
+    "SPLITS",
+    "IndexModel",
+    "validate_index_frame",
+]
 
 #: Split names a sample can be assigned to.
 SPLITS: tuple[str, ...] = ("train", "val")
 
-#: One tar member of a sample: ext name, byte offset of its DATA in the shard, length, sha256 hex.
-MEMBER_TYPE = pa.struct(
-    [
-        pa.field("name", pa.string(), nullable=False),
-        pa.field("offset", pa.int64(), nullable=False),
-        pa.field("size", pa.int64(), nullable=False),
-        pa.field("sha256", pa.string(), nullable=False),
-    ]
-)
+_MEMBER_FIELDS = [
+    pa.field("name", pa.string(), nullable=False),
+    pa.field("offset", pa.int64(), nullable=False),
+    pa.field("size", pa.int64(), nullable=False),
+    pa.field("sha256", pa.string(), nullable=False),
+]
 
-INDEX_SCHEMA = pa.schema(
-    [
-        pa.field("key", pa.string(), nullable=False),
-        pa.field("log_id", pa.string(), nullable=False),
-        pa.field("frame_index", pa.int32(), nullable=False),
-        pa.field("timestamp", pa.float64(), nullable=False),
-        pa.field("split", pa.string(), nullable=False),
-        pa.field("shard", pa.string(), nullable=False),
-        pa.field("shard_id", pa.int32(), nullable=False),
-        pa.field("sample_offset", pa.int64(), nullable=False),
-        pa.field("sample_size", pa.int64(), nullable=False),
-        pa.field("members", pa.list_(pa.field("item", MEMBER_TYPE, nullable=False)), nullable=False),
-        pa.field("num_lidar_points", pa.int32(), nullable=False),
-        pa.field("num_radar_points", pa.int32(), nullable=False),
-        pa.field("num_cuboids", pa.int32(), nullable=False),
-        pa.field("num_vehicle", pa.int32(), nullable=False),
-        pa.field("num_pedestrian", pa.int32(), nullable=False),
-        pa.field("num_cyclist", pa.int32(), nullable=False),
-        pa.field("content_hash", pa.string(), nullable=False),
-    ]
-)
-"""Arrow schema of index.parquet (column order is part of the contract)."""
+#: One tar member of a sample: ext name, byte offset of its DATA in the shard, length, sha256
+#: hex, and xxh3_64 of the data (the cheap per-read check; xxHash spec, XXH3 64-bit, seed 0).
+MEMBER_TYPE = pa.struct([*_MEMBER_FIELDS, pa.field("xxh3_64", pa.uint64(), nullable=False)])
+
+
+def _index_schema(member_type: pa.StructType) -> pa.Schema:
+    return pa.schema(
+        [
+            pa.field("key", pa.string(), nullable=False),
+            pa.field("log_id", pa.string(), nullable=False),
+            pa.field("frame_index", pa.int32(), nullable=False),
+            pa.field("timestamp", pa.float64(), nullable=False),
+            pa.field("split", pa.string(), nullable=False),
+            pa.field("shard", pa.string(), nullable=False),
+            pa.field("shard_id", pa.int32(), nullable=False),
+            pa.field("sample_offset", pa.int64(), nullable=False),
+            pa.field("sample_size", pa.int64(), nullable=False),
+            pa.field("members", pa.list_(pa.field("item", member_type, nullable=False)), nullable=False),
+            pa.field("num_lidar_points", pa.int32(), nullable=False),
+            pa.field("num_radar_points", pa.int32(), nullable=False),
+            pa.field("num_cuboids", pa.int32(), nullable=False),
+            pa.field("num_vehicle", pa.int32(), nullable=False),
+            pa.field("num_pedestrian", pa.int32(), nullable=False),
+            pa.field("num_cyclist", pa.int32(), nullable=False),
+            pa.field("content_hash", pa.string(), nullable=False),
+        ]
+    )
+
+
+#: Arrow schema of index.parquet (column order is part of the contract).
+INDEX_SCHEMA = _index_schema(MEMBER_TYPE)
+#: Schema of indexes built before members carried `xxh3_64`; still readable (sha256 checks only).
+INDEX_SCHEMA_WITHOUT_XXH3 = _index_schema(pa.struct(_MEMBER_FIELDS))
 
 _SHA256_HEX = r"^[0-9a-f]{64}$"
 

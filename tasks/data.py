@@ -52,7 +52,7 @@ __all__ = [
 
 
 def _dataset_hash(directory: FlyteDirectory) -> str:
-    return load_manifest(directory.path)["dataset_hash"]
+    return load_manifest(directory.path).dataset_hash
 
 
 #: A dataset folder whose Flyte literal hash is its manifest dataset_hash.

@@ -39,6 +39,8 @@ PINNED = (
     "tenacity==9.2.1",
     "scipy==1.17.1",
     "croniter==7.0.0",
+    "pydantic==2.14.4",
+    "xxhash==4.1.0",
 )
 
 TASK_IMAGE = ImageSpec(

@@ -92,7 +92,7 @@ def train_model(dataset: FlyteDirectory, config: TrainConfig) -> FlyteDirectory:
     """Train on `dataset` in every elastic worker; return the run folder (rank 0's)."""
     with task_errors("training on the dataset", str(dataset.remote_source or dataset.path)):
         local = download_input(dataset, "merge_dataset")
-        dataset_hash = load_manifest(local)["dataset_hash"]
+        dataset_hash = load_manifest(local).dataset_hash
         run_dir = resolve_run_dir(dataset_hash, hash_config(config))
         stream = None
         if int(os.environ.get("RANK", "0")) == 0 and config.metrics.mlflow_interval:

@@ -13,6 +13,15 @@ SHARED_DIR = Path(__file__).resolve().parents[1].parent / "shared"
 PANDASET_DIR = SHARED_DIR / "data" / "pandaset"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def node_cache_dir(tmp_path_factory) -> Path:
+    """A per-session node cache (shard downloads, shard verification records), never ~/.cache."""
+    path = tmp_path_factory.mktemp("node-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DRIVETRAIN_CACHE", str(path))
+        yield path
+
+
 @pytest.fixture(scope="session")
 def pandaset_root() -> Path:
     """PandaSet root holding sequence 002 (10 frames); skips when the sample is absent."""

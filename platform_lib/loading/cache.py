@@ -5,7 +5,13 @@ All ranks and workers of a node share one cache folder. A shard is downloaded on
 published with an atomic rename, so a crash never leaves a half shard under the real name.
 Beyond `limit_bytes`, least-recently-used shards (by mtime, touched on every open) are
 evicted. Only folders carrying the cache marker are ever swept, so source data is never
-deleted.
+deleted. Shard paths must be `shards/shard-NNNNNN.tar` (checked before any file is opened),
+so a remote manifest can never make the cache write outside its folder.
+
+A download holds an exclusive `flock` on its temporary file until it is renamed; the sweep
+deletes a temporary file only when it can take that lock itself. Liveness is thus judged by
+the kernel's lock, not by a process id, so a live download of a process in another PID
+namespace (two containers sharing a hostPath cache) is never deleted.
 
 Layout: `<cache_dir>/<dataset_hash[:16]>/<shard path>`, e.g. `.../3fa1.../shards/shard-000000.tar`.
 """
@@ -13,6 +19,7 @@ Layout: `<cache_dir>/<dataset_hash[:16]>/<shard path>`, e.g. `.../3fa1.../shards
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import uuid
 from dataclasses import dataclass
@@ -20,8 +27,14 @@ from pathlib import Path
 
 import filelock
 
-from platform_lib.loading.errors import CacheFullError, ShardReadError
-from platform_lib.loading.source import call_with_retries, resolve_fs
+from platform_lib.loading.errors import (
+    CacheFullError,
+    ManifestError,
+    ObjectStoreUnreachableError,
+    ShardFormatError,
+)
+from platform_lib.shards.manifest import check_shard_path
+from platform_lib.storage import StorageUnreachableError, call_with_retries, resolve_fs
 
 __all__ = ["CACHE_MARKER", "CacheStats", "ShardCache", "resolve_cache_dir"]
 
@@ -36,15 +49,34 @@ def resolve_cache_dir(cache_dir: str | None) -> Path:
     return Path(cache_dir or default)
 
 
-def _remove_if_orphaned(tmp: Path) -> None:
-    """Delete a `.<shard>.tmp-<pid>-<id>` file whose writing process no longer exists."""
+def _remove_if_orphaned(tmp: Path) -> bool:
+    """Delete a `.<shard>.tmp-*` download whose writer holds no lock on it; return True if deleted."""
     try:
-        pid = int(tmp.name.rsplit(".tmp-", 1)[1].split("-", 1)[0])
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        fd = os.open(tmp, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False  # a live download (maybe of another PID namespace) holds it
+    else:
         tmp.unlink(missing_ok=True)
-    except (ValueError, IndexError, PermissionError):
-        pass
+        return True
+    finally:
+        os.close(fd)  # also releases our lock
+
+
+def _create_locked(path: Path) -> int:
+    """Create `path` exclusively and return its fd with an exclusive flock held on it."""
+    while True:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:  # a sweep may have deleted it between create and lock: start again
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)
 
 
 @dataclass
@@ -78,7 +110,7 @@ class ShardCache:
         self.max_retries, self.backoff_s = max_retries, backoff_s
         self.stats = CacheStats()
         self._fs = None
-        self._failed: dict[str, ShardReadError] = {}  # bad objects: fetched once, not per sample
+        self._failed: dict[str, ShardFormatError] = {}  # bad objects: fetched once, not per sample
 
     def _filesystem(self):
         if self._fs is None:  # created lazily: after fork, in the worker that uses it
@@ -89,10 +121,16 @@ class ShardCache:
         """Return a read-only file descriptor of the cached shard, downloading it when absent.
 
         Raises:
+            ManifestError: `shard_path` is not `shards/shard-NNNNNN.tar` (checked before any
+                file is touched).
             CacheFullError: the cache disk is full (ENOSPC, EDQUOT, EFBIG).
             ObjectStoreUnreachableError: the download kept failing after retries.
-            ShardReadError: the object's size differs from the manifest.
+            ShardFormatError: the object's size differs from the manifest.
         """
+        try:
+            check_shard_path(shard_path)
+        except ValueError as exc:
+            raise ManifestError(f"{self.url}: {exc}; refusing to cache it") from None
         if shard_path in self._failed:
             raise self._failed[shard_path]
         local = self.folder / shard_path
@@ -123,22 +161,25 @@ class ShardCache:
     def _download(self, shard_path: str, local: Path, expected_bytes: int) -> None:
         remote = self.files.get(shard_path) or f"{self.root}/{shard_path}"
         tmp = local.with_name(f".{local.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        lock_fd = _create_locked(tmp)  # held until the rename: tells the sweep we are alive
 
         def fetch() -> None:
             self.stats.requests += 1
             self._filesystem().get_file(remote, str(tmp))
 
         try:
-            call_with_retries(fetch, what=f"downloading {self.url}/{shard_path}",
+            call_with_retries(fetch, what="downloading", url=f"{self.url}/{shard_path}",
                               max_retries=self.max_retries, backoff_s=self.backoff_s)
             size = tmp.stat().st_size
             if size != expected_bytes:
-                self._failed[shard_path] = ShardReadError(
+                self._failed[shard_path] = ShardFormatError(
                     f"{self.url}/{shard_path}: object has {size} bytes, the manifest says "
                     f"{expected_bytes} (truncated or replaced); rebuild or re-upload the dataset"
                 )
                 raise self._failed[shard_path]
             os.replace(tmp, local)
+        except StorageUnreachableError as exc:
+            raise ObjectStoreUnreachableError(f"{exc}; or raise LoaderConfig.max_retries") from exc
         except OSError as exc:
             if exc.errno in _DISK_FULL:
                 raise CacheFullError(
@@ -149,6 +190,7 @@ class ShardCache:
             raise
         finally:
             tmp.unlink(missing_ok=True)
+            os.close(lock_fd)
         self.stats.downloads += 1
         self.stats.bytes_downloaded += expected_bytes
 

@@ -20,7 +20,8 @@ class LoaderConfig:
     """
 
     prefetch_depth: int = 2
-    """batches each worker prepares ahead of the training loop, in batches"""
+    """batches each worker prepares ahead of the training loop (and batches the main process
+    receives ahead), in batches; each costs one shared-memory ring slot per worker"""
     shuffle_buffer: int = 2048
     """window of the block shuffle, in samples: the global order is shuffled within
     consecutive windows of this many samples after shuffling the shard order"""
@@ -34,8 +35,10 @@ class LoaderConfig:
     None: `$DRIVETRAIN_CACHE` or `~/.cache/drivetrain/shards`"""
     cache_limit_bytes: int = 200 * 2**30
     """most bytes the cache folder holds before least-recently-used shards are evicted, in bytes"""
-    verify: bool = True
-    """check each member's sha256 against the index and each tar header against its row"""
+    verify: Literal["shard", "member", "none"] = "shard"
+    """integrity checks: "shard" = sha256 of each shard once per node (recorded in the cache
+    folder) + xxh3_64 of every member on every read; "member" = tar headers + sha256 of every
+    member on every read; "none" = no checks (a flipped byte goes unnoticed)"""
     error_policy: Literal["raise", "skip"] = "raise"
     """bad sample or index row: "raise" stops with a specific error; "skip" drops it and counts it"""
     sample_transform: Callable[[dict[str, Any]], Any] | None = None
@@ -52,7 +55,10 @@ class LoaderConfig:
     mix_epoch_samples: int | None = None
     """samples per epoch when mixing datasets; None: the sum of their sizes"""
     pin_memory: bool = True
-    """pin batch tensors in page-locked memory (only when CUDA is available)"""
+    """page-lock the shared-memory ring once (only when CUDA is available), so batches copy to
+    the GPU without staging"""
+    shm_dir: str = "/dev/shm"
+    """tmpfs folder of the loader's shared-memory ring (allocated once per loader)"""
     max_retries: int = 4
     """retries of a failed object-store request (transient errors only), in attempts"""
     retry_backoff_s: float = 0.5
@@ -81,6 +87,8 @@ class LoaderConfig:
                 raise ValueError(f"LoaderConfig.{name} must be >= 0, got {getattr(self, name)}")
         if self.pad_policy not in ("pad", "drop"):
             raise ValueError(f"LoaderConfig.pad_policy must be 'pad' or 'drop', got {self.pad_policy!r}")
+        if self.verify not in ("shard", "member", "none"):
+            raise ValueError(f"LoaderConfig.verify must be 'shard', 'member' or 'none', got {self.verify!r}")
         if self.error_policy not in ("raise", "skip"):
             raise ValueError(
                 f"LoaderConfig.error_policy must be 'raise' or 'skip', got {self.error_policy!r}"

@@ -1,10 +1,13 @@
-"""The per-rank batch stream: a torch IterableDataset run by each DataLoader worker.
+"""The per-rank batch stream: a torch IterableDataset run by each (persistent) DataLoader worker.
 
 Worker w of n produces its rank's batches w, w + n, ... of the epoch plan (see
-`partition.py`). Each batch: read the units' byte ranges in shard-offset order (sequential
-I/O), verify, decode, apply `sample_transform`, then collate. Counters (skipped samples,
-object-store requests, downloads) ride along in `batch["__stats__"]`, which the loader
-removes before the batch reaches the training loop.
+`partition.py`), for the epoch and start step the main process wrote into the ring's control
+words before starting the iteration. Each batch: take a free ring slot, `preadv` the units'
+byte ranges into its raw area in shard-offset order (sequential I/O), verify, parse members as
+views (npy header parse, JPEG bytes as memoryviews), decode, apply `sample_transform`, collate
+(tensors stacked straight into the slot's output area), then send the small skeleton
+(`ring.SlotWriter.pack`). Counters (skipped samples, object-store requests, downloads, ring
+fallbacks) ride along in `batch["__stats__"]` as deltas; the loader removes them.
 """
 
 from __future__ import annotations
@@ -14,71 +17,84 @@ from dataclasses import asdict
 from typing import Any
 
 import numpy as np
-from torch.utils.data import IterableDataset, default_collate, get_worker_info
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data._utils.collate import collate, default_collate_fn_map
 
 from platform_lib.loading.cache import ShardCache
 from platform_lib.loading.config import LoaderConfig
 from platform_lib.loading.decode import CameraResize, decode_sample_cameras
-from platform_lib.loading.errors import SampleDecodeError, SampleIntegrityError, ShardReadError
+from platform_lib.loading.errors import SampleDecodeError, ShardFormatError
+from platform_lib.loading.files import ShardFiles
+from platform_lib.loading.mixing import EpochOrders
 from platform_lib.loading.partition import EpochPlan, positions_for_batch, steps_for_worker
-from platform_lib.loading.reader import ShardReader
-from platform_lib.loading.source import DatasetView
-from platform_lib.loading.transport import pack_arrays
+from platform_lib.loading.ring import Ring, SlotWriter
+from platform_lib.shards.codec import decode_sample
+from platform_lib.shards.view import DatasetView
 
-__all__ = ["BatchStream", "STATS_KEY"]
+__all__ = ["STATS_KEY", "BatchStream"]
 
 #: Batch entry carrying worker counters; popped by the loader.
 STATS_KEY = "__stats__"
-#: Bad-data errors that error_policy="skip" skips; outages and full disks always raise.
-_SKIPPABLE = (ShardReadError, SampleIntegrityError, SampleDecodeError)
+#: Bad-data errors that error_policy="skip" skips (integrity errors are shard format errors);
+#: outages, full disks, unsafe manifests and ring errors always raise.
+_SKIPPABLE = (ShardFormatError, SampleDecodeError)
+#: Ring control words: [0] generation (ring.py), [1] epoch, [2] start step.
+_EPOCH, _START = 1, 2
 
 
-def _decode(members: dict[str, bytes], decode: str, key: str, where: str,
-            resize: CameraResize | None = None) -> dict[str, Any]:
-    from platform_lib.shards.codec import decode_sample  # the shards package owns the codec
-
+def _decode(members: dict[str, Any], decode: str, key: str, where: str,
+            resize: CameraResize | None) -> dict[str, Any]:
     try:
         sample = decode_sample(members, decode="none")  # JPEGs: below, at the configured size
-        if decode == "cpu":
-            sample = decode_sample_cameras(sample, resize)
+        return decode_sample_cameras(sample, resize) if decode == "cpu" else sample
     except Exception as exc:  # any decoder failure becomes a named, skippable error
         raise SampleDecodeError(
             f"{where}: sample {key} could not be decoded ({type(exc).__name__}: {exc}); "
             "rebuild the shard or use error_policy='skip'"
         ) from exc
-    return sample
 
 
 class BatchStream(IterableDataset):
-    """Yields one rank's batches for one epoch, from `start_step` on.
+    """Yields one rank's batches of the epoch set in the ring's control words.
 
     Args:
         views: the datasets (one unless mixing).
-        units: per view, (U, k) int64 index rows of each unit (k frames per unit).
-        order_source: (P,) int64 view index of each global position.
-        order_unit: (P,) int64 unit id of each global position.
+        units: per view, (U, k) int64 rows of each unit (k frames per unit).
+        orders: the epoch order of any epoch.
         plan: the epoch plan (steps, padding).
         rank: this rank.
         batch_size: samples per batch on this rank.
-        start_step: first global step to produce (resume), in steps.
         decode: "cpu" (JPEG -> (H, W, 3) uint8 at `config.camera_resize`) or "none" (JPEG
-            bytes; also for "gpu", which the main process decodes).
+            bytes as memoryviews; also for "gpu", which the main process decodes).
         config: loader options.
+        ring: the loader's shared-memory ring (set before the workers start); None when
+            reading in the main process (no hand-off).
     """
 
     def __init__(
-        self, *, views: list[DatasetView], units: list[np.ndarray], order_source: np.ndarray,
-        order_unit: np.ndarray, plan: EpochPlan, rank: int, batch_size: int, start_step: int,
-        decode: str, config: LoaderConfig,
+        self, *, views: list[DatasetView], units: list[np.ndarray], orders: EpochOrders,
+        plan: EpochPlan, rank: int, batch_size: int, decode: str, config: LoaderConfig,
+        ring: Ring | None = None,
     ) -> None:
         super().__init__()
-        self.views, self.units = views, units
-        self.order_source, self.order_unit = order_source, order_unit
+        self.views, self.units, self.orders = views, units, orders
         self.plan, self.rank, self.batch_size = plan, rank, batch_size
-        self.start_step, self.decode, self.config = start_step, decode, config
+        self.decode, self.config, self.ring = decode, config, ring
+        self._control = np.zeros(4, dtype=np.int64)  # without a ring (in-process loading)
 
-    def _open_readers(self) -> list[ShardReader]:
-        cfg, readers = self.config, []
+    @property
+    def control(self) -> np.ndarray:
+        """Control words shared with the workers (the ring's), or this process's own."""
+        return self.ring.control if self.ring is not None else self._control
+
+    def start(self, *, epoch: int, start_step: int) -> None:
+        """Main process: set the epoch and first step of the next iteration (all workers)."""
+        self.control[_EPOCH], self.control[_START] = epoch, start_step
+
+    # -- reading ---------------------------------------------------------------------------
+    def _open_files(self) -> list[ShardFiles]:
+        cfg, files = self.config, []
         for view in self.views:
             cache = None
             if not view.is_local:
@@ -89,19 +105,24 @@ class BatchStream(IterableDataset):
                     limit_bytes=cfg.cache_limit_bytes, max_retries=cfg.max_retries,
                     backoff_s=cfg.retry_backoff_s,
                 )
-            readers.append(ShardReader(view, cache=cache, verify=cfg.verify))
-        return readers
+            files.append(ShardFiles(view, cache=cache, verify=cfg.verify, cache_dir=cfg.cache_dir))
+        return files
 
-    def _load_frame(self, reader: ShardReader, row: int) -> dict[str, Any]:
-        view = reader.view
-        key, shard = str(view.key[row]), view.shard_paths[int(view.shard_id[row])]
-        sample = _decode(reader.read_members(row), self.decode, key, f"{view.url}/{shard}",
-                         self.config.camera_resize)
+    def _load_frame(self, files: ShardFiles, row: int, writer: SlotWriter) -> dict[str, Any]:
+        view = files.view
+        key, shard = view.key(row), view.shard_path(row)
+        size, lo = int(view.sample_size[row]), int(view.sample_offset[row])
+        data = files.read_into(row, writer.raw_buffer(size, what=f"sample {key} of {view.url}/{shard}"))
+        members = {}
+        for m in view.members_of(row):
+            begin = int(view.member_offset[m]) - lo
+            members[view.member_name(m)] = data[begin:begin + int(view.member_size[m])]
+        sample = _decode(members, self.decode, key, f"{view.url}/{shard}", self.config.camera_resize)
         sample["__key__"], sample["__shard__"] = key, shard
         return sample
 
-    def _load_unit(self, reader: ShardReader, rows: np.ndarray) -> tuple[str, Any]:
-        frames = [self._load_frame(reader, int(r)) for r in rows]
+    def _load_unit(self, files: ShardFiles, rows: np.ndarray, writer: SlotWriter) -> tuple[str, Any]:
+        frames = [self._load_frame(files, int(r), writer) for r in rows]
         if len(frames) == 1:
             sample = frames[0]
         else:
@@ -114,20 +135,49 @@ class BatchStream(IterableDataset):
                 raise TypeError(f"sample_transform must return a dict, got {type(sample).__name__} for {key}")
         return key, sample
 
+    def output_bytes_per_unit(self) -> tuple[int, dict[str, int]]:
+        """Bytes of arrays a unit adds beyond its raw sample bytes (decoded images, transform
+        outputs), measured on the first unit of each source; sizes the ring's output area.
+
+        Returns:
+            (bytes, counters of the reads it made: downloads, shard hashes, ...).
+        """
+        files, most = self._open_files(), 0
+        try:
+            for s in range(len(self.views)):
+                if not len(self.units[s]):
+                    continue
+                writer = SlotWriter(None, None)
+                try:
+                    _, sample = self._load_unit(files[s], self.units[s][0], writer)
+                except _SKIPPABLE:
+                    continue  # a bad first sample: reported when the epoch reads it
+                most = max(most, _computed_bytes(sample, writer))
+        finally:
+            for f in files:
+                f.close()
+        return most, _counters(files)
+
+    # -- the stream ------------------------------------------------------------------------
     def __iter__(self):
         info = get_worker_info()
         worker_id, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        readers = self._open_readers()
-        remote = any(reader.cache is not None for reader in readers)
+        epoch, start_step = int(self.control[_EPOCH]), int(self.control[_START])
+        order_source, order_unit = self.orders(epoch)
+        files = self._open_files()
+        remote = any(f.cache is not None for f in files)
         prefetcher = ThreadPoolExecutor(1) if remote and self.config.shards_ahead else None
+        sent: dict[str, int] = {}
         try:
-            for step in steps_for_worker(self.plan, start_step=self.start_step,
-                                         worker_id=worker_id, num_workers=num_workers):
+            for step in steps_for_worker(self.plan, start_step=start_step, worker_id=worker_id,
+                                         num_workers=num_workers):
                 if prefetcher is not None:
-                    self._prefetch(prefetcher, readers, step + num_workers)
+                    self._prefetch(prefetcher, files, order_source, order_unit, step + num_workers)
                 positions, padded = positions_for_batch(self.plan, step=step, rank=self.rank,
                                                         batch_size=self.batch_size)
-                sources, unit_ids = self.order_source[positions], self.order_unit[positions]
+                sources, unit_ids = order_source[positions], order_unit[positions]
+                slot = self.ring.acquire(worker_id) if self.ring is not None else None
+                writer = SlotWriter(self.ring, slot)
                 first_rows = np.array([self.units[s][u, 0] for s, u in zip(sources, unit_ids, strict=True)])
                 offsets = np.array([self.views[s].sample_offset[r] for s, r in zip(sources, first_rows, strict=True)])
                 shards = np.array([self.views[s].shard_id[r] for s, r in zip(sources, first_rows, strict=True)])
@@ -136,43 +186,53 @@ class BatchStream(IterableDataset):
                 for i in np.lexsort((offsets, shards, sources)):  # sequential reads
                     s, u = int(sources[i]), int(unit_ids[i])
                     try:
-                        loaded[int(i)] = self._load_unit(readers[s], self.units[s][u])
+                        loaded[int(i)] = self._load_unit(files[s], self.units[s][u], writer)
                     except _SKIPPABLE as exc:
                         if self.config.error_policy == "raise":
                             raise
-                        key = str(self.views[s].key[self.units[s][u, 0]])
+                        key = self.views[s].key(int(self.units[s][u, 0]))
                         skipped.append((key, f"{type(exc).__name__}: {exc}"))
                 kept = [i for i in range(len(positions)) if i in loaded]
-                batch = self._collate([loaded[i] for i in kept], padded[kept])
-                batch[STATS_KEY] = self._stats(worker_id, readers, skipped)
-                yield pack_arrays(batch) if info is not None else batch
+                batch = self._collate([loaded[i] for i in kept], padded[kept], writer)
+                batch["__source__"] = sources[kept]
+                if self.ring is None:  # in-process: the batch's buffers are its own
+                    batch[STATS_KEY] = self._stats(worker_id, files, skipped, sent, False)
+                    yield batch
+                    continue
+                packed = writer.pack(batch)
+                slow = slot is None or "__ring__" not in packed
+                packed[STATS_KEY] = self._stats(worker_id, files, skipped, sent, slow)
+                yield packed
         finally:
             if prefetcher is not None:
                 prefetcher.shutdown(wait=True, cancel_futures=True)
-            for reader in readers:
-                reader.close()
+            for f in files:
+                f.close()
 
-    def _prefetch(self, pool: ThreadPoolExecutor, readers: list[ShardReader], step: int) -> None:
+    def _prefetch(self, pool: ThreadPoolExecutor, files: list[ShardFiles], order_source: np.ndarray,
+                  order_unit: np.ndarray, step: int) -> None:
         """Fetch the first `shards_ahead` not-yet-open remote shards of this worker's next batch."""
         if step >= self.plan.steps:
             return
         positions, _ = positions_for_batch(self.plan, step=step, rank=self.rank, batch_size=self.batch_size)
         wanted: dict[tuple[int, int], None] = {}
-        for s, u in zip(self.order_source[positions], self.order_unit[positions], strict=True):
+        for s, u in zip(order_source[positions], order_unit[positions], strict=True):
             for row in self.units[s][u]:
                 wanted[(int(s), int(self.views[s].shard_id[row]))] = None
-        fresh = [(s, shard) for s, shard in wanted if readers[s].cache is not None and not readers[s].is_open(shard)]
+        fresh = [(s, shard) for s, shard in wanted if files[s].cache is not None and not files[s].is_open(shard)]
         for s, shard in fresh[: self.config.shards_ahead]:
-            view = self.views[s]
-            cache = readers[s].cache
-            assert cache is not None  # `fresh` holds readers with a cache only
-            pool.submit(cache.prefetch, view.shard_paths[shard], int(view.shard_bytes[shard]))
+            entry = self.views[s].manifest.shards[shard]
+            cache = files[s].cache
+            assert cache is not None  # `fresh` holds shard files with a cache only
+            pool.submit(cache.prefetch, entry.path, entry.bytes)
 
-    def _collate(self, items: list[tuple[str, Any]], padded: np.ndarray) -> dict[str, Any]:
+    def _collate(self, items: list[tuple[str, Any]], padded: np.ndarray, writer: SlotWriter) -> dict[str, Any]:
         keys = [key for key, _ in items]
         samples = [sample for _, sample in items]
         if self.config.sample_transform is not None and samples:
-            batch = default_collate(samples)
+            fns = {**default_collate_fn_map,
+                   torch.Tensor: lambda b, *, collate_fn_map=None: writer.stack_tensors(b)}
+            batch = collate(samples, collate_fn_map=fns)
         else:
             fields = dict.fromkeys(f for sample in samples for f in sample if f != "__key__")
             batch = {f: [sample.get(f) for sample in samples] for f in fields}
@@ -181,10 +241,37 @@ class BatchStream(IterableDataset):
         return batch
 
     @staticmethod
-    def _stats(worker_id: int, readers: list[ShardReader], skipped: list[tuple[str, str]]) -> dict[str, Any]:
-        counters: dict[str, int] = {}
-        for reader in readers:
-            if reader.cache is not None:
-                for name, value in asdict(reader.cache.stats).items():
-                    counters[name] = counters.get(name, 0) + value
-        return {"worker": worker_id, "counters": counters, "skipped": skipped}
+    def _stats(worker_id: int, files: list[ShardFiles], skipped: list[tuple[str, str]],
+               sent: dict[str, int], slow: bool) -> dict[str, Any]:
+        """Counters since the previous batch of this worker (workers persist across epochs)."""
+        totals = _counters(files)
+        delta = {name: value - sent.get(name, 0) for name, value in totals.items()}
+        sent.update(totals)
+        delta["ring_fallbacks"] = int(slow)
+        return {"worker": worker_id, "counters": delta, "skipped": skipped}
+
+
+def _counters(files: list[ShardFiles]) -> dict[str, int]:
+    """Cumulative cache and shard-hash counters of this process's shard files."""
+    totals: dict[str, int] = {"shards_hashed": 0}
+    for f in files:
+        if f.cache is not None:
+            for name, value in asdict(f.cache.stats).items():
+                totals[name] = totals.get(name, 0) + value
+        if f.verifications is not None:
+            totals["shards_hashed"] += f.verifications.hashed
+    return totals
+
+
+def _computed_bytes(obj: Any, writer: SlotWriter) -> int:
+    """Bytes of the arrays/tensors in a sample that are not views of its raw sample bytes
+    (decoded images, transform outputs): what a batch adds to the ring's output area."""
+    if isinstance(obj, torch.Tensor):
+        obj = obj.numpy() if obj.device.type == "cpu" else None
+    if isinstance(obj, np.ndarray):
+        return 0 if writer.holds_raw(int(obj.ctypes.data)) else obj.nbytes
+    if isinstance(obj, dict):
+        return sum(_computed_bytes(v, writer) for v in obj.values())
+    if isinstance(obj, list | tuple):
+        return sum(_computed_bytes(v, writer) for v in obj)
+    return 0

@@ -1,43 +1,42 @@
-"""Errors raised by the streaming loader.
+"""Errors raised by the streaming loader: all under `platform_lib.shards.DatasetError`.
 
-Every message names what went wrong, where (dataset URL, shard, member, byte offset, sample
-key) and what to do. All classes take a single message argument so that
-`torch.utils.data` can re-raise them in the main process with the worker's traceback.
+Bad data (manifest, index, shard bytes, checksums, decoding) raises the shard layer's errors,
+re-exported here; `LoaderError` covers what only the loader does (object store, node cache,
+shared memory, resume state). Every message names what went wrong, where (dataset URL, shard,
+member, byte offset, sample key) and what to do. All classes can be rebuilt from their message
+alone, so `torch.utils.data` re-raises them in the main process with the worker's traceback.
 """
 
 from __future__ import annotations
 
+from platform_lib.shards.errors import (
+    DatasetError,
+    DatasetIndexError,
+    ManifestError,
+    ManifestMissingError,
+    SampleDecodeError,
+    SampleIntegrityError,
+    ShardFormatError,
+)
+
 __all__ = [
     "CacheFullError",
+    "DatasetError",
     "DatasetIndexError",
-    "DatasetNotFoundError",
     "LoaderError",
+    "ManifestError",
+    "ManifestMissingError",
     "ObjectStoreUnreachableError",
     "ResumeStateError",
+    "RingError",
     "SampleDecodeError",
     "SampleIntegrityError",
-    "ShardReadError",
+    "ShardFormatError",
 ]
 
 
-class LoaderError(Exception):
-    """Base class of all loader errors."""
-
-
-class DatasetNotFoundError(LoaderError):
-    """The dataset folder has no manifest.json (unfinished build or wrong path)."""
-
-
-class DatasetIndexError(LoaderError):
-    """An index row is inconsistent: missing member, byte range outside its shard, bad shard id."""
-
-
-class ShardReadError(LoaderError):
-    """A shard could not be read: truncated, missing, or a malformed tar header inside a sample."""
-
-
-class SampleIntegrityError(LoaderError):
-    """A member's bytes do not match the sha256 recorded in the index (tampered or bit rot)."""
+class LoaderError(DatasetError):
+    """Base class of the loader's own errors (not about the dataset's bytes)."""
 
 
 class ObjectStoreUnreachableError(LoaderError):
@@ -48,9 +47,10 @@ class CacheFullError(LoaderError):
     """The node-local cache cannot hold a shard: byte limit below one shard, or disk full."""
 
 
+class RingError(LoaderError):
+    """The shared-memory ring cannot be set up (/dev/shm too small) or a sample does not fit a
+    slot (an index changed or tampered with after the loader sized the ring from it)."""
+
+
 class ResumeStateError(LoaderError, ValueError):
     """A loader state dict does not fit this loader (other dataset, seed or global batch)."""
-
-
-class SampleDecodeError(LoaderError):
-    """A member's bytes could not be decoded (corrupt JPEG, bad .npy or JSON)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import sys
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,18 +22,24 @@ from torch.utils.data import DataLoader
 from platform_lib.loading.config import LoaderConfig
 from platform_lib.loading.dataset import STATS_KEY, BatchStream
 from platform_lib.loading.decode import decode_batch_cameras_gpu, gpu_decode_available
-from platform_lib.loading.errors import CacheFullError, ResumeStateError
-from platform_lib.loading.mixing import build_mixed_order
-from platform_lib.loading.order import build_epoch_order
+from platform_lib.loading.errors import (
+    CacheFullError,
+    ObjectStoreUnreachableError,
+    ResumeStateError,
+)
+from platform_lib.loading.mixing import EpochOrders
 from platform_lib.loading.partition import EpochPlan, plan_epoch
 from platform_lib.loading.prefetch import iterate_in_background
-from platform_lib.loading.source import DatasetView, load_dataset_view
-from platform_lib.loading.transport import unpack_arrays
+from platform_lib.loading.ring import Ring, unpack_batch
 from platform_lib.loading.windows import build_units
+from platform_lib.shards.view import DatasetView, load_view
+from platform_lib.storage import StorageUnreachableError, call_with_retries
 
 __all__ = ["LoaderStats", "StreamingLoader", "build_loader", "resolve_decode"]
 
 DatasetSpec = str | os.PathLike | list[tuple[str | os.PathLike, float]]
+#: Longest wait for the one-unit output measurement, in s.
+_MEASURE_TIMEOUT_S = 300
 _STATE_VERSION = 1
 
 
@@ -66,6 +73,17 @@ class LoaderStats:
     """shard opens served from the node cache"""
     evictions: int = 0
     """shards evicted from the node cache by this rank's workers"""
+    shards_hashed: int = 0
+    """whole-shard sha256 checks this rank's workers ran (verify="shard"; once per node and
+    shard, the rest are read from the record)"""
+    ring_fallbacks: int = 0
+    """batches that did not fit a free ring slot and travelled in a private shared-memory block"""
+
+
+#: Worker counter name -> LoaderStats field.
+_COUNTERS = {"requests": "requests", "downloads": "downloads", "bytes_downloaded": "bytes_downloaded",
+             "hits": "cache_hits", "evictions": "evictions", "shards_hashed": "shards_hashed",
+             "ring_fallbacks": "ring_fallbacks"}
 
 
 def _keep_as_is(batch: Any) -> Any:
@@ -89,12 +107,67 @@ def _start_method(cfg: LoaderConfig) -> str | None:
     return "fork" if "fork" in mp.get_all_start_methods() else None
 
 
+def _measure_child(stream: BatchStream, conn: Any) -> None:
+    try:
+        conn.send(stream.output_bytes_per_unit())
+    except BaseException:  # noqa: BLE001 - the workers raise it again, with context
+        conn.send((0, {}))
+    finally:
+        conn.close()
+
+
+def _measure_outputs(stream: BatchStream, start_method: str) -> tuple[int, dict[str, int]]:
+    """Bytes a unit's decode + transform produce, measured on one unit (`output_bytes_per_unit`).
+
+    Measured in a child process started like the workers (`start_method`): the user's
+    transform never runs in the training process, and a failing one fails later in a worker,
+    with its traceback. A failed
+    measurement gives 0: batches then travel through private shared blocks (slower, correct).
+
+    Returns:
+        (bytes per unit, counters of the measurement's reads: a shard it downloaded or hashed).
+    """
+    ctx = mp.get_context(start_method)
+    receiver, sender = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_measure_child, args=(stream, sender), daemon=True,
+                        name="drivetrain-measure-outputs")
+    child.start()
+    sender.close()
+    try:
+        return receiver.recv() if receiver.poll(_MEASURE_TIMEOUT_S) else (0, {})
+    except EOFError:  # the child died (e.g. the transform exited the process)
+        return 0, {}
+    finally:
+        receiver.close()
+        child.join(timeout=5)
+        if child.is_alive():
+            child.kill()
+            child.join()
+
+
 def _as_sources(dataset: DatasetSpec) -> list[tuple[str, float]]:
     if isinstance(dataset, list | tuple):
         if not dataset:
             raise ValueError("dataset: the list of (dataset, weight) pairs is empty")
         return [(os.fspath(d), float(w)) for d, w in dataset]
     return [(os.fspath(dataset), 1.0)]
+
+
+def _open_view(url: str, split: str | None, cfg: LoaderConfig) -> DatasetView:
+    """Load the view of `url` once in the main process (workers inherit it), retrying outages.
+
+    Raises:
+        ObjectStoreUnreachableError: the store did not answer after `cfg.max_retries` retries.
+    """
+    options = dict(cfg.storage_options)
+    try:
+        return call_with_retries(
+            lambda: load_view(url, split=split, storage_options=options, error_policy=cfg.error_policy),
+            what="reading", url=f"{url}/manifest.json", max_retries=cfg.max_retries,
+            backoff_s=cfg.retry_backoff_s)
+    except StorageUnreachableError as exc:
+        raise ObjectStoreUnreachableError(
+            f"{exc}; or raise LoaderConfig.max_retries") from exc
 
 
 def resolve_decode(decode: str, cfg: LoaderConfig) -> str:
@@ -134,14 +207,15 @@ def build_loader(
             `config.camera_resize` when set; "gpu" decodes each batch's JPEGs with nvJPEG in
             this process to (3, H, W) uint8 CUDA tensors (no sample_transform); "auto": "gpu"
             where CUDA + torchvision are present and there is no sample_transform, else "cpu";
-            "none" keeps JPEG bytes.
+            "none" keeps JPEG bytes (read-only memoryviews of the ring).
         split: index split to load ("train", "val"); None loads every row.
         config: further options (`LoaderConfig`).
 
     Raises:
-        ValueError: bad argument (names it). DatasetNotFoundError, DatasetIndexError,
-        ObjectStoreUnreachableError: see `load_dataset_view`. CacheFullError: the cache byte
-        limit is below the largest shard of a remote dataset.
+        ValueError: bad argument (names it). ManifestMissingError, ManifestError (e.g. an
+        absolute or escaping shard path), DatasetIndexError: see `shards.load_view`.
+        ObjectStoreUnreachableError: the store did not answer after retries. CacheFullError:
+        the cache byte limit is below the largest shard of a remote dataset.
     """
     cfg = config or LoaderConfig()
     if not 0 <= rank < world_size:
@@ -152,11 +226,7 @@ def build_loader(
     if seed < 0:
         raise ValueError(f"seed must be >= 0, got {seed}")
     sources = _as_sources(dataset)
-    views = [
-        load_dataset_view(url, split=split, storage_options=cfg.storage_options, error_policy=cfg.error_policy,
-                          max_retries=cfg.max_retries, backoff_s=cfg.retry_backoff_s)
-        for url, _ in sources
-    ]
+    views = [_open_view(url, split, cfg) for url, _ in sources]
     for (url, _), view in zip(sources, views, strict=True):
         if len(view) == 0:  # would otherwise fail cryptically when mixing
             raise ValueError(f"dataset {url} has no samples" + (f" in split {split!r}" if split else "")
@@ -189,9 +259,14 @@ class StreamingLoader:
         self._plan = plan_epoch(self.num_positions, batch_size=batch_size, world_size=world_size,
                                 pad_policy=config.pad_policy)
         self._epoch, self._step = 0, 0
-        self._orders: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._orders = EpochOrders(
+            unit_shards=[v.shard_id[u[:, 0]] for v, u in zip(views, units, strict=True)], weights=list(weights),
+            seed=seed, shuffle=shuffle, shuffle_buffer=config.shuffle_buffer, total=self.num_positions)
         self._stats = LoaderStats(index_skipped=[s for v in views for s in v.skipped])
-        self._worker_counters: dict[int, dict[str, int]] = {}
+        self._active: weakref.ref[Iterator[dict[str, Any]]] | None = None
+        self._stream: BatchStream | None = None
+        self._data_loader: DataLoader | None = None
+        self._data_iter: Any = None
         self._begin_epoch_stats(0)
 
     @property
@@ -214,64 +289,123 @@ class StreamingLoader:
 
     def epoch_order(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
         """Return (source, unit) per global position of `epoch`: (P,) int64 each."""
-        if epoch not in self._orders:
-            orders = [
-                build_epoch_order(self.views[s].shard_id[u[:, 0]], seed=self.seed + s * 0x9E3779B1,
-                                  epoch=epoch, shuffle=self.shuffle, shuffle_buffer=self.config.shuffle_buffer)
-                for s, u in enumerate(self.units)
-            ]
-            if len(orders) == 1:
-                pair = (np.zeros(len(orders[0]), dtype=np.int64), orders[0])
-            else:
-                pair = build_mixed_order(orders, self.weights, seed=self.seed, epoch=epoch, total=self.num_positions)
-            self._orders = {epoch: pair}  # keep only the current epoch
-        return self._orders[epoch]
+        return self._orders(epoch)
 
     def epoch_keys(self, epoch: int) -> list[str]:
         """Return the sample key at each global position of `epoch` (for tests and audits)."""
         source, unit = self.epoch_order(epoch)
-        return [str(self.views[s].key[self.units[s][u, -1]]) for s, u in zip(source, unit, strict=True)]
+        return [self.views[s].key(int(self.units[s][u, -1])) for s, u in zip(source, unit, strict=True)]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        """Yield this rank's remaining batches of the current epoch.
+
+        Starting a new iteration ends the previous one: an older iterator that is still alive
+        stops (yields nothing more) and never moves `state_dict`, which therefore always
+        reflects what the newest iteration handed out.
+        """
+        previous = self._active() if self._active is not None else None
+        if previous is not None:
+            previous.close()  # stops its receiving thread; its batches are dropped
+        batches = self._epoch_batches()
+        self._active = weakref.ref(batches)  # no reference cycle: workers stop with the loader
+        return batches
+
+    def close(self) -> None:
+        """Stop the worker processes and release the shared-memory ring (also done on garbage
+        collection; call it to free them at a known point)."""
+        previous = self._active() if self._active is not None else None
+        if previous is not None:
+            previous.close()
+        self._active = None
+        self._shutdown_workers()
+        if self._stream is not None and self._stream.ring is not None:
+            self._stream.ring.close()
+
+    def __enter__(self) -> StreamingLoader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _build_stream(self) -> BatchStream:
+        """Create the batch stream and, with workers, its ring once (sized from the index and one
+        measured unit)."""
+        if self._stream is not None:
+            return self._stream
+        cfg = self.config
+        stream = BatchStream(views=self.views, units=self.units, orders=self._orders, plan=self._plan,
+                             rank=self.rank, batch_size=self.batch_size,
+                             decode="none" if self.decode == "gpu" else self.decode, config=cfg)
+        if self.num_workers == 0:  # read in this process: no hand-off, no ring
+            self._stream = stream
+            return stream
+        largest = max(int(v.sample_size.max()) if len(v) else 0 for v in self.views)
+        raw = self.batch_size * cfg.window_frames * -(-(largest + 1) // 64) * 64
+        output = 0
+        if stream.decode != "none" or cfg.sample_transform is not None:
+            computed, counters = _measure_outputs(stream, _start_method(cfg) or mp.get_start_method())
+            self._absorb({"counters": counters, "skipped": []})
+            output = int(self.batch_size * computed * 1.25) + (1 << 20) if computed else 0
+        held = -(-(cfg.prefetch_depth + 2) // self.num_workers)  # receive queue + the loop's batches
+        stream.ring = Ring(num_workers=self.num_workers, slots_per_worker=cfg.prefetch_depth + held + 1,
+                           raw_bytes=raw, output_bytes=output, shm_dir=cfg.shm_dir, pin=cfg.pin_memory,
+                           keep_name=_start_method(cfg) != "fork")
+        self._stream = stream
+        return stream
+
+    def _batches_of(self, stream: BatchStream) -> Iterator[dict[str, Any]]:
+        """Raw (packed) batches of the iteration set in the ring: persistent workers, or in-process."""
+        if self.num_workers == 0:
+            return iter(stream)
+        if self._data_loader is None:
+            cfg = self.config
+            self._data_loader = DataLoader(
+                stream, batch_size=None, collate_fn=_keep_as_is, timeout=cfg.worker_timeout_s,
+                worker_init_fn=_init_worker, num_workers=self.num_workers, persistent_workers=True,
+                prefetch_factor=cfg.prefetch_depth, multiprocessing_context=_start_method(cfg))
+        self._data_iter = iter(self._data_loader)  # first: start workers; then: reset them
+        return self._data_iter
+
+    def _shutdown_workers(self) -> None:
+        # torch's re-raised worker exception sits in a reference cycle with its iterator, so
+        # without this the workers would live until a cyclic GC (maybe in a forked child).
+        shutdown = getattr(self._data_iter, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
+        self._data_iter = self._data_loader = None
+
+    def _epoch_batches(self) -> Iterator[dict[str, Any]]:
         if self._step >= self._plan.steps:  # finished epoch: move on
             self._epoch, self._step = self._epoch + 1, 0
         epoch = self._epoch
-        source, unit = self.epoch_order(epoch)
-        stream = BatchStream(views=self.views, units=self.units, order_source=source, order_unit=unit,
-                             plan=self._plan, rank=self.rank, batch_size=self.batch_size,
-                             start_step=self._step, decode="none" if self.decode == "gpu" else self.decode,
-                             config=self.config)
-        cfg = self.config
-        workers: dict[str, Any] = dict(num_workers=self.num_workers, prefetch_factor=cfg.prefetch_depth,
-                       multiprocessing_context=_start_method(cfg)) if self.num_workers > 0 else {}
+        stream = self._build_stream()
+        if stream.ring is not None:
+            stream.ring.begin_iteration()
+        stream.start(epoch=epoch, start_step=self._step)
 
         def receive() -> Iterator[dict[str, Any]]:
-            loader = DataLoader(stream, batch_size=None, collate_fn=_keep_as_is, timeout=cfg.worker_timeout_s,
-                                worker_init_fn=_init_worker,
-                                pin_memory=cfg.pin_memory and torch.cuda.is_available(), **workers)
-            iterator = iter(loader)
             try:
-                for batch in iterator:
-                    batch = unpack_arrays(batch)
+                for batch in self._batches_of(stream):
+                    batch = unpack_batch(batch, stream.ring)
                     batch["__padded__"] = torch.from_numpy(batch["__padded__"])
+                    batch["__source__"] = torch.from_numpy(np.asarray(batch["__source__"], dtype=np.int64))
                     yield batch
-            finally:
-                # Stop the workers now, also after a worker error or an early break: torch's
-                # re-raised worker exception sits in a reference cycle with this iterator, so
-                # without this the workers live until a cyclic GC (which may run in a forked child).
-                shutdown = getattr(iterator, "_shutdown_workers", None)
-                if shutdown is not None:
-                    shutdown()
+            except Exception:
+                self._shutdown_workers()  # a failed iteration: start afresh next time
+                raise
 
         self._begin_epoch_stats(epoch)
-        batches = iterate_in_background(receive, depth=cfg.prefetch_depth) if self.num_workers > 0 else receive()
-        for batch in batches:
-            self._absorb(batch.pop(STATS_KEY))
-            if self.decode == "gpu":
-                batch = decode_batch_cameras_gpu(batch, cfg.camera_resize)
-            self._step += 1
-            yield batch
-        self._fold_worker_counters()
+        depth = self.config.prefetch_depth
+        batches = iterate_in_background(receive, depth=depth) if self.num_workers > 0 else receive()
+        try:
+            for batch in batches:
+                self._absorb(batch.pop(STATS_KEY))
+                if self.decode == "gpu":
+                    batch = decode_batch_cameras_gpu(batch, self.config.camera_resize)
+                self._step += 1
+                yield batch
+        finally:
+            batches.close()
         if self._step >= self._plan.steps and self._epoch == epoch:
             self._epoch, self._step = epoch + 1, 0
 
@@ -281,35 +415,18 @@ class StreamingLoader:
         self._stats.epoch, self._stats.steps_per_epoch = epoch, plan.steps
         self._stats.padded = int((raw >= plan.num_positions).sum())
         self._stats.padded_global, self._stats.dropped_global = plan.padded, plan.dropped
-        self._fold_worker_counters()
 
     def _absorb(self, worker_stats: dict[str, Any]) -> None:
-        self._worker_counters[worker_stats["worker"]] = worker_stats["counters"]
+        counters = worker_stats["counters"]
+        for src, dst in _COUNTERS.items():
+            setattr(self._stats, dst, getattr(self._stats, dst) + counters.get(src, 0))
         self._stats.skipped += len(worker_stats["skipped"])
         self._stats.skipped_samples.extend(worker_stats["skipped"])
 
-    def _fold_worker_counters(self) -> None:
-        names = {"requests": "requests", "downloads": "downloads", "bytes_downloaded": "bytes_downloaded",
-                 "hits": "cache_hits", "evictions": "evictions"}
-        for counters in self._worker_counters.values():
-            for src, dst in names.items():
-                setattr(self._stats, dst, getattr(self._stats, dst) + counters.get(src, 0))
-        self._worker_counters = {}
-
     @property
     def stats(self) -> LoaderStats:
-        """Counters so far (padding of the current epoch, skips, object-store requests)."""
-        snapshot = LoaderStats(**{**self._stats.__dict__})
-        pending = LoaderStats()
-        for counters in self._worker_counters.values():
-            pending.requests += counters.get("requests", 0)
-            pending.downloads += counters.get("downloads", 0)
-            pending.bytes_downloaded += counters.get("bytes_downloaded", 0)
-            pending.cache_hits += counters.get("hits", 0)
-            pending.evictions += counters.get("evictions", 0)
-        for name in ("requests", "downloads", "bytes_downloaded", "cache_hits", "evictions"):
-            setattr(snapshot, name, getattr(snapshot, name) + getattr(pending, name))
-        return snapshot
+        """Counters so far (padding of the current epoch, skips, object-store requests, ring)."""
+        return LoaderStats(**{**self._stats.__dict__})
 
     def state_dict(self) -> dict[str, Any]:
         """Return the resumable position: epoch and global samples consumed (plus identity checks).

@@ -7,11 +7,13 @@ takes the k-th unit of s's own epoch order (wrapping when a source is oversample
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
-from platform_lib.loading.order import derive_rng
+from platform_lib.loading.order import build_epoch_order, derive_rng
 
-__all__ = ["allocate_counts", "build_mixed_order"]
+__all__ = ["EpochOrders", "allocate_counts", "build_mixed_order"]
 
 _MIX_STREAM = 0x313C
 
@@ -56,3 +58,39 @@ def build_mixed_order(
         where = np.flatnonzero(source == s)
         unit[where] = order[np.arange(len(where)) % len(order)]
     return source, unit
+
+
+@dataclass(kw_only=True, eq=False)
+class EpochOrders:
+    """The global order of any epoch, (source, unit) per position; a function of (seed, epoch).
+
+    Picklable and cheap to hold: persistent workers compute the order of the epoch they are
+    told to run themselves (the last epoch's order is cached).
+    """
+
+    unit_shards: list[np.ndarray]
+    """per source, (U_s,) int64 shard id of each unit's first frame"""
+    weights: list[float]
+    """per source, relative weight (one source: [1.0])"""
+    seed: int
+    """global seed"""
+    shuffle: bool
+    """False keeps the natural (shard, offset) order"""
+    shuffle_buffer: int
+    """window of the block shuffle, in units"""
+    total: int
+    """positions per epoch"""
+    _cache: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+
+    def __call__(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """Return (source, unit) per global position of `epoch`: (P,) int64 each."""
+        if epoch not in self._cache:
+            orders = [build_epoch_order(shards, seed=self.seed + s * 0x9E3779B1, epoch=epoch,
+                                        shuffle=self.shuffle, shuffle_buffer=self.shuffle_buffer)
+                      for s, shards in enumerate(self.unit_shards)]
+            if len(orders) == 1:
+                pair = (np.zeros(len(orders[0]), dtype=np.int64), orders[0])
+            else:
+                pair = build_mixed_order(orders, self.weights, seed=self.seed, epoch=epoch, total=self.total)
+            self._cache = {epoch: pair}  # keep only the latest epoch
+        return self._cache[epoch]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from platform_lib.loading.source import DatasetView
+from platform_lib.shards.view import DatasetView
 
 __all__ = ["build_units"]
 
@@ -23,8 +23,8 @@ def build_units(view: DatasetView, *, window_frames: int, window_stride: int) ->
     num_rows = len(view)
     if window_frames == 1:
         return np.arange(num_rows, dtype=np.int64)[:, None]
-    by_log = np.lexsort((view.frame_index, view.log_id.astype(str)))
-    log_ids = view.log_id[by_log]
+    by_log = np.lexsort((view.frame_index, view.log_code))
+    log_ids = view.log_code[by_log]
     frames = view.frame_index[by_log]
     # A run breaks where the log changes or a frame index is skipped.
     breaks = np.ones(num_rows, dtype=bool)

@@ -28,8 +28,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
+import pyarrow.compute as pc
 
+from platform_lib.shards.manifest import Manifest
+from platform_lib.shards.reader import open_dataset
 from platform_lib.training.config import hash_config
 
 __all__ = [
@@ -73,17 +75,13 @@ def hash_val_split(dataset_dir: str | Path, split: str = "val") -> str:
     whose validation samples are byte-identical share it even if their train splits differ.
 
     Raises:
-        FileNotFoundError: `index.parquet` is missing.
+        ManifestMissingError: `dataset_dir` is not a built dataset (a FileNotFoundError).
+        DatasetError: the manifest or index does not follow docs/format.md.
         ValueError: the split has no samples.
     """
-    index_path = Path(dataset_dir) / "index.parquet"
-    if not index_path.is_file():
-        raise FileNotFoundError(f"{index_path} is missing: {dataset_dir} is not a built dataset")
-    table = pq.read_table(index_path, columns=["key", "split", "content_hash"]).to_pydict()
-    rows = sorted(
-        (k, h) for k, s, h in zip(table["key"], table["split"], table["content_hash"], strict=True)
-        if s == split
-    )
+    index = open_dataset(dataset_dir).index
+    table = index.filter(pc.equal(index["split"], split)).select(["key", "content_hash"]).to_pydict()
+    rows = sorted(zip(table["key"], table["content_hash"], strict=True))
     if not rows:
         raise ValueError(f"dataset {dataset_dir} has no {split!r} samples in index.parquet")
     return hashlib.sha256("".join(f"{k}\0{h}\n" for k, h in rows).encode()).hexdigest()
@@ -129,7 +127,7 @@ def resolve_flyte_execution_id() -> str:
 
 def build_lineage(
     *,
-    manifest: dict[str, Any],
+    manifest: Manifest,
     dataset_dir: str | Path,
     config: Any,
     seed: int,
@@ -140,7 +138,7 @@ def build_lineage(
     """Collect the lineage of a model trained on `dataset_dir` with `config`.
 
     Args:
-        manifest: the dataset's manifest dict (`platform_lib.shards.load_manifest`).
+        manifest: the dataset's manifest (`platform_lib.shards.load_manifest`).
         dataset_dir: local dataset folder (for the validation split hash).
         config: the training config dataclass.
         seed: training seed.
@@ -148,9 +146,9 @@ def build_lineage(
         execution_id: Flyte execution id; `resolve_flyte_execution_id()` when None.
         code_version: version of the training code; `resolve_code_version()` when None.
     """
-    logs = {log["log_id"]: log["content_hash"] for log in manifest.get("source_logs", [])}
+    logs = {log.log_id: log.content_hash for log in manifest.source_logs}
     return Lineage(
-        dataset_hash=manifest["dataset_hash"],
+        dataset_hash=manifest.dataset_hash,
         val_split_hash=hash_val_split(dataset_dir),
         raw_logs_hash=raw_logs_hash or "unknown",
         source_log_hashes=json.dumps(logs, sort_keys=True, separators=(",", ":")),

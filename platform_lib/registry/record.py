@@ -83,7 +83,7 @@ def record_training_run(
         raw_logs_hash=raw_logs_hash, execution_id=execution_id, code_version=code_version,
     )
     client = configure_mlflow()
-    tags = lineage.to_tags() | {"model_name": model_name, "source": manifest["source"]}
+    tags = lineage.to_tags() | {"model_name": model_name, "source": manifest.source}
     streamed = run_dir / MLFLOW_RUN_JSON  # training streamed metrics to this run: continue it
     if streamed.is_file():
         run_id = json.loads(streamed.read_text())["run_id"]
@@ -92,8 +92,8 @@ def record_training_run(
         run_id = start_training_run(client, run_name=f"{model_name}-{lineage.config_hash[:8]}", tags=tags)
     try:
         log_params(client, run_id, {"train": config.to_dict(), "dataset": {
-            "dataset_hash": manifest["dataset_hash"], "source": manifest["source"],
-            "num_samples": manifest["num_samples"], "splits": manifest["splits"].get("counts", {}),
+            "dataset_hash": manifest.dataset_hash, "source": manifest.source,
+            "num_samples": manifest.num_samples, "splits": dict(manifest.splits.counts),
         }})
         log_step_metrics(client, run_id, run_dir / "metrics.jsonl")
         log_eval_table(client, run_id, table)

@@ -29,6 +29,7 @@ from platform_lib.shards.index import INDEX_NAME, write_index
 from platform_lib.shards.manifest import (
     FORMAT_VERSION,
     MANIFEST_NAME,
+    Manifest,
     builder_version,
     compute_dataset_hash,
     write_manifest,
@@ -128,7 +129,7 @@ def _publish(staging: Path, output: Path, overwrite: bool) -> None:
 def write_dataset(frames: Iterable[Frame | FrameError], output_dir: str | Path,
                   config: BuildConfig, *, source: str, source_logs: list[dict[str, Any]],
                   input_root: str | Path | None = None, total: int | None = None
-                  ) -> dict[str, Any]:
+                  ) -> Manifest:
     """Write `frames` as a published dataset at `output_dir`; return the manifest.
 
     Args:
@@ -152,7 +153,7 @@ def write_dataset(frames: Iterable[Frame | FrameError], output_dir: str | Path,
 
 def _write_prepared(items: Iterable[PreparedFrame | FrameError], output_dir: str | Path,
                     config: BuildConfig, *, source: str, source_logs: list[dict[str, Any]],
-                    input_root: str | Path | None, total: int | None) -> dict[str, Any]:
+                    input_root: str | Path | None, total: int | None) -> Manifest:
     output = Path(output_dir).absolute()
     _check_output(output, config.overwrite)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -172,7 +173,7 @@ def _write_prepared(items: Iterable[PreparedFrame | FrameError], output_dir: str
 
 def _write_staging(items: Iterable[PreparedFrame | FrameError], staging: Path,
                    config: BuildConfig, *, source: str, source_logs: list[dict[str, Any]],
-                   input_root: str | Path | None, total: int | None) -> dict[str, Any]:
+                   input_root: str | Path | None, total: int | None) -> Manifest:
     progress = sys.stderr.isatty() if config.progress is None else config.progress
     bad = BadFrames(input_root=input_root)
     rows: list[dict[str, Any]] = []
@@ -225,7 +226,7 @@ def _write_staging(items: Iterable[PreparedFrame | FrameError], staging: Path,
     for entry in sorted(source_logs, key=lambda e: e["log_id"]):
         logs.append({**entry, "num_frames": frames_per_log.get(entry["log_id"], 0),
                      "num_quarantined": quarantined_per_log.get(entry["log_id"], 0)})
-    manifest = {
+    manifest = Manifest.from_dict({
         "format_version": FORMAT_VERSION,
         "builder_version": builder_version(),
         "dataset_hash": compute_dataset_hash(index_sha, shard_entries),
@@ -242,14 +243,14 @@ def _write_staging(items: Iterable[PreparedFrame | FrameError], staging: Path,
         "class_counts": class_counts,
         "quarantine": bad.entries() if config.quarantine else [],
         "build_config": config.recorded(),
-    }
+    }, where=f"{staging}/{MANIFEST_NAME}")
     fsync_dir(staging / "shards")
     write_manifest(staging, manifest)
     return manifest
 
 
 def build_dataset(source: str, input_path: str | Path, output_dir: str | Path,
-                  config: BuildConfig) -> dict[str, Any]:
+                  config: BuildConfig) -> Manifest:
     """Build a dataset from raw logs of `source` ("pandaset" | "synthetic") at `input_path`.
 
     With `config.workers > 1`, logs are read and encoded in that many processes (one log per

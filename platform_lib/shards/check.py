@@ -6,7 +6,7 @@ import os
 
 from platform_lib.errors import UserError
 from platform_lib.shards.errors import DatasetError
-from platform_lib.shards.manifest import load_manifest
+from platform_lib.shards.manifest import Manifest, load_manifest
 from platform_lib.shards.validate import validate_dataset
 
 __all__ = ["check_dataset", "describe_empty_split_fix", "explain_dataset_error"]
@@ -51,7 +51,7 @@ def describe_empty_split_fix(method: str) -> str:
 
 def check_dataset(
     dataset_dir: str | os.PathLike[str], *, splits: tuple[str, ...] = ("train", "val")
-) -> dict:
+) -> Manifest:
     """Validate a built dataset (`validate_dataset`) and check that every split in `splits` has samples.
 
     Returns:
@@ -69,8 +69,7 @@ def check_dataset(
             "rebuild it; `drivetrain data validate` lists every problem",
         )
     manifest = load_manifest(os.fspath(dataset_dir))
-    counts = manifest["splits"].get("counts", {})
-    method = manifest["splits"].get("method", "?")
+    counts, method = dict(manifest.splits.counts), manifest.splits.method
     empty = [s for s in splits if counts.get(s, 0) < 1]
     if empty:
         raise UserError(

@@ -24,6 +24,7 @@ __all__ = [
     "decode_sample",
     "dumps_json",
     "encode_frame",
+    "npy_view",
     "save_npy",
     "summarize_frame",
 ]
@@ -127,12 +128,48 @@ def summarize_frame(frame: Frame) -> dict[str, Any]:
     }
 
 
-def _load_npy(data: bytes, name: str, key: str, shard: str) -> np.ndarray:
+#: Longest .npy preamble: magic (6) + version (2) + length (4) + header (< 2**16 for v1; we
+#: read this much and let numpy refuse a longer v2 header).
+_NPY_HEADER_MAX = 12 + 65536
+
+
+def npy_view(data: bytes | memoryview) -> np.ndarray:
+    """Return the array of `.npy` bytes as a view of `data` (header parse only, no copy).
+
+    Follows the NPY format spec (numpy.lib.format, versions 1.0-3.0); object arrays refused.
+
+    Raises:
+        ValueError: not an .npy, object dtype, or fewer data bytes than the header needs.
+    """
+    view = memoryview(data).cast("B")
+    header = io.BytesIO(view[:_NPY_HEADER_MAX].tobytes())  # the header only (small copy)
+    version = np.lib.format.read_magic(header)
+    read_header = {(1, 0): np.lib.format.read_array_header_1_0,
+                   (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+    if read_header is None:
+        raise ValueError(f"unsupported .npy version {version}")
+    shape, fortran, dtype = read_header(header)
+    if dtype.hasobject:
+        raise ValueError("object arrays are not allowed in shards")
+    count = int(np.prod(shape, dtype=np.int64))
+    start = header.tell()
+    if len(view) - start < count * dtype.itemsize:
+        raise ValueError(f"data holds {len(view) - start} bytes, the header needs "
+                         f"{count * dtype.itemsize}")
+    array = np.frombuffer(view, dtype=dtype, count=count, offset=start)
+    return array.reshape(shape, order="F" if fortran else "C")
+
+
+def _load_npy(data: bytes | memoryview, name: str, key: str, shard: str) -> np.ndarray:
     try:
-        return np.load(io.BytesIO(data), allow_pickle=False)
+        return npy_view(data)
     except Exception as exc:
         raise ValueError(f"sample {key} in {shard}: member {name} is not a valid .npy "
                          f"({exc}); run `drivetrain data validate` on the dataset") from exc
+
+
+def _load_json(data: bytes | memoryview) -> Any:
+    return json.loads(data if isinstance(data, bytes) else bytes(data))
 
 
 def decode_sample(members: dict[str, Any], *, decode: Literal["cpu", "none"] = "cpu"
@@ -140,10 +177,12 @@ def decode_sample(members: dict[str, Any], *, decode: Literal["cpu", "none"] = "
     """Decode one sample's member bytes into the "Decoded sample" dict of docs/format.md.
 
     Args:
-        members: ext name -> bytes (`front_camera.jpg`, `lidar.npy`, ...), as a WebDataset
-            sample or `DatasetReader.read_sample` gives it; optional str entries `__key__`
-            and `__shard__` (or WebDataset's `__url__`) are carried over for provenance.
-        decode: "cpu" decodes JPEGs to (H, W, 3) uint8 RGB; "none" keeps the JPEG bytes.
+        members: ext name -> bytes or a buffer view (`front_camera.jpg`, `lidar.npy`, ...), as
+            a WebDataset sample, `DatasetReader.read_sample` or the loader's ring gives it;
+            optional str entries `__key__` and `__shard__` (or WebDataset's `__url__`) are
+            carried over for provenance. Arrays are views of these buffers (no copy).
+        decode: "cpu" decodes JPEGs to (H, W, 3) uint8 RGB; "none" keeps the JPEG bytes (the
+            object given: bytes, or a memoryview into the buffer).
 
     Returns:
         {"__key__", "__shard__", "cameras", "lidar" (N, 4) float32, "lidar_seg" (N,) int32 or
@@ -167,20 +206,20 @@ def decode_sample(members: dict[str, Any], *, decode: Literal["cpu", "none"] = "
             continue
         data = members[name]
         if decode == "none":
-            cameras[name[:-4]] = bytes(data)
+            cameras[name[:-4]] = data
             continue
         try:
             cameras[name[:-4]] = simplejpeg.decode_jpeg(data, colorspace="RGB")
         except Exception as exc:
             raise ValueError(f"sample {key} in {shard}: {name} is not a decodable JPEG "
                              f"({exc}); run `drivetrain data validate`") from exc
-    calib = json.loads(members["calib.json"])
+    calib = _load_json(members["calib.json"])
     for cam in calib["cameras"].values():
         cam["intrinsics"] = np.asarray(cam["intrinsics"], dtype=np.float64)
         cam["extrinsics"] = np.asarray(cam["extrinsics"], dtype=np.float64)
-    pose = json.loads(members["pose.json"])
+    pose = _load_json(members["pose.json"])
     pose["ego_pose"] = np.asarray(pose["ego_pose"], dtype=np.float64)
-    cuboids = json.loads(members["cuboids.json"])
+    cuboids = _load_json(members["cuboids.json"])
     for field in ("center", "size"):
         cuboids[field] = np.asarray(cuboids[field], dtype=np.float64).reshape(-1, 3)
     cuboids["yaw"] = np.asarray(cuboids["yaw"], dtype=np.float64).reshape(-1)

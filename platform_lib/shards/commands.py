@@ -6,13 +6,16 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from platform_lib.errors import UserError
 from platform_lib.shards.errors import BuildError
 from platform_lib.shards.sources import SOURCE_NAMES
 from platform_lib.shards.split import SPLIT_METHODS
 from platform_lib.sources import DEFAULT_SPLITS
+
+if TYPE_CHECKING:  # the manifest module pulls pydantic; keep the CLI import light
+    from platform_lib.shards.manifest import Manifest
 
 # Heavy modules (pyarrow, pandera, numpy) are imported inside the commands so that
 # `drivetrain --help` and other command groups start fast.
@@ -57,20 +60,20 @@ def ensure_synthetic_logs(input_path: Path, *, num_logs: int | None, frames_per_
             f"(seed {config.seed}) into {input_path}")
 
 
-def summarize_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
+def summarize_manifest(manifest: Manifest) -> dict[str, Any]:
     """Return the `data inspect` summary of a manifest."""
     return {
-        "dataset_hash": manifest["dataset_hash"],
-        "source": manifest.get("source"),
-        "num_samples": manifest["num_samples"],
-        "num_shards": manifest["num_shards"],
-        "total_bytes": manifest["total_bytes"],
-        "sensors": manifest["sensors"],
-        "class_counts": manifest.get("class_counts", {}),
-        "splits": manifest.get("splits", {}).get("counts", {}),
-        "num_logs": len(manifest.get("source_logs", [])),
-        "num_quarantined": len(manifest.get("quarantine", [])),
-        "builder_version": manifest.get("builder_version"),
+        "dataset_hash": manifest.dataset_hash,
+        "source": manifest.source,
+        "num_samples": manifest.num_samples,
+        "num_shards": manifest.num_shards,
+        "total_bytes": manifest.total_bytes,
+        "sensors": manifest.sensors.model_dump(mode="json"),
+        "class_counts": dict(manifest.class_counts),
+        "splits": dict(manifest.splits.counts),
+        "num_logs": len(manifest.source_logs),
+        "num_quarantined": len(manifest.quarantine),
+        "builder_version": manifest.builder_version,
     }
 
 
@@ -108,22 +111,22 @@ def _run_build(args: argparse.Namespace) -> int:
         raise UserError("raw-log folder does not exist", str(input_path),
                         f"pass --input a folder of {args.source} logs")
     manifest = build_dataset(args.source, input_path, args.output, config)
-    split_counts = manifest["splits"].get("counts", {})
+    split_counts = dict(manifest.splits.counts)
     for split in ("train", "val"):
         if not split_counts.get(split):
             from platform_lib.shards.check import describe_empty_split_fix
 
             print(f"warning: split {split!r} is empty (split {config.split}, counts {split_counts}) "
                   f"(--split): {describe_empty_split_fix(config.split)}", file=sys.stderr)
-    print(f"built {args.output}: {manifest['num_samples']} samples in {manifest['num_shards']} "
-          f"shards, {manifest['total_bytes'] / 1e6:.1f} MB, dataset_hash "
-          f"{manifest['dataset_hash']}")
-    if manifest["quarantine"]:
+    print(f"built {args.output}: {manifest.num_samples} samples in {manifest.num_shards} "
+          f"shards, {manifest.total_bytes / 1e6:.1f} MB, dataset_hash "
+          f"{manifest.dataset_hash}")
+    if manifest.quarantine:
         counts: dict[str, int] = {}
-        for entry in manifest["quarantine"]:
+        for entry in manifest.quarantine:
             counts[entry["reason"]] = counts.get(entry["reason"], 0) + 1
         detail = ", ".join(f"{r}: {n}" for r, n in sorted(counts.items()))
-        print(f"quarantined {len(manifest['quarantine'])} frame(s) ({detail}); "
+        print(f"quarantined {len(manifest.quarantine)} frame(s) ({detail}); "
               "see manifest.json 'quarantine'")
     return 0
 

@@ -16,7 +16,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from schemas.index import INDEX_SCHEMA
+from platform_lib.shards.errors import DatasetIndexError
+from schemas.index import INDEX_SCHEMA, INDEX_SCHEMA_WITHOUT_XXH3
 
 __all__ = ["INDEX_NAME", "PARQUET_OPTIONS", "build_index_table", "read_index", "write_index"]
 
@@ -65,17 +66,44 @@ def write_index(rows: list[dict[str, Any]], path: Path) -> tuple[str, int]:
     return hashlib.sha256(data).hexdigest(), len(data)
 
 
+def _same_type(a: pa.DataType, b: pa.DataType) -> bool:
+    """Equal types, ignoring list item names ("item" vs Parquet's "element") and nullability
+    flags (a table rewritten by other tools loses them; nulls themselves are checked)."""
+    if pa.types.is_list(a) and pa.types.is_list(b):
+        return _same_type(a.value_type, b.value_type)
+    if pa.types.is_struct(a) and pa.types.is_struct(b):
+        return [f.name for f in a] == [f.name for f in b] and all(
+            _same_type(f.type, g.type) for f, g in zip(a, b, strict=True))
+    return a == b
+
+
+def _same_schema(a: pa.Schema, b: pa.Schema) -> bool:
+    return a.names == b.names and all(_same_type(f.type, g.type) for f, g in zip(a, b, strict=True))
+
+
 def read_index(source: str | Path | Any, *, where: str = "") -> pa.Table:
     """Read index.parquet (a path or an open binary file) and check its Arrow schema.
 
+    Indexes built before members carried `xxh3_64` (`INDEX_SCHEMA_WITHOUT_XXH3`) are accepted.
+
     Raises:
-        ValueError: the columns or types differ from `INDEX_SCHEMA`; names `where`.
+        DatasetIndexError: not Parquet, or the columns or types differ from `INDEX_SCHEMA`;
+            names `where`.
     """
-    table = pq.read_table(source)
-    if not table.schema.equals(INDEX_SCHEMA, check_metadata=False):
+    try:
+        table = pq.read_table(source)
+    except (pa.ArrowException, OSError) as exc:
+        raise DatasetIndexError(f"{where or source}: not a readable Parquet index ({exc}); "
+                                "rebuild the dataset") from exc
+    schema = next((s for s in (INDEX_SCHEMA, INDEX_SCHEMA_WITHOUT_XXH3)
+                   if _same_schema(table.schema, s)), None)
+    if schema is None:
         expected = {f.name: str(f.type) for f in INDEX_SCHEMA}
         actual = {f.name: str(f.type) for f in table.schema}
         diff = sorted(set(expected.items()) ^ set(actual.items()))
-        raise ValueError(f"{where or source}: index schema differs from docs/format.md "
-                         f"(differing columns: {diff}); rebuild the dataset")
-    return table
+        raise DatasetIndexError(f"{where or source}: index schema differs from docs/format.md "
+                                f"(differing columns: {diff}); rebuild the dataset")
+    nulls = [name for name in table.column_names if table.column(name).null_count]
+    if nulls:
+        raise DatasetIndexError(f"{where or source}: columns {nulls} hold nulls; rebuild the dataset")
+    return table if table.schema.equals(schema, check_metadata=False) else table.cast(schema)

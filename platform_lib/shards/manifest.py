@@ -1,4 +1,9 @@
-r"""manifest.json: the identity and inventory of a dataset, written LAST (docs/format.md).
+r"""manifest.json as a typed object: the identity and inventory of a dataset, written LAST.
+
+`Manifest` (pydantic, frozen) is what every reader gets: it is validated when loaded, so no
+caller reads a dict by key or re-checks a field. Shard paths must be `shards/shard-NNNNNN.tar`
+(no absolute path, no `..`): a manifest from object storage can therefore never make a reader
+or the node cache touch a file outside the dataset or cache folder.
 
 `dataset_hash` = sha256 of the text `index:<index sha256>\n` followed by one line
 `<shard path>:<shard sha256>\n` per shard in manifest order; it changes whenever any byte of
@@ -10,19 +15,28 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-import fsspec
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from platform_lib.shards.errors import DatasetError, ManifestMissingError
+from platform_lib.shards.errors import ManifestError, ManifestMissingError
 from platform_lib.shards.writer import fsync_dir
+from platform_lib.storage import resolve_fs
 
 __all__ = [
     "FORMAT_VERSION",
     "MANIFEST_NAME",
+    "SHARD_PATH_FORM",
+    "IndexEntry",
+    "Manifest",
+    "Sensors",
+    "ShardEntry",
+    "Splits",
     "builder_version",
+    "check_shard_path",
     "compute_dataset_hash",
     "dumps_manifest",
     "load_manifest",
@@ -32,7 +46,168 @@ __all__ = [
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
-_REQUIRED = ("format_version", "dataset_hash", "num_samples", "shards", "index", "sensors")
+#: The only shard path form a manifest may hold (relative, inside `shards/`).
+SHARD_PATH_FORM = "shards/shard-NNNNNN.tar"
+_SHARD_PATH = r"^shards/shard-[0-9]{6}\.tar$"
+_SHA256 = r"^[0-9a-f]{64}$"
+
+
+def check_shard_path(path: str) -> str:
+    """Return `path` when it is `shards/shard-NNNNNN.tar`; raise otherwise.
+
+    Raises:
+        ValueError: absolute, escaping (`..`) or otherwise unexpected path; the message says why
+            it is refused.
+    """
+    if not isinstance(path, str) or not re.match(_SHARD_PATH, path):
+        raise ValueError(f"shard path {path!r} is not of the form {SHARD_PATH_FORM} (absolute and "
+                         "'..' paths are refused: they would read or write files outside the "
+                         "dataset and cache folders)")
+    return path
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+class ShardEntry(_Record):
+    """One shard of the dataset (manifest "shards" entry)."""
+
+    path: str
+    """shard path relative to the dataset root, `shards/shard-NNNNNN.tar`"""
+    sha256: str = Field(pattern=_SHA256)
+    """sha256 hex of the whole shard file"""
+    bytes: int = Field(ge=0)
+    """shard file size, in bytes"""
+    num_samples: int = Field(ge=0)
+    """samples in the shard"""
+    location: str | None = None
+    """merged datasets only: where the shard's bytes are (URL, absolute path, or relative to
+    the dataset root); None: `<root>/<path>`"""
+
+    @field_validator("path")
+    @classmethod
+    def _check_path(cls, value: str) -> str:
+        return check_shard_path(value)
+
+
+class IndexEntry(_Record):
+    """The index file (manifest "index")."""
+
+    path: Literal["index.parquet"]
+    """index path relative to the dataset root"""
+    sha256: str = Field(pattern=_SHA256)
+    """sha256 hex of index.parquet"""
+    bytes: int = Field(ge=0)
+    """index.parquet size, in bytes"""
+
+
+class Sensors(_Record):
+    """Sensors every sample carries (manifest "sensors")."""
+
+    cameras: tuple[str, ...]
+    """camera names, sorted; each is a `<camera>.jpg` member"""
+    lidar: bool
+    """every sample has `lidar.npy`"""
+    lidar_seg: bool
+    """samples carry `lidar_seg.npy` (per-point class ids)"""
+    radar: bool
+    """samples carry `radar.npy`"""
+
+    def required_members(self) -> tuple[str, ...]:
+        """Member names every sample must have (cameras, LiDAR, cuboids, calibration, pose)."""
+        lidar = ("lidar.npy",) if self.lidar else ()
+        return (*(f"{c}.jpg" for c in self.cameras), *lidar, "cuboids.json", "calib.json", "pose.json")
+
+
+class SourceLog(_Record):
+    """One raw log the dataset was built from (manifest "source_logs" entry)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow", strict=True)
+    log_id: str
+    """log (sequence) id"""
+    content_hash: str
+    """sha256 over the sorted (relpath, sha256) of the log's raw files"""
+    num_frames: int = Field(default=0, ge=0)
+    """samples written from the log"""
+    num_quarantined: int = Field(default=0, ge=0)
+    """frames of the log left out (quarantine)"""
+
+
+class Splits(_Record):
+    """Train/val assignment (manifest "splits")."""
+
+    method: str
+    """"by_log" or "by_frame_range\""""
+    params: dict[str, Any]
+    """parameters of the method (chosen val logs, fraction, frames per log)"""
+    counts: dict[str, int]
+    """samples per split, e.g. {"train": 8, "val": 2}"""
+
+
+class Manifest(_Record):
+    """manifest.json of docs/format.md, validated (types, hashes, shard paths) on load."""
+
+    format_version: Literal[1]
+    """format version this manifest follows"""
+    builder_version: str
+    """"drivetrain <version>" that built it"""
+    dataset_hash: str = Field(pattern=_SHA256)
+    """identity of the dataset (see module docstring)"""
+    source: str
+    """raw-log source name ("pandaset", "synthetic")"""
+    num_samples: int = Field(ge=0)
+    """samples (index rows)"""
+    num_shards: int = Field(ge=0)
+    """shards"""
+    total_bytes: int = Field(ge=0)
+    """index + shard bytes"""
+    sensors: Sensors
+    """sensors every sample carries"""
+    shards: tuple[ShardEntry, ...]
+    """shards in build order; `shard_id` in the index is a position in this list"""
+    index: IndexEntry
+    """the index file"""
+    source_logs: tuple[SourceLog, ...]
+    """raw logs, sorted by log_id"""
+    splits: Splits
+    """train/val assignment"""
+    class_counts: dict[str, int]
+    """cuboids per class group over the dataset"""
+    quarantine: tuple[dict[str, Any], ...]
+    """frames left out: {key, reason, detail, path}"""
+    build_config: dict[str, Any]
+    """the build options that shape the bytes"""
+
+    @property
+    def shard_paths(self) -> list[str]:
+        """Shard paths relative to the root, in manifest order."""
+        return [s.path for s in self.shards]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON-able dict (what manifest.json holds; unset optional fields left out)."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+    @classmethod
+    def from_dict(cls, data: Any, *, where: str) -> Manifest:
+        """Validate `data` (parsed JSON) into a Manifest.
+
+        Raises:
+            ManifestError: another format version, or fields missing / mistyped / out of range
+                (each named with its path, e.g. `shards.0.path`); `where` names the file.
+        """
+        if isinstance(data, dict) and data.get("format_version", FORMAT_VERSION) != FORMAT_VERSION:
+            raise ManifestError(f"{where} has format_version {data['format_version']}, this "
+                                f"drivetrain reads {FORMAT_VERSION}; rebuild the dataset or "
+                                "upgrade drivetrain")
+        try:
+            return cls.model_validate_json(json.dumps(data))  # JSON semantics: lists -> tuples
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"field {'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}"
+                for e in exc.errors()[:10])
+            raise ManifestError(f"{where} does not follow docs/format.md ({problems}); rebuild "
+                                "the dataset") from None
 
 
 def builder_version() -> str:
@@ -43,36 +218,38 @@ def builder_version() -> str:
         return "drivetrain unknown"
 
 
-def compute_dataset_hash(index_sha256: str, shards: list[dict[str, Any]]) -> str:
+def compute_dataset_hash(index_sha256: str, shards: list[ShardEntry] | list[dict[str, Any]]) -> str:
     """Return the dataset hash from the index sha256 and the shard entries (path, sha256)."""
     digest = hashlib.sha256(f"index:{index_sha256}\n".encode())
     for shard in shards:
-        digest.update(f"{shard['path']}:{shard['sha256']}\n".encode())
+        path, sha = (shard["path"], shard["sha256"]) if isinstance(shard, dict) else (shard.path, shard.sha256)
+        digest.update(f"{path}:{sha}\n".encode())
     return digest.hexdigest()
 
 
-def shard_location(root: str | Path, entry: dict[str, Any]) -> str:
-    """Return where the bytes of the shard `entry` (one manifest["shards"] item) are.
+def shard_location(root: str | Path, entry: ShardEntry) -> str:
+    """Return where the bytes of the shard `entry` (one manifest shard) are.
 
     `<root>/<path>` for a dataset built in one piece; for a merged dataset
     (`platform_lib.shards.merge`) the entry's `location`: a URL or absolute path as is, a
-    relative one joined to `root`. `path` stays the dataset-relative name of the shard.
+    relative one joined to `root`. `path` stays the dataset-relative name of the shard (what
+    the node cache writes under), so a location is only ever read, never written.
     """
     root = str(root).rstrip("/")
-    location = entry.get("location")
+    location = entry.location
     if not location:
-        return f"{root}/{entry['path']}"
+        return f"{root}/{entry.path}"
     if "://" in location or location.startswith("/"):
         return location
     return f"{root}/{location}"
 
 
-def dumps_manifest(manifest: dict[str, Any]) -> bytes:
+def dumps_manifest(manifest: Manifest) -> bytes:
     """Return deterministic manifest bytes (sorted keys, 2-space indent, trailing newline)."""
-    return (json.dumps(manifest, sort_keys=True, indent=2, allow_nan=False) + "\n").encode()
+    return (json.dumps(manifest.to_dict(), sort_keys=True, indent=2, allow_nan=False) + "\n").encode()
 
 
-def write_manifest(root: Path, manifest: dict[str, Any]) -> Path:
+def write_manifest(root: Path, manifest: Manifest) -> Path:
     """Write `root/manifest.json` atomically (temporary name, fsync, rename, fsync folder)."""
     root = Path(root)
     path = root / MANIFEST_NAME
@@ -86,35 +263,34 @@ def write_manifest(root: Path, manifest: dict[str, Any]) -> Path:
     return path
 
 
-def load_manifest(root: str | Path) -> dict[str, Any]:
-    """Load and sanity-check `<root>/manifest.json` (local path or fsspec URL).
+def load_manifest(root: str | Path, *, storage_options: dict[str, Any] | None = None) -> Manifest:
+    """Load and validate `<root>/manifest.json` (local path or fsspec URL).
+
+    Args:
+        root: dataset folder or URL.
+        storage_options: fsspec options for a remote root.
 
     Raises:
         ManifestMissingError: the folder has no manifest.json (not a dataset, or a build that
             did not finish); the message names the folder and says to rebuild.
-        DatasetError: the manifest is not valid JSON, lacks required keys, or has another
-            format version.
+        ManifestError: the manifest is not valid JSON or does not follow docs/format.md.
+        OSError: the store could not be read (callers decide whether to retry).
     """
     root_str = str(root).rstrip("/")
-    fs, path = fsspec.core.url_to_fs(root_str)
-    manifest_path = f"{path}/{MANIFEST_NAME}"
-    if not fs.exists(manifest_path):
+    fs, path, _ = resolve_fs(root_str, storage_options)
+    manifest_path = f"{path.rstrip('/')}/{MANIFEST_NAME}"
+    try:
+        raw = fs.cat_file(manifest_path)
+    except (FileNotFoundError, NotADirectoryError):
+        raw = None
+    if raw is None:
         raise ManifestMissingError(
             f"{root_str} is not a complete Drivetrain dataset: it has no {MANIFEST_NAME} "
             "(manifests are written last, so the build did not finish or this is the wrong "
-            "folder); rebuild it with `drivetrain data build ... --output "
-            f"{root_str}`")
+            f"folder); rebuild it with `drivetrain data build ... --output {root_str}`")
     try:
-        manifest = json.loads(fs.cat_file(manifest_path))
+        data = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise DatasetError(f"{root_str}/{MANIFEST_NAME} is not valid JSON ({exc}); "
-                           "rebuild the dataset") from exc
-    missing = [k for k in _REQUIRED if k not in manifest] if isinstance(manifest, dict) else _REQUIRED
-    if missing:
-        raise DatasetError(f"{root_str}/{MANIFEST_NAME} lacks keys {list(missing)}; "
-                           "rebuild the dataset")
-    if manifest["format_version"] != FORMAT_VERSION:
-        raise DatasetError(f"{root_str}/{MANIFEST_NAME} has format_version "
-                           f"{manifest['format_version']}, this drivetrain reads "
-                           f"{FORMAT_VERSION}; rebuild the dataset or upgrade drivetrain")
-    return manifest
+        raise ManifestError(f"{root_str}/{MANIFEST_NAME} is not valid JSON ({exc}); "
+                            "rebuild the dataset") from exc
+    return Manifest.from_dict(data, where=f"{root_str}/{MANIFEST_NAME}")

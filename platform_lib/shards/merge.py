@@ -37,6 +37,7 @@ from platform_lib.shards.index import INDEX_NAME, read_index, write_index
 from platform_lib.shards.manifest import (
     FORMAT_VERSION,
     MANIFEST_NAME,
+    Manifest,
     builder_version,
     compute_dataset_hash,
     load_manifest,
@@ -166,7 +167,7 @@ def _relative_location(part: str, output: Path) -> str:
 
 
 def _read_part(location: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    manifest = load_manifest(location)
+    manifest = load_manifest(location).to_dict()  # validated; merged below as plain JSON
     if len(manifest.get("source_logs", [])) != 1:
         raise BuildError(f"part {location} holds {len(manifest.get('source_logs', []))} logs, "
                          "a part holds exactly one; rebuild it with build_part")
@@ -179,7 +180,7 @@ def _read_part(location: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 
 def merge_parts(parts: Sequence[str], output_dir: str | Path, config: BuildConfig, *,
-                source: str) -> dict[str, Any]:
+                source: str) -> Manifest:
     """Publish a dataset at `output_dir` over the shards of `parts` without copying them.
 
     Args:
@@ -247,7 +248,7 @@ def merge_parts(parts: Sequence[str], output_dir: str | Path, config: BuildConfi
     staging.mkdir()
     try:
         index_sha, index_bytes = write_index(rows, staging / INDEX_NAME)
-        manifest = {
+        manifest = Manifest.from_dict({
             "format_version": FORMAT_VERSION,
             "builder_version": builder_version(),
             "dataset_hash": compute_dataset_hash(index_sha, shards),
@@ -267,7 +268,7 @@ def merge_parts(parts: Sequence[str], output_dir: str | Path, config: BuildConfi
             "quarantine": sorted((q for m, _, _ in loaded for q in m["quarantine"]),
                                  key=lambda q: (q["key"], q["reason"])),
             "build_config": {**config.recorded(), "parts": "per-log"},
-        }
+        }, where=f"{output}/manifest.json")
         fsync_dir(staging)
         write_manifest(staging, manifest)
         _publish(staging, output, config.overwrite)

@@ -1,30 +1,30 @@
-"""DatasetReader: random access by byte range (through the index) and sequential shard scans.
+"""DatasetReader: random access by key (through the index) and sequential shard scans.
 
-A folder without manifest.json is refused (`ManifestMissingError`). Works on local paths and
-fsspec URLs (e.g. s3://bucket/ds): a member is one ranged read `[offset, offset + size)`, a
-sample one ranged read `[sample_offset, sample_offset + sample_size)`.
+A thin tool over `DatasetView` (validated manifest + columnar index): a member is one ranged
+read `[offset, offset + size)`, a sample one ranged read `[sample_offset, sample_offset +
+sample_size)`. Works on local paths and fsspec URLs (e.g. s3://bucket/ds). The streaming
+loader reads the same view with `sample.read_sample_into` instead.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
-import tarfile
 from collections.abc import Iterator, Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import IO, Any
 
-import fsspec
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from platform_lib.shards.errors import DatasetError, ShardFormatError
+from platform_lib.shards.errors import SampleIntegrityError, ShardFormatError
 from platform_lib.shards.index import INDEX_NAME, read_index
-from platform_lib.shards.manifest import load_manifest, shard_location
-from platform_lib.shards.tar import check_member_name, split_member_name
+from platform_lib.shards.manifest import Manifest, load_manifest, shard_location
+from platform_lib.shards.tar import check_member_name, iter_tar_members, split_member_name
+from platform_lib.shards.view import DatasetView, view_from_table
+from platform_lib.storage import resolve_fs
 
 __all__ = ["DatasetReader", "iter_tar_samples", "open_dataset"]
-
-_SHARD_PATH = re.compile(r"^shards/shard-\d{6}\.tar$")
 
 
 def iter_tar_samples(fileobj: IO[bytes], *, shard: str,
@@ -34,9 +34,8 @@ def iter_tar_samples(fileobj: IO[bytes], *, shard: str,
     Args:
         fileobj: readable binary stream positioned at the start of a shard (no seeking needed).
         shard: shard name used in samples (`__shard__`) and error messages.
-        expected_keys: the shard's keys in order (from the index). Python's tarfile ends a
-            scan quietly at a corrupt header; with the keys, a scan that yields other or fewer
-            samples raises instead of dropping them silently.
+        expected_keys: the shard's keys in order (from the index); a scan that yields other or
+            fewer samples raises instead of dropping them silently.
 
     Yields:
         {"__key__": key, "__shard__": shard, "<ext>": bytes, ...} with members in tar order.
@@ -46,7 +45,7 @@ def iter_tar_samples(fileobj: IO[bytes], *, shard: str,
             a truncated/corrupt tar, or samples differing from `expected_keys`; names the
             shard, member and byte offset.
     """
-    yielded = 0
+    yielded, current, current_offset, end_offset = 0, None, 0, 0
 
     def check_next(sample: dict[str, Any], offset: int) -> dict[str, Any]:
         nonlocal yielded
@@ -59,48 +58,46 @@ def iter_tar_samples(fileobj: IO[bytes], *, shard: str,
         yielded += 1
         return sample
 
-    current: dict[str, Any] | None = None
-    current_offset = 0
-    end_offset = 0
-    try:
-        with tarfile.open(fileobj=fileobj, mode="r|") as tar:
-            for info in tar:
-                problem = check_member_name(info.name)
-                if problem:
-                    raise ShardFormatError(f"{problem}; refusing to read this shard, rebuild it",
-                                           shard=shard, member=info.name, offset=info.offset)
-                if not info.isreg():
-                    raise ShardFormatError("member is not a regular file; rebuild the shard",
-                                           shard=shard, member=info.name, offset=info.offset)
-                key, ext = split_member_name(info.name)
-                extracted = tar.extractfile(info)
-                assert extracted is not None  # regular files always extract
-                data = extracted.read()
-                if len(data) != info.size:
-                    raise ShardFormatError(f"member data ends after {len(data)} of {info.size} "
-                                           "bytes (truncated shard); rebuild or re-download it",
-                                           shard=shard, member=info.name, offset=info.offset_data)
-                if current is not None and current["__key__"] != key:
-                    yield check_next(current, current_offset)
-                    current = None
-                if current is None:
-                    current = {"__key__": key, "__shard__": shard}
-                    current_offset = info.offset
-                end_offset = info.offset_data + info.size
-                if ext in current:
-                    raise ShardFormatError(f"duplicate member {ext!r} in sample {key}",
-                                           shard=shard, member=info.name, offset=info.offset)
-                current[ext] = data
-    except tarfile.TarError as exc:
-        raise ShardFormatError(f"corrupt or truncated tar ({exc}); rebuild or re-download it",
-                               shard=shard) from exc
+    members = iter_tar_members(fileobj, shard=shard)
+    while True:
+        try:
+            member = next(members, None)
+        except ShardFormatError as exc:
+            if expected_keys is None:
+                raise
+            if current is not None:  # what was read before the damage
+                yield check_next(current, current_offset)
+            missing = expected_keys[yielded] if yielded < len(expected_keys) else "none"
+            raise ShardFormatError(f"{exc.reason}; the scan stops after {yielded} of "
+                                   f"{len(expected_keys)} samples, first missing sample {missing}",
+                                   shard=exc.shard, member=exc.member, offset=exc.offset) from exc
+        if member is None:
+            break
+        problem = check_member_name(member.name)
+        if problem:
+            raise ShardFormatError(f"{problem}; refusing to read this shard, rebuild it",
+                                   shard=shard, member=member.name, offset=member.header_offset)
+        if not member.is_regular:
+            raise ShardFormatError("member is not a regular file; rebuild the shard",
+                                   shard=shard, member=member.name, offset=member.header_offset)
+        key, ext = split_member_name(member.name)
+        if current is not None and current["__key__"] != key:
+            yield check_next(current, current_offset)
+            current = None
+        if current is None:
+            current, current_offset = {"__key__": key, "__shard__": shard}, member.header_offset
+        if ext in current:
+            raise ShardFormatError(f"duplicate member {ext!r} in sample {key}", shard=shard,
+                                   member=member.name, offset=member.header_offset)
+        current[ext] = bytes(member.data)
+        end_offset = member.data_offset + member.size
     if current is not None:
         yield check_next(current, current_offset)
     if expected_keys is not None and yielded < len(expected_keys):
-        raise ShardFormatError(f"tar ends (or has a corrupt header) after {yielded} of "
-                               f"{len(expected_keys)} samples; first missing sample "
-                               f"{expected_keys[yielded]}; run `drivetrain data validate` and "
-                               "rebuild or re-download the shard", shard=shard, offset=end_offset)
+        raise ShardFormatError(f"tar ends after {yielded} of {len(expected_keys)} samples; first "
+                               f"missing sample {expected_keys[yielded]}; run `drivetrain data "
+                               "validate` and rebuild or re-download the shard", shard=shard,
+                               offset=end_offset)
 
 
 class DatasetReader:
@@ -108,35 +105,28 @@ class DatasetReader:
 
     Attributes:
         root: dataset folder or URL as given.
-        manifest: parsed manifest.json.
+        manifest: the validated manifest (`Manifest`).
+        view: the columnar index of every split (`DatasetView`).
         index: index.parquet as an Arrow table (`schemas.index.INDEX_SCHEMA`).
     """
 
-    def __init__(self, root: str | Path) -> None:
+    def __init__(self, root: str | Path, *, storage_options: dict[str, Any] | None = None) -> None:
         self.root = str(root).rstrip("/")
-        self.manifest = load_manifest(self.root)
-        self._fs, self._path = fsspec.core.url_to_fs(self.root)
+        options = dict(storage_options or {})
+        self.manifest: Manifest = load_manifest(self.root, storage_options=options)
+        self._fs, self._path, is_local = resolve_fs(self.root, options)
         with self._fs.open(f"{self._path}/{INDEX_NAME}", "rb") as f:
             self.index: pa.Table = read_index(f, where=f"{self.root}/{INDEX_NAME}")
-        self._files = {e["path"]: fsspec.core.url_to_fs(shard_location(self.root, e))
-                       for e in self.manifest["shards"]}  # path -> (filesystem, file)
-        self._row_of = {k: i for i, k in enumerate(self.index.column("key").to_pylist())}
-        self._keys_of_shard: dict[str, list[str]] = {p: [] for p in self.shard_paths}
-        for key, shard in zip(self.index.column("key").to_pylist(),
-                              self.index.column("shard").to_pylist(), strict=True):
-            self._keys_of_shard.setdefault(shard, []).append(key)
-        listed = set(self.shard_paths)
-        bad = sorted(p for p in listed if not _SHARD_PATH.match(p))
-        bad += sorted(set(self.index.column("shard").to_pylist()) - listed)
-        if bad:
-            raise DatasetError(f"{self.root}: shard paths {bad[:5]} are not shards/shard-NNNNNN"
-                               ".tar entries of the manifest (tampered index or manifest); "
-                               "rebuild the dataset")
+        self.view: DatasetView = view_from_table(
+            self.index, self.manifest, url=self.root, root=self._path,
+            is_local=is_local, storage_options=options)
+        self._files = {e.path: resolve_fs(shard_location(self.root, e), options)[:2]
+                       for e in self.manifest.shards}  # path -> (filesystem, file); merged: parts
 
     def __len__(self) -> int:
-        return self.index.num_rows
+        return len(self.view)
 
-    @property
+    @cached_property
     def keys(self) -> list[str]:
         """Sample keys in index (build) order."""
         return self.index.column("key").to_pylist()
@@ -144,31 +134,32 @@ class DatasetReader:
     @property
     def shard_paths(self) -> list[str]:
         """Shard paths relative to the root, in manifest order."""
-        return [s["path"] for s in self.manifest["shards"]]
+        return self.manifest.shard_paths
 
-    def _row(self, key: str) -> dict[str, Any]:
-        try:
-            i = self._row_of[key]
-        except KeyError:
-            raise KeyError(f"sample {key!r} is not in {self.root}/{INDEX_NAME}") from None
-        return self.index.slice(i, 1).to_pylist()[0]
+    def split_keys(self, split: str) -> list[str]:
+        """Return the keys of `split` ("train", "val") in index order (empty when none)."""
+        mask = pc.equal(self.index.column("split"), split)
+        return self.index.column("key").filter(mask).to_pylist()
 
-    def _read_range(self, shard: str, start: int, size: int, what: str) -> bytes:
+    def _read_range(self, i: int, start: int, size: int) -> bytes:
+        shard = self.view.shard_path(i)
         fs, path = self._files[shard]
         data = fs.cat_file(path, start=start, end=start + size)
         if len(data) != size:
-            raise ShardFormatError(f"{what}: got {len(data)} of {size} bytes (truncated "
-                                   "shard); run `drivetrain data validate` and rebuild",
-                                   shard=shard, offset=start)
+            raise ShardFormatError(f"truncated shard: the data ends at byte {start + len(data)}, "
+                                   f"inside sample {self.view.key(i)}; run `drivetrain data "
+                                   "validate` and rebuild or re-download it", shard=shard,
+                                   offset=start + len(data))
         return data
 
-    @staticmethod
-    def _verify(data: bytes | memoryview, member: dict[str, Any], key: str, shard: str) -> None:
-        if hashlib.sha256(data).hexdigest() != member["sha256"]:
-            raise ShardFormatError(f"sample {key}: member bytes do not match the index sha256 "
-                                   "(corrupt shard); run `drivetrain data validate`",
-                                   shard=shard, member=f"{key}.{member['name']}",
-                                   offset=member["offset"])
+    def _check(self, data: bytes | memoryview, i: int, m: int) -> None:
+        if hashlib.sha256(data).digest() != self.view.member_sha256[m].tobytes():
+            key = self.view.key(i)
+            raise SampleIntegrityError(f"sample {key}: member bytes do not match the index sha256 "
+                                       "(corrupt shard); run `drivetrain data validate`",
+                                       shard=self.view.shard_path(i),
+                                       member=f"{key}.{self.view.member_name(m)}",
+                                       offset=int(self.view.member_offset[m]))
 
     def read_member(self, key: str, name: str, *, verify: bool = False) -> bytes:
         """Return the bytes of member `name` (e.g. "front_camera.jpg") of sample `key`.
@@ -180,18 +171,17 @@ class DatasetReader:
 
         Raises:
             KeyError: unknown key or member name.
-            ShardFormatError: the shard is shorter than the index says, or (verify) the bytes
-                differ from the index.
+            ShardFormatError: the shard is shorter than the index says.
+            SampleIntegrityError: (verify) the bytes differ from the index.
         """
-        row = self._row(key)
-        for member in row["members"]:
-            if member["name"] == name:
-                data = self._read_range(row["shard"], member["offset"], member["size"],
-                                        f"sample {key} member {name}")
+        i = self.view.row_of(key)
+        for m in self.view.members_of(i):
+            if self.view.member_name(m) == name:
+                data = self._read_range(i, int(self.view.member_offset[m]), int(self.view.member_size[m]))
                 if verify:
-                    self._verify(data, member, key, row["shard"])
+                    self._check(data, i, m)
                 return data
-        names = [m["name"] for m in row["members"]]
+        names = [self.view.member_name(m) for m in self.view.members_of(i)]
         raise KeyError(f"sample {key!r} has no member {name!r}; it has {names}")
 
     def read_sample(self, key: str, *, verify: bool = False) -> dict[str, Any]:
@@ -203,34 +193,37 @@ class DatasetReader:
 
         Raises:
             KeyError: unknown key.
-            ShardFormatError: truncated shard, or (verify) bytes differing from the index.
+            ShardFormatError: truncated shard (offset: where the data ends).
+            SampleIntegrityError: (verify) bytes differing from the index.
         """
-        row = self._row(key)
-        start = row["sample_offset"]
-        blob = self._read_range(row["shard"], start, row["sample_size"], f"sample {key}")
-        view = memoryview(blob)
-        sample: dict[str, Any] = {"__key__": key, "__shard__": row["shard"]}
-        for member in row["members"]:
-            begin = member["offset"] - start
-            data = view[begin:begin + member["size"]]
+        i = self.view.row_of(key)
+        start = int(self.view.sample_offset[i])
+        blob = memoryview(self._read_range(i, start, int(self.view.sample_size[i])))
+        sample: dict[str, Any] = {"__key__": key, "__shard__": self.view.shard_path(i)}
+        for m in self.view.members_of(i):
+            begin = int(self.view.member_offset[m]) - start
+            data = blob[begin:begin + int(self.view.member_size[m])]
             if verify:
-                self._verify(data, member, key, row["shard"])
-            sample[member["name"]] = bytes(data)
+                self._check(data, i, m)
+            sample[self.view.member_name(m)] = bytes(data)
         return sample
 
     def iter_shard_samples(self, shard: str | int) -> Iterator[dict[str, Any]]:
         """Scan shard `shard` (path relative to root, or position) sequentially, sample by sample.
 
         Raises:
+            KeyError: not a shard of this dataset.
             ShardFormatError: see `iter_tar_samples`.
         """
         path = self.shard_paths[shard] if isinstance(shard, int) else shard
-        if path not in self._keys_of_shard:
-            raise KeyError(f"{path!r} is not a shard of {self.root}; shards: "
-                           f"{self.shard_paths[:5]}...")
+        if path not in self.shard_paths:
+            raise KeyError(f"{path!r} is not a shard of {self.root}; shards: {self.shard_paths[:5]}...")
+        sid = self.shard_paths.index(path)
+        rows = (self.view.shard_id == sid).nonzero()[0]
+        keys = [self.view.key(int(i)) for i in rows]
         fs, file = self._files[path]
         with fs.open(file, "rb") as f:
-            yield from iter_tar_samples(f, shard=path, expected_keys=self._keys_of_shard[path])
+            yield from iter_tar_samples(f, shard=path, expected_keys=keys)
 
     def iter_samples(self) -> Iterator[dict[str, Any]]:
         """Scan every shard in manifest order (the build order of samples)."""
@@ -238,11 +231,12 @@ class DatasetReader:
             yield from self.iter_shard_samples(path)
 
 
-def open_dataset(root: str | Path) -> DatasetReader:
+def open_dataset(root: str | Path, *, storage_options: dict[str, Any] | None = None) -> DatasetReader:
     """Open the dataset at `root` (local path or fsspec URL).
 
     Raises:
         ManifestMissingError: `root` holds no manifest.json (incomplete build / not a dataset).
-        DatasetError: manifest or index do not match docs/format.md.
+        ManifestError: manifest.json off-contract (incl. absolute or escaping shard paths).
+        DatasetIndexError: index.parquet off-schema or inconsistent with the manifest.
     """
-    return DatasetReader(root)
+    return DatasetReader(root, storage_options=storage_options)

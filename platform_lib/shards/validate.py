@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import io
 import sys
-import tarfile
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,10 +19,16 @@ import fsspec
 from pandera.errors import SchemaErrors
 from tqdm import tqdm
 
-from platform_lib.shards.errors import DatasetError
+from platform_lib.shards.errors import DatasetError, ShardFormatError
 from platform_lib.shards.index import INDEX_NAME, read_index
-from platform_lib.shards.manifest import compute_dataset_hash, load_manifest, shard_location
-from platform_lib.shards.tar import BLOCK_SIZE, check_member_name, padded_size
+from platform_lib.shards.manifest import (
+    Manifest,
+    compute_dataset_hash,
+    load_manifest,
+    shard_location,
+)
+from platform_lib.shards.tar import BLOCK_SIZE, check_member_name, iter_tar_members, padded_size
+from platform_lib.shards.view import view_from_table
 from schemas.index import validate_index_frame
 
 __all__ = ["Problem", "ValidationReport", "validate_dataset"]
@@ -86,68 +91,45 @@ def _scan_shard(data: bytes, shard: str, problems: list[Problem]) -> dict[str, d
     """Scan tar bytes; return member name -> {header, offset, size, sha256}; record problems."""
     found: dict[str, dict[str, Any]] = {}
     view = memoryview(data)
-    tar = tarfile.open(fileobj=io.BytesIO(data), mode="r:")
     end = 0
-    while True:
-        try:
-            info = tar.next()
-        except tarfile.TarError as exc:
-            problems.append(Problem(message=f"unreadable tar header ({exc})", shard=shard,
-                                    offset=tar.offset))
-            return found
-        if info is None:
-            break
-        problem = check_member_name(info.name)
-        if problem:
-            problems.append(Problem(message=f"{problem}; refuse this shard", shard=shard,
-                                    member=info.name, offset=info.offset))
-        elif not info.isreg():
-            problems.append(Problem(message="member is not a regular file", shard=shard,
-                                    member=info.name, offset=info.offset))
-        stop = info.offset_data + info.size
-        if stop > len(data):
-            problems.append(Problem(message=f"member data needs bytes up to {stop} but the shard "
-                                    f"has {len(data)} (truncated)", shard=shard,
-                                    member=info.name, offset=info.offset_data))
-            return found
-        padding = view[stop:info.offset_data + padded_size(info.size)]
-        if any(padding):
-            problems.append(Problem(message="non-zero bytes in member padding (tampered)",
-                                    shard=shard, member=info.name, offset=stop))
-        found[info.name] = {
-            "header": info.offset, "offset": info.offset_data, "size": info.size,
-            "sha256": hashlib.sha256(view[info.offset_data:stop]).hexdigest(),
-        }
-        end = info.offset_data + padded_size(info.size)
+    try:
+        for info in iter_tar_members(view, shard=shard):
+            problem = check_member_name(info.name)
+            if problem:
+                problems.append(Problem(message=f"{problem}; refuse this shard", shard=shard,
+                                        member=info.name, offset=info.header_offset))
+            elif not info.is_regular:
+                problems.append(Problem(message="member is not a regular file", shard=shard,
+                                        member=info.name, offset=info.header_offset))
+            stop = info.data_offset + info.size
+            padding = view[stop:info.data_offset + padded_size(info.size)]
+            if any(padding):
+                problems.append(Problem(message="non-zero bytes in member padding (tampered)",
+                                        shard=shard, member=info.name, offset=stop))
+            found[info.name] = {"header": info.header_offset, "offset": info.data_offset,
+                                "size": info.size, "sha256": hashlib.sha256(info.data).hexdigest()}
+            end = info.data_offset + padded_size(info.size)
+    except ShardFormatError as exc:
+        problems.append(Problem(message=exc.reason, shard=shard, member=exc.member, offset=exc.offset))
+        return found
     tail = view[end:]
-    # tarfile ends the scan silently at a corrupt header after the first member: detect it.
     if len(tail) < 2 * BLOCK_SIZE:
         problems.append(Problem(message=f"shard ends {len(tail)} bytes after the last member, "
                                 "before the end-of-archive blocks (truncated)", shard=shard,
                                 offset=len(data)))
     elif any(tail):
         first = end + next(i for i, b in enumerate(tail) if b)
-        header = bytes(view[end:end + BLOCK_SIZE])
-        try:
-            tarfile.TarInfo.frombuf(header, "utf-8", "surrogateescape")
-            why = "non-zero bytes after the end of the archive"
-        except tarfile.HeaderError as exc:
-            why = f"corrupt tar header ({exc}); the members from here on are unreadable"
-        problems.append(Problem(message=why, shard=shard, offset=first))
+        problems.append(Problem(message="non-zero bytes after the end of the archive", shard=shard,
+                                offset=first))
     return found
 
 
-def _check_index_rows(rows: list[dict[str, Any]], shards: list[dict[str, Any]],
-                      problems: list[Problem]) -> None:
+def _check_index_rows(rows: list[dict[str, Any]], problems: list[Problem]) -> None:
     for row in rows:
         key = row["key"]
         expected_key = f"{row['log_id']}_{row['frame_index']:06d}"
         if key != expected_key:
             problems.append(Problem(message=f"index key {key} != {expected_key} (log_id, frame)"))
-        sid = row["shard_id"]
-        if not 0 <= sid < len(shards) or shards[sid]["path"] != row["shard"]:
-            problems.append(Problem(message=f"sample {key}: shard_id {sid} does not point to "
-                                    f"{row['shard']} in the manifest", shard=row["shard"]))
         digest = hashlib.sha256()
         for m in row["members"]:
             digest.update(f"{m['name']}\0{m['sha256']}\n".encode())
@@ -194,7 +176,7 @@ def _compare_shard(shard: str, found: dict[str, dict[str, Any]], rows: list[dict
                                 member=name, offset=found[name]["header"]))
 
 
-def _check_summary(manifest: dict[str, Any], rows: list[dict[str, Any]],
+def _check_summary(manifest: Manifest, rows: list[dict[str, Any]],
                    problems: list[Problem]) -> None:
     """The manifest's split and class counts (what `data inspect` shows) must match the index."""
     splits = {"train": 0, "val": 0}
@@ -206,12 +188,12 @@ def _check_summary(manifest: dict[str, Any], rows: list[dict[str, Any]],
             classes[group] += row[f"num_{group}"]
             named += row[f"num_{group}"]
         classes["other"] += row["num_cuboids"] - named
-    recorded = manifest.get("splits", {}).get("counts")
-    if recorded is not None and recorded != splits:
+    recorded = manifest.splits.counts
+    if recorded != splits:
         problems.append(Problem(message=f"manifest splits.counts {recorded} != {splits} "
                                 "counted in the index (manifest edited?)"))
-    recorded = manifest.get("class_counts")
-    if recorded is not None and recorded != classes:
+    recorded = manifest.class_counts
+    if recorded != classes:
         problems.append(Problem(message=f"manifest class_counts {recorded} != {classes} "
                                 "counted in the index (manifest edited?)"))
 
@@ -231,23 +213,23 @@ def validate_dataset(root: str, *, progress: bool | None = None) -> ValidationRe
     except DatasetError as exc:
         problems.append(Problem(message=str(exc)))
         return report
-    report.dataset_hash = manifest["dataset_hash"]
+    report.dataset_hash = manifest.dataset_hash
     fs, base = fsspec.core.url_to_fs(root)
-    shards = manifest["shards"]
-    index_entry = manifest["index"]
-    if compute_dataset_hash(index_entry["sha256"], shards) != manifest["dataset_hash"]:
+    shards = manifest.shards
+    index_entry = manifest.index
+    if compute_dataset_hash(index_entry.sha256, list(shards)) != manifest.dataset_hash:
         problems.append(Problem(message="manifest dataset_hash does not match its index and "
                                 "shard hashes (manifest edited?)"))
-    if manifest["num_shards"] != len(shards):
-        problems.append(Problem(message=f"manifest num_shards {manifest['num_shards']} != "
+    if manifest.num_shards != len(shards):
+        problems.append(Problem(message=f"manifest num_shards {manifest.num_shards} != "
                                 f"{len(shards)} shard entries"))
     try:
         index_bytes = fs.cat_file(f"{base}/{INDEX_NAME}")
     except FileNotFoundError:
         problems.append(Problem(message=f"{INDEX_NAME} is missing; rebuild the dataset"))
         return report
-    if (hashlib.sha256(index_bytes).hexdigest() != index_entry["sha256"]
-            or len(index_bytes) != index_entry["bytes"]):
+    if (hashlib.sha256(index_bytes).hexdigest() != index_entry.sha256
+            or len(index_bytes) != index_entry.bytes):
         problems.append(Problem(message=f"{INDEX_NAME} sha256/size differ from the manifest "
                                 "(replaced or corrupt); rebuild the dataset"))
     try:
@@ -265,17 +247,24 @@ def validate_dataset(root: str, *, progress: bool | None = None) -> ValidationRe
                                     f"(value {case.failure_case!r})"))
     rows = table.to_pylist()
     report.num_samples = len(rows)
-    if manifest["num_samples"] != len(rows):
-        problems.append(Problem(message=f"manifest num_samples {manifest['num_samples']} != "
+    if manifest.num_samples != len(rows):
+        problems.append(Problem(message=f"manifest num_samples {manifest.num_samples} != "
                                 f"{len(rows)} index rows"))
     _check_summary(manifest, rows, problems)
-    _check_index_rows(rows, shards, problems)
+    _check_index_rows(rows, problems)
+    try:  # the loader's row checks (shard ids, required members, byte ranges), all reported
+        checked = view_from_table(table, manifest, url=root, root=base, is_local=True,
+                                  storage_options={}, error_policy="skip")
+        problems.extend(Problem(message=f"{INDEX_NAME} {reason} (key {key})")
+                        for key, reason in checked.skipped)
+    except DatasetError as exc:
+        problems.append(Problem(message=str(exc)))
     rows_of: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         rows_of.setdefault(row["shard"], []).append(row)
     show = sys.stderr.isatty() if progress is None else progress
     for entry in tqdm(shards, disable=not show, unit="shard", desc="validate"):
-        path = entry["path"]
+        path = entry.path
         report.num_shards += 1
         try:
             shard_fs, shard_file = fsspec.core.url_to_fs(shard_location(root, entry))
@@ -284,20 +273,20 @@ def validate_dataset(root: str, *, progress: bool | None = None) -> ValidationRe
             problems.append(Problem(message="shard file is missing; rebuild or re-download it",
                                     shard=path))
             continue
-        if len(data) != entry["bytes"]:
+        if len(data) != entry.bytes:
             problems.append(Problem(message=f"shard has {len(data)} bytes, manifest says "
-                                    f"{entry['bytes']} (truncated or extended)", shard=path,
-                                    offset=min(len(data), entry["bytes"])))
-        if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+                                    f"{entry.bytes} (truncated or extended)", shard=path,
+                                    offset=min(len(data), entry.bytes)))
+        if hashlib.sha256(data).hexdigest() != entry.sha256:
             problems.append(Problem(message="shard sha256 differs from the manifest (corrupt "
                                     "or tampered bytes)", shard=path))
         shard_rows = rows_of.get(path, [])
-        if len(shard_rows) != entry["num_samples"]:
+        if len(shard_rows) != entry.num_samples:
             problems.append(Problem(message=f"index has {len(shard_rows)} samples in this "
-                                    f"shard, manifest says {entry['num_samples']}", shard=path))
+                                    f"shard, manifest says {entry.num_samples}", shard=path))
         found = _scan_shard(data, path, problems)
         _compare_shard(path, found, shard_rows, problems)
-    for path in sorted(set(rows_of) - {s["path"] for s in shards}):
+    for path in sorted(set(rows_of) - {s.path for s in shards}):
         problems.append(Problem(message="index rows point to a shard the manifest does not list",
                                 shard=path))
     return report

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import xxhash
+
 from platform_lib.shards.tar import (
     BLOCK_SIZE,
     END_OF_ARCHIVE_SIZE,
@@ -44,7 +46,7 @@ class SampleLocation:
     sample_size: int
     """bytes from sample_offset to the end of the last member's padded data"""
     members: list[dict[str, Any]]
-    """[{name, offset (data start, bytes), size (bytes), sha256 (hex)}] in tar order"""
+    """[{name, offset (data start, bytes), size (bytes), sha256 (hex), xxh3_64}] in tar order"""
     content_hash: str
     """sha256 hex over `name\\0sha256\\n` of the members in order"""
 
@@ -195,7 +197,7 @@ class ShardWriter:
             _, data_offset = write_member(self._tar, f"{key}.{name}", data)
             member_sha = hashlib.sha256(data).hexdigest()
             records.append({"name": name, "offset": data_offset, "size": len(data),
-                            "sha256": member_sha})
+                            "sha256": member_sha, "xxh3_64": xxhash.xxh3_64_intdigest(data)})
             digest.update(f"{name}\0{member_sha}\n".encode())
         self._num_samples += 1
         return SampleLocation(shard=self._shard_rel, shard_id=len(self.shards),

@@ -47,12 +47,12 @@ def split_keys(reader: DatasetReader, split: str) -> list[str]:
         ValueError: if the split holds no samples (names the dataset, the split and the
             splits it does have).
     """
-    splits = reader.index.column("split").to_pylist()
-    keys = [k for k, s in zip(reader.keys, splits, strict=True) if s == split]
+    keys = reader.split_keys(split)
     if not keys:
         raise ValueError(
             f"dataset {reader.root} has no samples in split {split!r} (splits present: "
-            f"{sorted(set(splits))}); rebuild it with a {split!r} split or pick another split"
+            f"{dict(reader.manifest.splits.counts)}); rebuild it with a {split!r} split or pick "
+            "another split"
         )
     return keys
 

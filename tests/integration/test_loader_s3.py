@@ -132,7 +132,7 @@ def test_lru_eviction_keeps_the_cache_under_its_limit_and_never_deletes_the_sour
     # The most recently used shards are the ones kept.
     last_keys = keys[-4:]
     view = loader.views[0]
-    last_shards = {view.shard_paths[int(view.shard_id[list(view.key).index(k)])] for k in last_keys}
+    last_shards = {view.shard_path(view.row_of(k)) for k in last_keys}
     assert {f"shards/{p.name}" for p in cached} >= last_shards
 
 
@@ -221,7 +221,7 @@ def test_truncated_remote_shard_is_skipped_with_one_request_under_skip_policy(re
                           seed=0, config=cfg)
     keys = [k for b in loader for k in b["__key__"]]
     view = loader.views[0]
-    lost = {str(view.key[i]) for i in range(len(view)) if view.shard_paths[int(view.shard_id[i])].endswith(victim)}
+    lost = {view.key(i) for i in range(len(view)) if view.shard_path(i).endswith(victim)}
     assert lost and not lost & set(keys) and len(set(keys)) == 28 - len(lost)
     assert loader.stats.skipped == len(lost)
     assert "the manifest says" in loader.stats.skipped_samples[0][1]

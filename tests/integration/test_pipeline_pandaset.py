@@ -59,7 +59,7 @@ def test_pandaset_pipeline_registers_reproducible_champion(
     rebuilt = tmp_path / "rebuilt"
     rebuilt_manifest = build_dataset("pandaset", pandaset_002, rebuilt,
                                      BuildConfig(**DEFAULT_SPLITS["pandaset"]))
-    assert rebuilt_manifest["dataset_hash"] == manifest["dataset_hash"]
+    assert rebuilt_manifest.dataset_hash == manifest["dataset_hash"]
 
     client = configure_mlflow()
     name = "drivetrain-bev-pandaset"

@@ -6,6 +6,7 @@ of samples over many shards builds in well under a second.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import tarfile
 import zlib
@@ -54,11 +55,12 @@ def write_test_dataset(root: Path, logs: dict[str, int], *, shard_size_mb: float
 
 def add_empty_shard(root: Path, position: int = 1) -> None:
     """Insert an empty tar shard into the manifest of the dataset at `root` (ids re-numbered)."""
-    path = "shards/shard-empty.tar"
+    path = "shards/shard-900000.tar"  # any shards/shard-NNNNNN.tar name; its position is its id
     with tarfile.open(root / path, "w", format=tarfile.PAX_FORMAT):
         pass
     manifest = json.loads((root / "manifest.json").read_text())
-    entry = {"path": path, "sha256": "", "bytes": (root / path).stat().st_size, "num_samples": 0}
+    data = (root / path).read_bytes()
+    entry = {"path": path, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data), "num_samples": 0}
     manifest["shards"].insert(position, entry)
     manifest["num_shards"] += 1
     (root / "manifest.json").write_text(json.dumps(manifest))

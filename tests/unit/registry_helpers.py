@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 
@@ -23,11 +19,3 @@ def mlflow_home(tmp_path_factory: pytest.TempPathFactory):
         mp.delenv("MLFLOW_TRACKING_URI")
         yield home
 
-
-def write_index(root: Path, rows: list[tuple[str, str, str]]) -> Path:
-    """Write an index.parquet with (key, split, content_hash) rows: what hash_val_split reads."""
-    root.mkdir(parents=True, exist_ok=True)
-    keys, splits, hashes = zip(*rows, strict=True)
-    table = pa.table({"key": list(keys), "split": list(splits), "content_hash": list(hashes)})
-    pq.write_table(table, root / "index.parquet")
-    return root

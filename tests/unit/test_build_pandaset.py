@@ -40,18 +40,18 @@ def built(tmp_path_factory):
 
 def test_manifest_of_the_sample(built):
     _, manifest = built
-    assert manifest["num_samples"] == 10 and manifest["num_shards"] == 1
-    assert manifest["source"] == "pandaset"
-    assert manifest["sensors"] == {"cameras": list(CAMERAS), "lidar": True, "lidar_seg": True,
+    assert manifest.num_samples == 10 and manifest.num_shards == 1
+    assert manifest.source == "pandaset"
+    assert manifest.sensors.model_dump(mode="json") == {"cameras": list(CAMERAS), "lidar": True, "lidar_seg": True,
                                    "radar": False}
-    assert [log["log_id"] for log in manifest["source_logs"]] == ["002"]
-    assert manifest["source_logs"][0]["num_frames"] == 10
-    assert manifest["class_counts"]["vehicle"] > 0 and manifest["quarantine"] == []
+    assert [log.log_id for log in manifest.source_logs] == ["002"]
+    assert manifest.source_logs[0].num_frames == 10
+    assert manifest.class_counts["vehicle"] > 0 and manifest.quarantine == ()
 
 
 def test_webdataset_yields_source_jpegs_and_point_counts(built):
     root, manifest = built
-    urls = [str(root / s["path"]) for s in manifest["shards"]]
+    urls = [str(root / s.path) for s in manifest.shards]
     samples = list(wds.WebDataset(urls, shardshuffle=False))
     assert [s["__key__"] for s in samples] == [f"002_{i:06d}" for i in range(10)]
     for i, sample in enumerate(samples):
@@ -100,7 +100,7 @@ def test_rebuild_is_byte_identical(built, tmp_path):
     root, manifest = built
     again = build_dataset("pandaset", SEQUENCE, tmp_path / "again", BuildConfig(progress=False))
     assert again == manifest
-    for rel in ["manifest.json", "index.parquet", *[s["path"] for s in manifest["shards"]]]:
+    for rel in ["manifest.json", "index.parquet", *manifest.shard_paths]:
         first = hashlib.sha256((root / rel).read_bytes()).hexdigest()
         assert hashlib.sha256((tmp_path / "again" / rel).read_bytes()).hexdigest() == first, rel
 
@@ -127,9 +127,9 @@ def test_corrupt_jpeg_quarantined(corrupt_copy, tmp_path, workers):
     copy, _ = corrupt_copy
     config = BuildConfig(progress=False, quarantine=True, workers=workers)
     manifest = build_dataset("pandaset", copy.parent, tmp_path / "ds", config)
-    assert manifest["num_samples"] == 9
-    assert len(manifest["quarantine"]) == 1
-    entry = manifest["quarantine"][0]
+    assert manifest.num_samples == 9
+    assert len(manifest.quarantine) == 1
+    entry = manifest.quarantine[0]
     assert entry["key"] == "002_000004" and entry["reason"] == "corrupt_camera"
     assert entry["path"] == "002/camera/left_camera/04.jpg"
     assert "002_000004" not in open_dataset(tmp_path / "ds").keys

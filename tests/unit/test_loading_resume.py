@@ -89,8 +89,8 @@ def test_resume_is_o1_it_never_reads_consumed_samples(dataset, tmp_path):
     state = loader.state_dict()
     # Delete every shard whose samples were all consumed: a replaying loader would fail.
     view = loader.views[0]
-    consumed_shards = {int(view.shard_id[i]) for i in range(len(view)) if view.key[i] in seen}
-    live_shards = {int(view.shard_id[i]) for i in range(len(view)) if view.key[i] not in seen}
+    consumed_shards = {int(view.shard_id[i]) for i in range(len(view)) if view.key(i) in seen}
+    live_shards = {int(view.shard_id[i]) for i in range(len(view)) if view.key(i) not in seen}
     for shard in consumed_shards - live_shards:
         (copy / view.shard_paths[shard]).unlink()
     assert consumed_shards - live_shards, "the test must delete at least one shard"

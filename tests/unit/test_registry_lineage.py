@@ -13,7 +13,7 @@ from pathlib import Path
 
 import fsspec
 import pytest
-from registry_helpers import write_index
+from loading_helpers import write_test_dataset
 
 from platform_lib.errors import UserError
 from platform_lib.registry.lineage import (
@@ -23,6 +23,7 @@ from platform_lib.registry.lineage import (
     resolve_code_version,
     resolve_flyte_execution_id,
 )
+from platform_lib.shards.manifest import SourceLog, load_manifest
 from platform_lib.sources.hashing import hash_raw_location
 from platform_lib.training.config import hash_config
 from platform_lib.training.presets import get_preset
@@ -123,13 +124,13 @@ def test_config_hash_is_canonical() -> None:
 
 
 def test_val_split_hash_ignores_train_rows(tmp_path: Path) -> None:
-    a = write_index(tmp_path / "a", [("l_000000", "train", "h0"), ("l_000001", "val", "h1")])
-    b = write_index(tmp_path / "b", [("l_000009", "train", "h9"), ("l_000001", "val", "h1")])
-    c = write_index(tmp_path / "c", [("l_000000", "train", "h0"), ("l_000001", "val", "hX")])
+    a = write_test_dataset(tmp_path / "a", {"loga": 2, "val": 2}, val_logs=("val",))
+    b = write_test_dataset(tmp_path / "b", {"logb": 3, "val": 2}, val_logs=("val",))
+    c = write_test_dataset(tmp_path / "c", {"loga": 2, "val": 3}, val_logs=("val",))
     assert hash_val_split(a) == hash_val_split(b) != hash_val_split(c)
     with pytest.raises(ValueError, match="no 'test' samples"):
         hash_val_split(a, split="test")
-    with pytest.raises(FileNotFoundError, match="index.parquet"):
+    with pytest.raises(FileNotFoundError, match="manifest.json"):
         hash_val_split(tmp_path / "none")
 
 
@@ -151,9 +152,9 @@ def test_code_version_git_or_package(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 def test_build_lineage_collects_every_tag(tmp_path: Path) -> None:
-    dataset = write_index(tmp_path / "ds", [("l_000000", "train", "h0"), ("l_000001", "val", "h1")])
-    manifest = {"dataset_hash": "d" * 64, "source_logs": [
-        {"log_id": "b", "content_hash": "2"}, {"log_id": "a", "content_hash": "1"}]}
+    dataset = write_test_dataset(tmp_path / "ds", {"a": 1, "b": 1}, val_logs=("b",))
+    manifest = load_manifest(dataset).model_copy(update={"dataset_hash": "d" * 64, "source_logs": (
+        SourceLog(log_id="b", content_hash="2"), SourceLog(log_id="a", content_hash="1"))})
     lineage = build_lineage(manifest=manifest, dataset_dir=dataset, config=get_preset("small"),
                             seed=7, raw_logs_hash="r" * 64)
     tags = lineage.to_tags()

@@ -37,7 +37,7 @@ def test_two_builds_are_byte_identical(tmp_path):
     assert m1 == m2
     h1, h2 = _hashes(tmp_path / "one"), _hashes(tmp_path / "two")
     assert h1 == h2 and "manifest.json" in h1 and "index.parquet" in h1
-    assert len([p for p in h1 if p.startswith("shards/")]) == m1["num_shards"] > 1
+    assert len([p for p in h1 if p.startswith("shards/")]) == m1.num_shards > 1
     # nothing else lies beside the output (staging folder renamed away)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["one", "two"]
 
@@ -45,14 +45,14 @@ def test_two_builds_are_byte_identical(tmp_path):
 def test_manifest_records_inventory(tmp_path):
     m = write_dataset(make_frames(), tmp_path / "ds", CONFIG, source="t", source_logs=LOGS)
     assert load_manifest(tmp_path / "ds") == m
-    assert m["num_samples"] == 8 and m["sensors"]["cameras"] == ["back_camera", "front_camera"]
-    assert m["sensors"]["radar"] and m["sensors"]["lidar_seg"]
-    assert m["class_counts"] == {"vehicle": 8, "pedestrian": 8, "cyclist": 8, "other": 0}
-    assert [log["num_frames"] for log in m["source_logs"]] == [4, 4]
-    assert m["total_bytes"] == m["index"]["bytes"] + sum(s["bytes"] for s in m["shards"])
-    assert m["splits"]["counts"] == {"train": 4, "val": 4}
-    assert m["build_config"]["shard_size_mb"] == 0.03
-    assert m["quarantine"] == []
+    assert m.num_samples == 8 and m.sensors.cameras == ("back_camera", "front_camera")
+    assert m.sensors.radar and m.sensors.lidar_seg
+    assert m.class_counts == {"vehicle": 8, "pedestrian": 8, "cyclist": 8, "other": 0}
+    assert [log.num_frames for log in m.source_logs] == [4, 4]
+    assert m.total_bytes == m.index.bytes + sum(s.bytes for s in m.shards)
+    assert m.splits.counts == {"train": 4, "val": 4}
+    assert m.build_config["shard_size_mb"] == 0.03
+    assert m.quarantine == ()
 
 
 def _crashing(frames, after):
@@ -107,7 +107,7 @@ def test_existing_dataset_refused_then_replaced(tmp_path):
     assert load_manifest(out) == first
     config = BuildConfig(shard_size_mb=0.03, progress=False, overwrite=True)
     second = write_dataset(make_frames(), out, config, source="t", source_logs=LOGS)
-    assert load_manifest(out) == second and second["num_samples"] == 8
+    assert load_manifest(out) == second and second.num_samples == 8
     assert open_dataset(out).keys == [f.key for f in make_frames()]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ds"]
 
@@ -145,13 +145,13 @@ def test_quarantine_leaves_bad_frames_out(tmp_path):
     config = BuildConfig(shard_size_mb=0.03, progress=False, quarantine=True)
     m = write_dataset(_with_bad_frames(), tmp_path / "ds", config, source="t", source_logs=LOGS,
                       input_root="/raw")
-    assert m["num_samples"] == 5
-    assert [(q["key"], q["reason"]) for q in m["quarantine"]] == [
+    assert m.num_samples == 5
+    assert [(q["key"], q["reason"]) for q in m.quarantine] == [
         ("log-a_000002", "corrupt_camera"), ("log-b_000001", "nan_points"),
         ("log-b_000003", "corrupt_lidar")]
-    assert m["quarantine"][2]["path"] == "log-b/lidar/03.pkl.gz"  # relative to the input
+    assert m.quarantine[2]["path"] == "log-b/lidar/03.pkl.gz"  # relative to the input
     assert "log-a_000002" not in open_dataset(tmp_path / "ds").keys
-    assert [log["num_quarantined"] for log in m["source_logs"]] == [1, 2]
+    assert [log.num_quarantined for log in m.source_logs] == [1, 2]
 
 
 def test_quarantine_paths_are_relative_to_a_relative_input(tmp_path, monkeypatch):
@@ -162,8 +162,8 @@ def test_quarantine_paths_are_relative_to_a_relative_input(tmp_path, monkeypatch
     config = BuildConfig(shard_size_mb=0.03, progress=False, quarantine=True)
     m = write_dataset(frames, tmp_path / "ds", config, source="t", source_logs=LOGS,
                       input_root="raw/in")
-    assert m["quarantine"][0]["path"] == "log-a/lidar/01.pkl.gz"
-    assert m["quarantine"][0]["detail"] == "log-a/lidar/01.pkl.gz: truncated pickle"
+    assert m.quarantine[0]["path"] == "log-a/lidar/01.pkl.gz"
+    assert m.quarantine[0]["detail"] == "log-a/lidar/01.pkl.gz: truncated pickle"
 
 
 def test_unknown_val_logs_fail_as_build_error(tmp_path):
@@ -183,7 +183,7 @@ def test_split_by_frame_range_and_explicit_logs(tmp_path):
     config = BuildConfig(shard_size_mb=1, progress=False, split="by_frame_range",
                          val_frames_per_log=1)
     m = write_dataset(make_frames(), tmp_path / "ds", config, source="t", source_logs=LOGS)
-    assert m["splits"] == {"method": "by_frame_range", "params": {"val_frames_per_log": 1},
+    assert m.splits.model_dump() == {"method": "by_frame_range", "params": {"val_frames_per_log": 1},
                            "counts": {"train": 6, "val": 2}}
     index = open_dataset(tmp_path / "ds").index.to_pydict()
     val = [k for k, s in zip(index["key"], index["split"], strict=True) if s == "val"]

@@ -7,7 +7,7 @@ import pytest
 from pandera.errors import SchemaErrors
 from shard_helpers import make_frames
 
-from platform_lib.shards import BuildConfig, open_dataset, write_dataset
+from platform_lib.shards import BuildConfig, DatasetIndexError, open_dataset, write_dataset
 from platform_lib.shards.index import build_index_table, read_index, write_index
 from schemas.index import INDEX_SCHEMA, validate_index_frame
 
@@ -60,5 +60,5 @@ def test_pandera_model_reports_bad_values(rows):
 def test_read_index_refuses_other_schema(rows, tmp_path):
     table = build_index_table(rows).drop_columns(["num_cyclist"])
     pq.write_table(table, tmp_path / "index.parquet")
-    with pytest.raises(ValueError, match=r"num_cyclist.*rebuild"):
+    with pytest.raises(DatasetIndexError, match=r"num_cyclist.*rebuild"):
         read_index(tmp_path / "index.parquet")

@@ -34,11 +34,10 @@ def test_merged_dataset_reads_like_a_built_one_and_holds_no_shard_bytes(
     assert sorted(p.name for p in (tmp_path / "ds").iterdir()) == ["index.parquet", "manifest.json"]
     report = validate_dataset(str(tmp_path / "ds"))
     assert report.ok, report.describe()
-    assert manifest["num_shards"] > 4  # tiny shards: several per log, renumbered globally
-    assert [s["path"] for s in manifest["shards"]] == [
-        f"shards/shard-{i:06d}.tar" for i in range(manifest["num_shards"])]
-    assert [log["log_id"] for log in manifest["source_logs"]] == sorted(p.log_id for p in parts)
-    assert manifest["splits"]["counts"]["val"] == 8 and manifest["splits"]["counts"]["train"] == 24
+    assert manifest.num_shards > 4  # tiny shards: several per log, renumbered globally
+    assert manifest.shard_paths == [f"shards/shard-{i:06d}.tar" for i in range(manifest.num_shards)]
+    assert [log.log_id for log in manifest.source_logs] == sorted(p.log_id for p in parts)
+    assert manifest.splits.counts["val"] == 8 and manifest.splits.counts["train"] == 24
     # every sample reads back with the bytes of its part (merged reader vs the part's own reader)
     merged = open_dataset(tmp_path / "ds")
     for part in parts:
@@ -59,9 +58,9 @@ def test_dataset_hash_is_independent_of_part_order_parallelism_and_location(
     first = merge_parts(serial, tmp_path / "ds1", CONFIG, source="synthetic")
     second = merge_parts(parallel, tmp_path / "ds2", CONFIG, source="synthetic")
     third = merge_parts(serial[::-1], tmp_path / "ds3", CONFIG, source="synthetic")
-    assert first["dataset_hash"] == second["dataset_hash"] == third["dataset_hash"]
+    assert first.dataset_hash == second.dataset_hash == third.dataset_hash
     assert (tmp_path / "ds1/index.parquet").read_bytes() == (tmp_path / "ds2/index.parquet").read_bytes()
-    assert first["shards"][0]["location"] != second["shards"][0]["location"]
+    assert first.shards[0].location != second.shards[0].location
 
 
 def test_a_new_log_builds_only_its_part_and_changes_the_dataset_hash(
@@ -73,8 +72,8 @@ def test_a_new_log_builds_only_its_part_and_changes_the_dataset_hash(
     four = _parts(synthetic_root, store, logs)
     assert [p.built for p in four] == [False, False, False, True]
     after = merge_parts([p.location for p in four], tmp_path / "ds4", CONFIG, source="synthetic")
-    assert after["dataset_hash"] != before["dataset_hash"]
-    assert {log["content_hash"] for log in after["source_logs"]} == {p.log_hash for p in four}
+    assert after.dataset_hash != before.dataset_hash
+    assert {log.content_hash for log in after.source_logs} == {p.log_hash for p in four}
     # a changed byte in a raw log makes a new part of that log only
     changed = tmp_path / "raw" / logs[0].name
     shutil.copytree(logs[0], changed)

@@ -36,20 +36,20 @@ def dataset(tmp_path_factory):
 
 def test_shards_roll_at_target_size(dataset):
     root, manifest, frames = dataset
-    assert manifest["num_samples"] == len(frames) == 10
-    assert manifest["num_shards"] > 2
-    assert sum(s["num_samples"] for s in manifest["shards"]) == 10
-    for shard in manifest["shards"]:
-        size = (root / shard["path"]).stat().st_size
-        assert size == shard["bytes"]
-        assert hashlib.sha256((root / shard["path"]).read_bytes()).hexdigest() == shard["sha256"]
-        if shard["num_samples"] > 1:
+    assert manifest.num_samples == len(frames) == 10
+    assert manifest.num_shards > 2
+    assert sum(s.num_samples for s in manifest.shards) == 10
+    for shard in manifest.shards:
+        size = (root / shard.path).stat().st_size
+        assert size == shard.bytes
+        assert hashlib.sha256((root / shard.path).read_bytes()).hexdigest() == shard.sha256
+        if shard.num_samples > 1:
             assert size <= 30_000 + 10240  # + tarfile's end-of-archive record padding
 
 
 def test_tar_headers_are_deterministic(dataset):
     root, manifest, _ = dataset
-    with tarfile.open(root / manifest["shards"][0]["path"]) as tar:
+    with tarfile.open(root / manifest.shards[0].path) as tar:
         infos = tar.getmembers()
     assert infos[0].name == "log-a_000000.back_camera.jpg"
     for info in infos:
@@ -59,7 +59,7 @@ def test_tar_headers_are_deterministic(dataset):
 
 def test_webdataset_reads_every_sample(dataset):
     root, manifest, frames = dataset
-    urls = [str(root / s["path"]) for s in manifest["shards"]]
+    urls = [str(root / s.path) for s in manifest.shards]
     samples = list(wds.WebDataset(urls, shardshuffle=False))
     assert [s["__key__"] for s in samples] == [f.key for f in frames]
     for sample, frame in zip(samples, frames, strict=True):

@@ -13,7 +13,7 @@ from shard_helpers import make_frames
 
 from platform_lib.cli import main
 from platform_lib.shards import BuildConfig, open_dataset, validate_dataset, write_dataset
-from platform_lib.shards.manifest import compute_dataset_hash, write_manifest
+from platform_lib.shards.manifest import Manifest, compute_dataset_hash, write_manifest
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +123,7 @@ def test_edited_manifest_summary_detected(dataset):
     manifest = json.loads((dataset / "manifest.json").read_text())
     manifest["splits"]["counts"]["train"] += 1
     manifest["class_counts"]["vehicle"] += 5
-    write_manifest(dataset, manifest)
+    write_manifest(dataset, Manifest.from_dict(manifest, where="edited manifest"))
     messages = [str(p) for p in validate_dataset(str(dataset)).problems]
     assert any("splits.counts" in m for m in messages)
     assert any("class_counts" in m for m in messages)
@@ -150,7 +150,7 @@ def test_escaping_member_in_shard_is_refused(dataset, capsys):
     entry["bytes"] = len(buffer.getvalue())
     manifest["dataset_hash"] = compute_dataset_hash(manifest["index"]["sha256"],
                                                     manifest["shards"])
-    write_manifest(dataset, manifest)
+    write_manifest(dataset, Manifest.from_dict(manifest, where="edited manifest"))
     code, out = _validate_cli(dataset, capsys)
     assert code == 1
     assert (f"shard {entry['path']}, member '../evil.jpg', byte offset {evil_offset}: "

@@ -20,8 +20,8 @@ from platform_lib.training.train import train
 def synthetic_dataset(synthetic_root, tmp_path_factory):
     out = tmp_path_factory.mktemp("quality") / "dataset"
     build_dataset("synthetic", synthetic_root, out, BuildConfig(progress=False))
-    splits = load_manifest(out)["splits"]
-    assert splits["method"] == "by_log" and splits["params"]["val_logs"]  # held-out logs
+    splits = load_manifest(out).splits
+    assert splits.method == "by_log" and splits.params["val_logs"]  # held-out logs
     return out
 
 

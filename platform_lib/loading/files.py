@@ -1,0 +1,160 @@
+"""Shard files of one dataset in one process: open (in place or through the node cache),
+verify each shard once per node, read a sample's byte range into a caller's buffer.
+
+Verify policy (`LoaderConfig.verify`):
+    "shard"   sha256 of the whole shard against the manifest when it enters the node cache or
+              is first opened on the node (one process hashes it, under a lock; the result is
+              recorded in `<cache dir>/<dataset_hash[:16]>/verified/`, keyed by the file's size,
+              mtime and inode, and not redone), plus xxh3_64 of every member on every read. A
+              shard that fails (or a dataset built without xxh3) is read with the "member"
+              checks, so the error names the damaged member and only its sample is skipped.
+    "member"  tar headers and sha256 of every member on every read (no shard hash).
+    "none"    no check (a truncated shard is still reported); documented not to catch a
+              flipped byte.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections import OrderedDict
+from pathlib import Path
+
+import filelock
+
+from platform_lib.loading.cache import ShardCache, resolve_cache_dir
+from platform_lib.shards.errors import ShardFormatError
+from platform_lib.shards.manifest import ShardEntry, check_shard_path
+from platform_lib.shards.sample import Check, hash_shard, read_sample_into, verify_sample
+from platform_lib.shards.view import DatasetView
+
+__all__ = ["ShardFiles", "ShardVerifications", "VERIFY_POLICIES"]
+
+log = logging.getLogger(__name__)
+
+VERIFY_POLICIES = ("shard", "member", "none")
+
+
+class ShardVerifications:
+    """Node-wide record of whole-shard sha256 checks of one dataset (see module docstring)."""
+
+    def __init__(self, cache_dir: str | None, dataset_hash: str) -> None:
+        self.folder = resolve_cache_dir(cache_dir) / dataset_hash[:16] / "verified"
+        self.hashed = 0  # shards this process hashed (the rest came from the record)
+
+    def check(self, path: Path, entry: ShardEntry) -> bool:
+        """Return True when the file at `path` has the manifest's size and sha256.
+
+        Hashes at most once per node and file version; later calls read the record.
+        """
+        record = self.folder / f"{check_shard_path(entry.path)}.json"
+        record.parent.mkdir(parents=True, exist_ok=True)
+        with filelock.FileLock(f"{record}.lock"):
+            st = os.stat(path)
+            stamp = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino,
+                     "device": st.st_dev, "sha256": entry.sha256}
+            try:
+                saved = json.loads(record.read_text())
+                if {k: saved.get(k) for k in stamp} == stamp:
+                    return bool(saved["ok"])
+            except (OSError, ValueError):
+                pass
+            ok = st.st_size == entry.bytes
+            if ok:
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    ok = hash_shard(fd)[0] == entry.sha256
+                finally:
+                    os.close(fd)
+                self.hashed += 1
+            tmp = record.with_name(f"{record.name}.tmp-{os.getpid()}")
+            tmp.write_text(json.dumps({**stamp, "ok": ok}))
+            os.replace(tmp, record)
+        if not ok:
+            log.warning("%s: size or sha256 differs from the manifest; reading its samples with "
+                        "per-member sha256 checks", path)
+        return ok
+
+
+class ShardFiles:
+    """Reads samples of one `DatasetView`, keeping a few shard files open (per process).
+
+    Args:
+        view: the dataset view.
+        cache: node cache for a remote dataset, None for a local one (read in place).
+        verify: "shard", "member" or "none" (module docstring).
+        cache_dir: node cache folder (also holds the shard verification record).
+        max_open: shard files kept open, in files.
+    """
+
+    def __init__(self, view: DatasetView, *, cache: ShardCache | None, verify: str,
+                 cache_dir: str | None, max_open: int = 8) -> None:
+        self.view, self.cache, self.verify, self.max_open = view, cache, verify, max_open
+        self.verifications = ShardVerifications(cache_dir, view.dataset_hash) if verify == "shard" else None
+        self._fds: OrderedDict[int, int] = OrderedDict()
+        self._checks: dict[int, Check] = {}
+        self._failed: dict[int, ShardFormatError] = {}  # shards that cannot be opened: no retry per sample
+
+    def close(self) -> None:
+        """Close every open shard file."""
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+    def is_open(self, shard: int) -> bool:
+        """Return True when the shard's file is open in this process."""
+        return shard in self._fds
+
+    def label(self, shard: int) -> str:
+        """Return "<dataset url>/<shard path>" for messages."""
+        return f"{self.view.url}/{self.view.shard_paths[shard]}"
+
+    def _open(self, shard: int) -> int:
+        entry = self.view.manifest.shards[shard]
+        if self.cache is not None:
+            fd = self.cache.open(entry.path, entry.bytes)
+            path = self.cache.folder / entry.path
+        else:
+            check_shard_path(entry.path)
+            path = Path(self.view.shard_files[shard])
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError as exc:
+                raise ShardFormatError(f"shard {self.label(shard)} is missing; rebuild the dataset "
+                                       "or restore the file") from exc
+        check: Check = {"member": "sha256", "none": "none"}.get(self.verify, "xxh3")
+        if self.verifications is not None and not self.verifications.check(path, entry):
+            check = "sha256"
+        self._checks[shard] = check
+        return fd
+
+    def _fd(self, shard: int) -> int:
+        if shard in self._fds:
+            self._fds.move_to_end(shard)
+            return self._fds[shard]
+        if shard in self._failed:
+            raise self._failed[shard]
+        try:
+            fd = self._open(shard)
+        except ShardFormatError as exc:
+            self._failed[shard] = exc
+            raise
+        self._fds[shard] = fd
+        if len(self._fds) > self.max_open:
+            os.close(self._fds.popitem(last=False)[1])
+        return fd
+
+    def read_into(self, i: int, out: memoryview) -> memoryview:
+        """Read row `i`'s sample bytes into `out` (no copy) and check them; return the filled view.
+
+        Raises:
+            ShardFormatError: missing or truncated shard (offset: where the data ends), or a
+                tar header that does not match the index (checks "sha256").
+            SampleIntegrityError: a member's checksum differs from the index.
+        """
+        shard = int(self.view.shard_id[i])
+        fd = self._fd(shard)
+        data = read_sample_into(fd, self.view, i, out, shard=self.label(shard))
+        verify_sample(self.view, i, data, check=self._checks[shard], shard=self.label(shard))
+        return data
