@@ -136,8 +136,9 @@ class BatchStream(IterableDataset):
         return key, sample
 
     def output_bytes_per_unit(self) -> tuple[int, dict[str, int]]:
-        """Bytes of arrays a unit adds beyond its raw sample bytes (decoded images, transform
-        outputs), measured on the first unit of each source; sizes the ring's output area.
+        """Measure the bytes a unit adds beyond its raw sample bytes (sizes the ring's output area).
+
+        Decoded images and transform outputs, measured on the first unit of each source.
 
         Returns:
             (bytes, counters of the reads it made: downloads, shard hashes, ...).
@@ -264,8 +265,10 @@ def _counters(files: list[ShardFiles]) -> dict[str, int]:
 
 
 def _computed_bytes(obj: Any, writer: SlotWriter) -> int:
-    """Bytes of the arrays/tensors in a sample that are not views of its raw sample bytes
-    (decoded images, transform outputs): what a batch adds to the ring's output area."""
+    """Return the bytes of a sample's arrays/tensors that are not views of its raw bytes.
+
+    Decoded images and transform outputs: what a unit adds to the ring's output area.
+    """
     if isinstance(obj, torch.Tensor):
         obj = obj.numpy() if obj.device.type == "cpu" else None
     if isinstance(obj, np.ndarray):

@@ -48,8 +48,11 @@ class CacheFullError(LoaderError):
 
 
 class RingError(LoaderError):
-    """The shared-memory ring cannot be set up (/dev/shm too small) or a sample does not fit a
-    slot (an index changed or tampered with after the loader sized the ring from it)."""
+    """The shared-memory ring cannot be set up, or a sample does not fit a slot.
+
+    /dev/shm too small or a file size limit; a sample larger than its slot means the index
+    changed or was tampered with after the loader sized the ring from it.
+    """
 
 
 class ResumeStateError(LoaderError, ValueError):

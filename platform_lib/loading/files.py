@@ -1,5 +1,7 @@
-"""Shard files of one dataset in one process: open (in place or through the node cache),
-verify each shard once per node, read a sample's byte range into a caller's buffer.
+"""Shard files of one dataset in one process: open, verify once per node, read into buffers.
+
+Shards are opened in place or through the node cache; a sample's byte range is read straight
+into a caller's buffer.
 
 Verify policy (`LoaderConfig.verify`):
     "shard"   sha256 of the whole shard against the manifest when it enters the node cache or
@@ -52,8 +54,13 @@ class ShardVerifications:
         record.parent.mkdir(parents=True, exist_ok=True)
         with filelock.FileLock(f"{record}.lock"):
             st = os.stat(path)
-            stamp = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino,
-                     "device": st.st_dev, "sha256": entry.sha256}
+            stamp = {
+                "size": st.st_size,
+                "mtime_ns": st.st_mtime_ns,
+                "inode": st.st_ino,
+                "device": st.st_dev,
+                "sha256": entry.sha256,
+            }
             try:
                 saved = json.loads(record.read_text())
                 if {k: saved.get(k) for k in stamp} == stamp:
@@ -72,8 +79,11 @@ class ShardVerifications:
             tmp.write_text(json.dumps({**stamp, "ok": ok}))
             os.replace(tmp, record)
         if not ok:
-            log.warning("%s: size or sha256 differs from the manifest; reading its samples with "
-                        "per-member sha256 checks", path)
+            log.warning(
+                "%s: size or sha256 differs from the manifest; reading its samples with "
+                "per-member sha256 checks",
+                path,
+            )
         return ok
 
 
@@ -88,13 +98,24 @@ class ShardFiles:
         max_open: shard files kept open, in files.
     """
 
-    def __init__(self, view: DatasetView, *, cache: ShardCache | None, verify: str,
-                 cache_dir: str | None, max_open: int = 8) -> None:
+    def __init__(
+        self,
+        view: DatasetView,
+        *,
+        cache: ShardCache | None,
+        verify: str,
+        cache_dir: str | None,
+        max_open: int = 8,
+    ) -> None:
         self.view, self.cache, self.verify, self.max_open = view, cache, verify, max_open
-        self.verifications = ShardVerifications(cache_dir, view.dataset_hash) if verify == "shard" else None
+        self.verifications = (
+            ShardVerifications(cache_dir, view.dataset_hash) if verify == "shard" else None
+        )
         self._fds: OrderedDict[int, int] = OrderedDict()
         self._checks: dict[int, Check] = {}
-        self._failed: dict[int, ShardFormatError] = {}  # shards that cannot be opened: no retry per sample
+        self._failed: dict[
+            int, ShardFormatError
+        ] = {}  # shards that cannot be opened: no retry per sample
 
     def close(self) -> None:
         """Close every open shard file."""
@@ -121,9 +142,12 @@ class ShardFiles:
             try:
                 fd = os.open(path, os.O_RDONLY)
             except FileNotFoundError as exc:
-                raise ShardFormatError(f"shard {self.label(shard)} is missing; rebuild the dataset "
-                                       "or restore the file") from exc
-        check: Check = {"member": "sha256", "none": "none"}.get(self.verify, "xxh3")
+                raise ShardFormatError(
+                    f"shard {self.label(shard)} is missing; rebuild the dataset or restore the file"
+                ) from exc
+        check: Check = (
+            "sha256" if self.verify == "member" else "none" if self.verify == "none" else "xxh3"
+        )
         if self.verifications is not None and not self.verifications.check(path, entry):
             check = "sha256"
         self._checks[shard] = check

@@ -11,7 +11,7 @@ import multiprocessing as mp
 import os
 import sys
 import weakref
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -127,7 +127,7 @@ def _measure_outputs(stream: BatchStream, start_method: str) -> tuple[int, dict[
     Returns:
         (bytes per unit, counters of the measurement's reads: a shard it downloaded or hashed).
     """
-    ctx = mp.get_context(start_method)
+    ctx: Any = mp.get_context(start_method)
     receiver, sender = ctx.Pipe(duplex=False)
     child = ctx.Process(target=_measure_child, args=(stream, sender), daemon=True,
                         name="drivetrain-measure-outputs")
@@ -263,7 +263,7 @@ class StreamingLoader:
             unit_shards=[v.shard_id[u[:, 0]] for v, u in zip(views, units, strict=True)], weights=list(weights),
             seed=seed, shuffle=shuffle, shuffle_buffer=config.shuffle_buffer, total=self.num_positions)
         self._stats = LoaderStats(index_skipped=[s for v in views for s in v.skipped])
-        self._active: weakref.ref[Iterator[dict[str, Any]]] | None = None
+        self._active: weakref.ref[Generator[dict[str, Any], None, None]] | None = None
         self._stream: BatchStream | None = None
         self._data_loader: DataLoader | None = None
         self._data_iter: Any = None
@@ -311,8 +311,10 @@ class StreamingLoader:
         return batches
 
     def close(self) -> None:
-        """Stop the worker processes and release the shared-memory ring (also done on garbage
-        collection; call it to free them at a known point)."""
+        """Stop the worker processes and release the shared-memory ring.
+
+        Also done on garbage collection; call it to free them at a known point.
+        """
         previous = self._active() if self._active is not None else None
         if previous is not None:
             previous.close()
@@ -328,8 +330,10 @@ class StreamingLoader:
         self.close()
 
     def _build_stream(self) -> BatchStream:
-        """Create the batch stream and, with workers, its ring once (sized from the index and one
-        measured unit)."""
+        """Create the batch stream and, with workers, its ring, once.
+
+        The ring is sized from the index (largest sample x batch) and one measured unit.
+        """
         if self._stream is not None:
             return self._stream
         cfg = self.config
@@ -374,7 +378,7 @@ class StreamingLoader:
             shutdown()
         self._data_iter = self._data_loader = None
 
-    def _epoch_batches(self) -> Iterator[dict[str, Any]]:
+    def _epoch_batches(self) -> Generator[dict[str, Any], None, None]:
         if self._step >= self._plan.steps:  # finished epoch: move on
             self._epoch, self._step = self._epoch + 1, 0
         epoch = self._epoch
@@ -396,7 +400,7 @@ class StreamingLoader:
 
         self._begin_epoch_stats(epoch)
         depth = self.config.prefetch_depth
-        batches = iterate_in_background(receive, depth=depth) if self.num_workers > 0 else receive()
+        batches: Any = iterate_in_background(receive, depth=depth) if self.num_workers > 0 else receive()
         try:
             for batch in batches:
                 self._absorb(batch.pop(STATS_KEY))

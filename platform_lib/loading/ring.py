@@ -81,16 +81,30 @@ class Ring:
         RingError: `shm_dir` lacks the space (names its size, its free space and the fix).
     """
 
-    def __init__(self, *, num_workers: int, slots_per_worker: int, raw_bytes: int,
-                 output_bytes: int, shm_dir: str = "/dev/shm", keep_name: bool = False,
-                 pin: bool = True) -> None:
-        self.num_workers, self.slots_per_worker, self.pin = max(num_workers, 1), slots_per_worker, pin
+    def __init__(
+        self,
+        *,
+        num_workers: int,
+        slots_per_worker: int,
+        raw_bytes: int,
+        output_bytes: int,
+        shm_dir: str = "/dev/shm",
+        keep_name: bool = False,
+        pin: bool = True,
+    ) -> None:
+        self.num_workers, self.slots_per_worker, self.pin = (
+            max(num_workers, 1),
+            slots_per_worker,
+            pin,
+        )
         self.raw_bytes, self.output_bytes = _align(raw_bytes), _align(output_bytes)
         self.slot_bytes = self.raw_bytes + self.output_bytes
         self.num_slots = self.num_workers * slots_per_worker
         self.header_bytes = _align(8 * _HEADER_INTS + 4 * self.num_slots)
         self.size = self.header_bytes + self.num_slots * self.slot_bytes
-        self.path: str | None = os.path.join(shm_dir, f"drivetrain-ring-{os.getpid()}-{uuid.uuid4().hex[:12]}")
+        self.path: str | None = os.path.join(
+            shm_dir, f"drivetrain-ring-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        )
         _check_space(shm_dir, self.size, self._describe())
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
@@ -101,10 +115,12 @@ class Ring:
                 if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                     raise RingError(_too_small(shm_dir, self.size, self._describe())) from exc
                 if exc.errno == errno.EFBIG:
-                    raise RingError(f"the loader's shared-memory ring ({self.size} bytes, "
-                                    f"{self._describe()}) exceeds this process's file size limit "
-                                    "(RLIMIT_FSIZE, `ulimit -f`); raise the limit or lower "
-                                    "batch_size, num_workers or LoaderConfig.prefetch_depth") from exc
+                    raise RingError(
+                        f"the loader's shared-memory ring ({self.size} bytes, "
+                        f"{self._describe()}) exceeds this process's file size limit "
+                        "(RLIMIT_FSIZE, `ulimit -f`); raise the limit or lower "
+                        "batch_size, num_workers or LoaderConfig.prefetch_depth"
+                    ) from exc
                 raise
             self._mm = mmap.mmap(fd, self.size)
         finally:
@@ -112,30 +128,40 @@ class Ring:
         if not keep_name:
             os.unlink(self.path)
             self.path = None
-        self._finalizer = weakref.finalize(self, _cleanup, self.path)
+        self._finalizer: weakref.finalize | None = weakref.finalize(self, _cleanup, self.path)
         self._attach()
 
     def _describe(self) -> str:
-        return (f"{self.num_slots} slots x {self.slot_bytes / 2**20:.1f} MiB (raw "
-                f"{self.raw_bytes / 2**20:.1f} MiB + outputs {self.output_bytes / 2**20:.1f} MiB)")
+        return (
+            f"{self.num_slots} slots x {self.slot_bytes / 2**20:.1f} MiB (raw "
+            f"{self.raw_bytes / 2**20:.1f} MiB + outputs {self.output_bytes / 2**20:.1f} MiB)"
+        )
 
     def _attach(self) -> None:
         self._all = np.frombuffer(self._mm, dtype=np.uint8)
         self._base = int(self._all.ctypes.data)
         self.control = np.frombuffer(self._mm, dtype=np.int64, count=_HEADER_INTS)
-        self.states = np.frombuffer(self._mm, dtype=np.int32, count=self.num_slots, offset=8 * _HEADER_INTS)
+        self.states = np.frombuffer(
+            self._mm, dtype=np.int32, count=self.num_slots, offset=8 * _HEADER_INTS
+        )
         self._pinned = False
 
     def __getstate__(self) -> dict[str, Any]:  # spawned workers reopen the file by name
         if self.path is None:
-            raise RingError("the loader's ring was unlinked (fork mode); spawned workers need "
-                            "LoaderConfig.multiprocessing_context set before the loader is built")
-        state = {k: v for k, v in self.__dict__.items()
-                 if k not in ("_mm", "_all", "_base", "control", "states", "_finalizer", "_pinned")}
+            raise RingError(
+                "the loader's ring was unlinked (fork mode); spawned workers need "
+                "LoaderConfig.multiprocessing_context set before the loader is built"
+            )
+        state = {
+            k: v
+            for k, v in self.__dict__.items()
+            if k not in ("_mm", "_all", "_base", "control", "states", "_finalizer", "_pinned")
+        }
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        assert self.path is not None  # pickled only when named (__getstate__)
         fd = os.open(self.path, os.O_RDWR)
         try:
             self._mm = mmap.mmap(fd, self.size)
@@ -157,7 +183,7 @@ class Ring:
     def slot_view(self, slot: int) -> np.ndarray:
         """(slot_bytes,) uint8 view of `slot`."""
         start = self.slot_offset(slot)
-        return self._all[start:start + self.slot_bytes]
+        return self._all[start : start + self.slot_bytes]
 
     def locate(self, address: int, nbytes: int, slot: int) -> int | None:
         """Return the ring offset of [address, address + nbytes) when it lies inside `slot`."""
@@ -168,6 +194,7 @@ class Ring:
     # -- worker side ----------------------------------------------------------------------
     @property
     def generation(self) -> int:
+        """The current iteration generation (control word 0)."""
         return int(self.control[0])
 
     def begin_iteration(self) -> int:
@@ -188,8 +215,10 @@ class Ring:
 
     # -- main side ------------------------------------------------------------------------
     def deliver(self, slot: int) -> np.ndarray:
-        """Main process: mark `slot` held and return its base view; the slot is freed when the
-        base view and every view of it are gone."""
+        """Main process: mark `slot` held and return its base view.
+
+        The slot is freed when the base view and every view made from it are gone.
+        """
         self.states[slot] = -1
         if not self._pinned:
             self._pin()
@@ -197,7 +226,7 @@ class Ring:
         # Built over a memoryview (not a view of `_all`) so that numpy's view-chain collapsing
         # stops here: every array made from `base` keeps `base` alive, and the slot is freed
         # only when the last of them is gone.
-        base = np.frombuffer(memoryview(self._mm)[start:start + self.slot_bytes], dtype=np.uint8)
+        base = np.frombuffer(memoryview(self._mm)[start : start + self.slot_bytes], dtype=np.uint8)
         weakref.finalize(base, _release, self.states, slot)
         return base
 
@@ -225,19 +254,23 @@ def _cleanup(path: str | None) -> None:
 def _too_small(shm_dir: str, need: int, what: str) -> str:
     st = os.statvfs(shm_dir)
     total, free = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
-    return (f"the loader's shared-memory ring needs {need / 2**30:.2f} GiB ({what}) but {shm_dir} "
-            f"has {free / 2**30:.2f} GiB free of {total / 2**30:.2f} GiB: enlarge {shm_dir} "
-            "(docker run --shm-size=..., or a Kubernetes emptyDir with medium: Memory and a "
-            "sizeLimit mounted at /dev/shm), or lower batch_size, num_workers or "
-            "LoaderConfig.prefetch_depth")
+    return (
+        f"the loader's shared-memory ring needs {need / 2**30:.2f} GiB ({what}) but {shm_dir} "
+        f"has {free / 2**30:.2f} GiB free of {total / 2**30:.2f} GiB: enlarge {shm_dir} "
+        "(docker run --shm-size=..., or a Kubernetes emptyDir with medium: Memory and a "
+        "sizeLimit mounted at /dev/shm), or lower batch_size, num_workers or "
+        "LoaderConfig.prefetch_depth"
+    )
 
 
 def _check_space(shm_dir: str, need: int, what: str) -> None:
     try:
         st = os.statvfs(shm_dir)
     except FileNotFoundError:
-        raise RingError(f"{shm_dir} does not exist: the loader's shared-memory ring needs a tmpfs "
-                        "there; set LoaderConfig.shm_dir to one") from None
+        raise RingError(
+            f"{shm_dir} does not exist: the loader's shared-memory ring needs a tmpfs "
+            "there; set LoaderConfig.shm_dir to one"
+        ) from None
     if need > st.f_bavail * st.f_frsize:
         raise RingError(_too_small(shm_dir, need, what))
 
@@ -251,14 +284,15 @@ class SlotWriter:
 
     def __init__(self, ring: Ring | None, slot: int | None) -> None:
         self.ring, self.slot = ring, slot
+        self._raw: np.ndarray | None = None
+        self._out: np.ndarray | None = None
         if ring is not None and slot is not None:
             view = ring.slot_view(slot)
-            self._raw, self._out = view[:ring.raw_bytes], view[ring.raw_bytes:]
-        else:
-            self._raw = self._out = None
+            self._raw, self._out = view[: ring.raw_bytes], view[ring.raw_bytes :]
         self._raw_used = self._out_used = 0
         self.overflowed = False
-        self.private_raw: list[tuple[int, int]] = []  # (address, size) of raw buffers without a slot
+        #: (address, size) of the raw buffers handed out without a slot
+        self.private_raw: list[tuple[int, int]] = []
 
     def raw_buffer(self, size: int, *, what: str) -> memoryview:
         """Return a writable buffer of `size` bytes for sample bytes.
@@ -270,15 +304,17 @@ class SlotWriter:
         if self._raw is None:
             buffer = np.empty(size, dtype=np.uint8)
             self.private_raw.append((int(buffer.ctypes.data), size))
-            return memoryview(buffer)
+            return buffer.data
         start, end = self._raw_used, self._raw_used + size
         if end > len(self._raw):
-            raise RingError(f"{what} ({size} bytes) does not fit the ring slot ({len(self._raw)} "
-                            f"bytes, {self._raw_used} used): the slot was sized from the index "
-                            "when the loader was built, so the index changed or was tampered "
-                            "with; run `drivetrain data validate` and rebuild the loader")
+            raise RingError(
+                f"{what} ({size} bytes) does not fit the ring slot ({len(self._raw)} "
+                f"bytes, {self._raw_used} used): the slot was sized from the index "
+                "when the loader was built, so the index changed or was tampered "
+                "with; run `drivetrain data validate` and rebuild the loader"
+            )
         self._raw_used = _align(end)
-        return memoryview(self._raw[start:end])
+        return self._raw[start:end].data
 
     def holds_raw(self, address: int) -> bool:
         """True when `address` lies in a raw buffer this writer handed out without a slot."""
@@ -294,7 +330,7 @@ class SlotWriter:
             self.overflowed = True
             return None
         self._out_used = _align(start + nbytes)
-        return self._out[start:start + nbytes].view(dtype).reshape(shape)
+        return self._out[start : start + nbytes].view(dtype).reshape(shape)
 
     def stack_tensors(self, tensors: list[torch.Tensor]) -> torch.Tensor:
         """`torch.stack` into the output area (collate without a fresh allocation)."""
@@ -306,9 +342,11 @@ class SlotWriter:
         return torch.stack(tensors, 0, out=torch.from_numpy(out))
 
     def pack(self, batch: dict[str, Any]) -> dict[str, Any]:
-        """Return the batch skeleton to send: arrays in the slot become refs; large arrays
-        elsewhere are copied into the output area (or, when it is full, the whole batch goes
-        through a private shared block)."""
+        """Return the batch skeleton to send through the worker pipe.
+
+        Arrays in the slot become refs; large arrays elsewhere are copied into the output area
+        (or, when it is full, the whole batch goes through a private shared block).
+        """
         if self.ring is None or self.slot is None:
             return pack_arrays(_buffers_to_arrays(batch))
         packed = self._replace(batch)
@@ -319,6 +357,7 @@ class SlotWriter:
         return packed
 
     def _ref(self, address: int, nbytes: int, shape, dtype: str, kind: str) -> _Ref | None:
+        assert self.ring is not None and self.slot is not None  # only with a slot
         offset = self.ring.locate(address, nbytes, self.slot)
         return None if offset is None else _Ref(offset, tuple(shape), dtype, kind)
 
@@ -341,7 +380,9 @@ class SlotWriter:
 
     def _array(self, array: np.ndarray, kind: str) -> Any:
         if array.flags.c_contiguous and array.nbytes:
-            ref = self._ref(int(array.ctypes.data), array.nbytes, array.shape, array.dtype.str, kind)
+            ref = self._ref(
+                int(array.ctypes.data), array.nbytes, array.shape, array.dtype.str, kind
+            )
             if ref is not None:
                 return ref
         if array.nbytes < _MIN_BYTES:
@@ -354,8 +395,10 @@ class SlotWriter:
 
 
 def _buffers_to_arrays(obj: Any) -> Any:
-    """Slow path: copy every buffer out of the slot (memoryviews cannot be pickled, and the
-    worker's pipe pickles after the slot may be reused)."""
+    """Slow path: copy every buffer out of the slot.
+
+    Memoryviews cannot be pickled, and the worker's pipe pickles after the slot may be reused.
+    """
     if isinstance(obj, memoryview):
         return obj.tobytes()
     if isinstance(obj, np.ndarray):
@@ -386,11 +429,11 @@ def _restore(obj: Any, base: np.ndarray, start: int) -> Any:
         dtype = np.dtype(obj.dtype)
         count = int(np.prod(obj.shape, dtype=np.int64))
         begin = obj.offset - start
-        array = base[begin:begin + count * dtype.itemsize].view(dtype).reshape(obj.shape)
+        array = base[begin : begin + count * dtype.itemsize].view(dtype).reshape(obj.shape)
         if obj.kind == "tensor":
             return torch.from_numpy(array)
         if obj.kind == "buffer":
-            return memoryview(array).toreadonly()
+            return array.data.toreadonly()
         return array
     if isinstance(obj, dict):
         return {k: _restore(v, base, start) for k, v in obj.items()}

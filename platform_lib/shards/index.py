@@ -67,8 +67,11 @@ def write_index(rows: list[dict[str, Any]], path: Path) -> tuple[str, int]:
 
 
 def _same_type(a: pa.DataType, b: pa.DataType) -> bool:
-    """Equal types, ignoring list item names ("item" vs Parquet's "element") and nullability
-    flags (a table rewritten by other tools loses them; nulls themselves are checked)."""
+    """Return True for equal types, ignoring list item names and nullability flags.
+
+    A table rewritten by other tools names list items "element" and loses the flags; nulls
+    themselves are checked by `read_index`.
+    """
     if pa.types.is_list(a) and pa.types.is_list(b):
         return _same_type(a.value_type, b.value_type)
     if pa.types.is_struct(a) and pa.types.is_struct(b):

@@ -248,7 +248,7 @@ def merge_parts(parts: Sequence[str], output_dir: str | Path, config: BuildConfi
     staging.mkdir()
     try:
         index_sha, index_bytes = write_index(rows, staging / INDEX_NAME)
-        manifest = Manifest.from_dict({
+        merged = Manifest.from_dict({
             "format_version": FORMAT_VERSION,
             "builder_version": builder_version(),
             "dataset_hash": compute_dataset_hash(index_sha, shards),
@@ -270,9 +270,9 @@ def merge_parts(parts: Sequence[str], output_dir: str | Path, config: BuildConfi
             "build_config": {**config.recorded(), "parts": "per-log"},
         }, where=f"{output}/manifest.json")
         fsync_dir(staging)
-        write_manifest(staging, manifest)
+        write_manifest(staging, merged)
         _publish(staging, output, config.overwrite)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return manifest
+    return merged

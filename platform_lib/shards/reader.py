@@ -45,7 +45,8 @@ def iter_tar_samples(fileobj: IO[bytes], *, shard: str,
             a truncated/corrupt tar, or samples differing from `expected_keys`; names the
             shard, member and byte offset.
     """
-    yielded, current, current_offset, end_offset = 0, None, 0, 0
+    yielded, current_offset, end_offset = 0, 0, 0
+    current: dict[str, Any] | None = None
 
     def check_next(sample: dict[str, Any], offset: int) -> dict[str, Any]:
         nonlocal yielded
@@ -89,7 +90,7 @@ def iter_tar_samples(fileobj: IO[bytes], *, shard: str,
         if ext in current:
             raise ShardFormatError(f"duplicate member {ext!r} in sample {key}", shard=shard,
                                    member=member.name, offset=member.header_offset)
-        current[ext] = bytes(member.data)
+        current[ext] = bytes(member.data or b"")
         end_offset = member.data_offset + member.size
     if current is not None:
         yield check_next(current, current_offset)

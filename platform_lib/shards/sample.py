@@ -32,15 +32,22 @@ _CHUNK = 8 << 20
 
 def _truncated(view: DatasetView, i: int, end: int, shard: str) -> ShardFormatError:
     members = view.members_of(i)
-    cut = next((m for m in members if view.member_offset[m] + view.member_size[m] > end), members[0])
+    cut = next(
+        (m for m in members if view.member_offset[m] + view.member_size[m] > end), members[0]
+    )
     key, lo = view.key(i), int(view.member_offset[cut])
     return ShardFormatError(
         f"truncated shard: the data ends at byte {end}, inside sample {key} (member bytes "
         f"[{lo}, {lo + int(view.member_size[cut])})); rebuild or re-download the shard",
-        shard=shard, member=f"{key}.{view.member_name(cut)}", offset=end)
+        shard=shard,
+        member=f"{key}.{view.member_name(cut)}",
+        offset=end,
+    )
 
 
-def read_sample_into(fd: int, view: DatasetView, i: int, out: memoryview, *, shard: str) -> memoryview:
+def read_sample_into(
+    fd: int, view: DatasetView, i: int, out: memoryview, *, shard: str
+) -> memoryview:
     """Read row `i`'s sample bytes from open shard `fd` into `out`; return the filled view.
 
     Args:
@@ -75,24 +82,39 @@ def verify_sample(view: DatasetView, i: int, data: memoryview, *, check: Check, 
         return
     key, lo = view.key(i), int(view.sample_offset[i])
     if check == "sha256":
-        found = {m.data_offset: m for m in iter_tar_members(data, base_offset=lo, shard=shard,
-                                                             read_data=False)}
+        found = {
+            m.data_offset: m
+            for m in iter_tar_members(data, base_offset=lo, shard=shard, read_data=False)
+        }
     for m in view.members_of(i):
-        name, offset, size = view.member_name(m), int(view.member_offset[m]), int(view.member_size[m])
+        name, offset, size = (
+            view.member_name(m),
+            int(view.member_offset[m]),
+            int(view.member_size[m]),
+        )
         member = f"{key}.{name}"
-        blob = data[offset - lo:offset - lo + size]
+        blob = data[offset - lo : offset - lo + size]
         if check == "sha256":
             header = found.get(offset)
             if header is None:
-                raise ShardFormatError("no tar member starts here; the index does not match the "
-                                       "shard: rebuild the dataset", shard=shard, member=member,
-                                       offset=offset)
+                raise ShardFormatError(
+                    "no tar member starts here; the index does not match the "
+                    "shard: rebuild the dataset",
+                    shard=shard,
+                    member=member,
+                    offset=offset,
+                )
             if header.name != member or header.size != size:
-                raise ShardFormatError(f"the tar header says {header.name!r} ({header.size} bytes), "
-                                       f"the index {member!r} ({size} bytes); rebuild the index",
-                                       shard=shard, member=member, offset=offset)
+                raise ShardFormatError(
+                    f"the tar header says {header.name!r} ({header.size} bytes), "
+                    f"the index {member!r} ({size} bytes); rebuild the index",
+                    shard=shard,
+                    member=member,
+                    offset=offset,
+                )
             ok = hashlib.sha256(blob).digest() == view.member_sha256[m].tobytes()
         else:
+            assert view.member_xxh3 is not None  # checked above
             ok = xxhash.xxh3_64_intdigest(blob) == int(view.member_xxh3[m])
         if not ok:
             algo = "sha256" if check == "sha256" else "xxh3_64"
@@ -100,7 +122,10 @@ def verify_sample(view: DatasetView, i: int, data: memoryview, *, check: Check, 
                 f"sample {key}: {algo} of the member's {size} bytes differs from the index "
                 "(corrupt or tampered bytes); run `drivetrain data validate`, rebuild or "
                 "re-download the shard, or load with error_policy='skip'",
-                shard=shard, member=member, offset=offset)
+                shard=shard,
+                member=member,
+                offset=offset,
+            )
 
 
 def hash_shard(fd: int) -> tuple[str, int]:

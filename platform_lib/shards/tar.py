@@ -119,6 +119,7 @@ class TarMember:
 
     @property
     def is_regular(self) -> bool:
+        """True for a regular file member."""
         return self.kind in _REGULAR
 
 
@@ -227,10 +228,10 @@ def iter_tar_members(source: bytes | memoryview | IO[bytes], *, base_offset: int
         if pax_name is not None:
             raw = pax_name
         else:
-            name, prefix = header[0:100].split(b"\0", 1)[0], header[345:500].split(b"\0", 1)[0]
-            raw = prefix + b"/" + name if prefix else name
+            short, prefix = header[0:100].split(b"\0", 1)[0], header[345:500].split(b"\0", 1)[0]
+            raw = prefix + b"/" + short if prefix else short
         try:
-            name = raw.decode("utf-8")
+            name: str = raw.decode("utf-8")
         except UnicodeDecodeError:
             raise ShardFormatError(f"the tar member name {raw!r} is not valid UTF-8; rebuild the "
                                    "shard with `drivetrain data build` (keys are ASCII)",

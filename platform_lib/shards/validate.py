@@ -107,7 +107,7 @@ def _scan_shard(data: bytes, shard: str, problems: list[Problem]) -> dict[str, d
                 problems.append(Problem(message="non-zero bytes in member padding (tampered)",
                                         shard=shard, member=info.name, offset=stop))
             found[info.name] = {"header": info.header_offset, "offset": info.data_offset,
-                                "size": info.size, "sha256": hashlib.sha256(info.data).hexdigest()}
+                                "size": info.size, "sha256": hashlib.sha256(info.data or b"").hexdigest()}
             end = info.data_offset + padded_size(info.size)
     except ShardFormatError as exc:
         problems.append(Problem(message=exc.reason, shard=shard, member=exc.member, offset=exc.offset))

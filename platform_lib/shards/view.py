@@ -87,15 +87,17 @@ class DatasetView:
 
     @property
     def dataset_hash(self) -> str:
+        """The manifest's dataset hash."""
         return self.manifest.dataset_hash
 
     @property
     def shard_paths(self) -> list[str]:
+        """Shard paths relative to the root, in manifest order."""
         return self.manifest.shard_paths
 
     def key(self, i: int) -> str:
         """Return the key of row `i`."""
-        return self.key_bytes[self.key_offsets[i]:self.key_offsets[i + 1]].tobytes().decode()
+        return self.key_bytes[self.key_offsets[i] : self.key_offsets[i + 1]].tobytes().decode()
 
     def keys(self) -> list[str]:
         """Return every key in row order (one str per row: for tools, not for workers)."""
@@ -111,13 +113,18 @@ class DatasetView:
         """
         if self._key_order is None:
             arrow = pa.LargeStringArray.from_buffers(
-                len(self), pa.py_buffer(self.key_offsets), pa.py_buffer(self.key_bytes))
+                len(self), pa.py_buffer(self.key_offsets), pa.py_buffer(self.key_bytes)
+            )
             self._key_order = pc.sort_indices(arrow).to_numpy().astype(np.int64)
         order = self._key_order
         target = key.encode()
-        i = bisect.bisect_left(range(len(order)), target,
-                               key=lambda j: self.key_bytes[self.key_offsets[order[j]]:
-                                                            self.key_offsets[order[j] + 1]].tobytes())
+        i = bisect.bisect_left(
+            range(len(order)),
+            target,
+            key=lambda j: self.key_bytes[
+                self.key_offsets[order[j]] : self.key_offsets[order[j] + 1]
+            ].tobytes(),
+        )
         if i < len(order) and self.key(int(order[i])) == key:
             return int(order[i])
         raise KeyError(f"sample {key!r} is not in {self.url}/{INDEX_NAME}")
@@ -127,9 +134,11 @@ class DatasetView:
         return range(int(self.member_start[i]), int(self.member_start[i + 1]))
 
     def member_name(self, m: int) -> str:
+        """Return the ext name of member `m` (e.g. "lidar.npy")."""
         return self.member_names[self.member_code[m]]
 
     def member_sha256_hex(self, m: int) -> str:
+        """Return the sha256 hex of member `m`."""
         return self.member_sha256[m].tobytes().hex()
 
     def shard_path(self, i: int) -> str:
@@ -142,9 +151,9 @@ def _string_buffers(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     large = pc.cast(array, pa.large_string()) if not pa.types.is_large_string(array.type) else array
     large = large.combine_chunks() if isinstance(large, pa.ChunkedArray) else large
     _, offsets_buf, data_buf = large.buffers()
-    offsets = np.frombuffer(offsets_buf, np.int64)[large.offset:large.offset + len(large) + 1]
+    offsets = np.frombuffer(offsets_buf, np.int64)[large.offset : large.offset + len(large) + 1]
     data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
-    data = data[offsets[0]:offsets[-1]].copy()
+    data = data[offsets[0] : offsets[-1]].copy()
     return (offsets - offsets[0]).astype(np.int64), data
 
 
@@ -153,35 +162,50 @@ def _hex_digests(array: pa.Array, where: str) -> np.ndarray:
     offsets, data = _string_buffers(array)
     if len(offsets) > 1 and (np.diff(offsets) != 64).any():
         bad = int(np.flatnonzero(np.diff(offsets) != 64)[0])
-        raise DatasetIndexError(f"{where}: member {bad} has a sha256 that is not 64 hex "
-                                "characters; rebuild the dataset")
+        raise DatasetIndexError(
+            f"{where}: member {bad} has a sha256 that is not 64 hex characters; rebuild the dataset"
+        )
     nibbles = _HEX[data].reshape(-1, 32, 2)
     if (nibbles == 255).any():
-        raise DatasetIndexError(f"{where}: a member sha256 holds non-hex characters; rebuild the dataset")
+        raise DatasetIndexError(
+            f"{where}: a member sha256 holds non-hex characters; rebuild the dataset"
+        )
     return (nibbles[:, :, 0] << 4) | nibbles[:, :, 1]
 
 
-def check_index_rows(view: DatasetView, shard_column: pa.Array | None = None) -> list[tuple[int, str]]:
+def check_index_rows(
+    view: DatasetView, shard_column: pa.Array | None = None
+) -> list[tuple[int, str]]:
     """Return (position in view, problem) for every row inconsistent with the manifest.
 
     Checked (vectorised): shard id in range and equal to the row's `shard` path; every member
     the manifest's sensors require present; sample range inside the shard's bytes; each member
     range inside its sample range.
     """
-    n, problems = len(view), {}
+    n, problems = len(view), dict[int, str]()
     shards = view.manifest.shards
     sid = view.shard_id
     bad_id = (sid < 0) | (sid >= len(shards))
     for i in np.flatnonzero(bad_id):
-        problems.setdefault(int(i), f"shard id {sid[i]} is not in the manifest ({len(shards)} shards)")
+        problems.setdefault(
+            int(i), f"shard id {sid[i]} is not in the manifest ({len(shards)} shards)"
+        )
     if shard_column is not None:
         dictionary = shard_column.dictionary.to_pylist()
-        expected = np.array([view.manifest.shard_paths.index(p) if p in view.manifest.shard_paths else -1
-                             for p in dictionary], dtype=np.int64)
+        expected = np.array(
+            [
+                view.manifest.shard_paths.index(p) if p in view.manifest.shard_paths else -1
+                for p in dictionary
+            ],
+            dtype=np.int64,
+        )
         named = expected[shard_column.indices.to_numpy(zero_copy_only=False)]
         for i in np.flatnonzero((named != sid) & ~bad_id):
-            problems.setdefault(int(i), f"shard column {dictionary[shard_column.indices[i].as_py()]!r} "
-                                f"does not match shard id {sid[i]} ({shards[sid[i]].path}) of the manifest")
+            problems.setdefault(
+                int(i),
+                f"shard column {dictionary[shard_column.indices[i].as_py()]!r} "
+                f"does not match shard id {sid[i]} ({shards[sid[i]].path}) of the manifest",
+            )
     counts = np.diff(view.member_start)
     row_of_member = np.repeat(np.arange(n), counts)
     present = np.zeros((n, len(view.member_names)), dtype=bool)
@@ -190,28 +214,39 @@ def check_index_rows(view: DatasetView, shard_column: pa.Array | None = None) ->
         code = view.member_names.index(name) if name in view.member_names else None
         missing = np.ones(n, bool) if code is None else ~present[:, code]
         for i in np.flatnonzero(missing):
-            problems.setdefault(int(i), f"member {name!r} missing from the row (the manifest's "
-                                "sensors require it)")
-    limit = np.where(bad_id, 0, view.shard_bytes[np.clip(sid, 0, max(len(shards) - 1, 0))]
-                     if len(shards) else 0)
+            problems.setdefault(
+                int(i), f"member {name!r} missing from the row (the manifest's sensors require it)"
+            )
+    limit = np.where(
+        bad_id, 0, view.shard_bytes[np.clip(sid, 0, max(len(shards) - 1, 0))] if len(shards) else 0
+    )
     lo, hi = view.sample_offset, view.sample_offset + view.sample_size
     for i in np.flatnonzero((lo < 0) | (view.sample_size <= 0) | (hi > limit)):
-        problems.setdefault(int(i), f"sample bytes [{lo[i]}, {hi[i]}) outside the shard's {limit[i]} bytes")
+        problems.setdefault(
+            int(i), f"sample bytes [{lo[i]}, {hi[i]}) outside the shard's {limit[i]} bytes"
+        )
     m_lo, m_hi = view.member_offset, view.member_offset + view.member_size
     outside = (m_lo < lo[row_of_member]) | (m_hi > hi[row_of_member]) | (view.member_size < 0)
     for m in np.flatnonzero(outside):
-        i = int(row_of_member[m])
-        problems.setdefault(i, f"member {view.member_name(int(m))!r} bytes [{m_lo[m]}, {m_hi[m]}) "
-                            f"outside the sample [{lo[i]}, {hi[i]})")
+        row = int(row_of_member[m])
+        problems.setdefault(
+            row,
+            f"member {view.member_name(int(m))!r} bytes [{m_lo[m]}, {m_hi[m]}) "
+            f"outside the sample [{lo[row]}, {hi[row]})",
+        )
     return sorted(problems.items())
 
 
-def _shard_files(manifest: Manifest, url: str, root: str, is_local: bool,
-                 storage_options: dict[str, Any]) -> dict[str, Any]:
+def _shard_files(
+    manifest: Manifest, url: str, root: str, is_local: bool, storage_options: dict[str, Any]
+) -> dict[str, Any]:
     """Where each shard's bytes are: `<root>/<path>`, or the parts of a merged dataset."""
     if not any(s.location for s in manifest.shards):
-        return {"shard_files": tuple(f"{root}/{p}" for p in manifest.shard_paths),
-                "store_url": url, "is_local": is_local}
+        return {
+            "shard_files": tuple(f"{root}/{p}" for p in manifest.shard_paths),
+            "store_url": url,
+            "is_local": is_local,
+        }
     located = [shard_location(url, s) for s in manifest.shards]
     files = tuple(resolve_fs(loc, storage_options)[1] for loc in located)
     local = all("://" not in loc or loc.startswith(("file://", "local://")) for loc in located)
@@ -222,7 +257,9 @@ def _columns(table: pa.Table, manifest: Manifest, *, where: str, **location: Any
     members = table["members"].combine_chunks()
     flat = pc.list_flatten(members)
     names = pc.dictionary_encode(flat.field("name"))
-    lengths = pc.list_value_length(members).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    lengths = (
+        pc.list_value_length(members).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    )
     logs = pc.dictionary_encode(table["log_id"].combine_chunks())
     log_names = logs.dictionary.to_pylist()
     rank = np.zeros(len(log_names), np.int32)
@@ -230,9 +267,11 @@ def _columns(table: pa.Table, manifest: Manifest, *, where: str, **location: Any
     key_offsets, key_bytes = _string_buffers(table["key"])
     xxh3 = flat.field("xxh3_64") if "xxh3_64" in [f.name for f in flat.type] else None
     return DatasetView(
-        **location, manifest=manifest,
+        **location,
+        manifest=manifest,
         row=table["__row__"].to_numpy(),
-        key_offsets=key_offsets, key_bytes=key_bytes,
+        key_offsets=key_offsets,
+        key_bytes=key_bytes,
         log_code=rank[logs.indices.to_numpy(zero_copy_only=False)],
         log_ids=tuple(sorted(log_names)),
         frame_index=table["frame_index"].to_numpy().astype(np.int64),
@@ -250,9 +289,17 @@ def _columns(table: pa.Table, manifest: Manifest, *, where: str, **location: Any
     )
 
 
-def view_from_table(table: pa.Table, manifest: Manifest, *, url: str, root: str, is_local: bool,
-                    storage_options: dict[str, Any], split: str | None = None,
-                    error_policy: str = "raise") -> DatasetView:
+def view_from_table(
+    table: pa.Table,
+    manifest: Manifest,
+    *,
+    url: str,
+    root: str,
+    is_local: bool,
+    storage_options: dict[str, Any],
+    split: str | None = None,
+    error_policy: str = "raise",
+) -> DatasetView:
     """Build the view of `split` (None: all rows) from an index table checked by `read_index`.
 
     Raises:
@@ -261,8 +308,12 @@ def view_from_table(table: pa.Table, manifest: Manifest, *, url: str, root: str,
             and listed in `DatasetView.skipped`.
     """
     where = f"{url}/{INDEX_NAME}"
-    location = {"url": url, "root": root, "storage_options": dict(storage_options),
-                **_shard_files(manifest, url, root, is_local, storage_options)}
+    location = {
+        "url": url,
+        "root": root,
+        "storage_options": dict(storage_options),
+        **_shard_files(manifest, url, root, is_local, storage_options),
+    }
     table = table.append_column("__row__", pa.array(np.arange(table.num_rows, dtype=np.int64)))
     if split is not None:
         table = table.filter(pc.equal(table["split"], split))
@@ -273,9 +324,11 @@ def view_from_table(table: pa.Table, manifest: Manifest, *, url: str, root: str,
         return view
     if error_policy == "raise":
         i, problem = problems[0]
-        raise DatasetIndexError(f"{where} row {view.row[i]} (key {view.key(i)!r}, shard id "
-                                f"{view.shard_id[i]}): {problem}; rebuild the dataset or load with "
-                                "error_policy='skip'")
+        raise DatasetIndexError(
+            f"{where} row {view.row[i]} (key {view.key(i)!r}, shard id "
+            f"{view.shard_id[i]}): {problem}; rebuild the dataset or load with "
+            "error_policy='skip'"
+        )
     keep = np.ones(len(view), bool)
     keep[[i for i, _ in problems]] = False
     kept = _columns(table.filter(pa.array(keep)), manifest, where=where, **location)
@@ -283,8 +336,13 @@ def view_from_table(table: pa.Table, manifest: Manifest, *, url: str, root: str,
     return kept
 
 
-def load_view(url: str, *, split: str | None = None, storage_options: dict[str, Any] | None = None,
-              error_policy: str = "raise") -> DatasetView:
+def load_view(
+    url: str,
+    *,
+    split: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+    error_policy: str = "raise",
+) -> DatasetView:
     """Open the dataset at `url` (local folder or fsspec URL): validated manifest + index view.
 
     Raises:
@@ -299,5 +357,13 @@ def load_view(url: str, *, split: str | None = None, storage_options: dict[str, 
     manifest = load_manifest(url, storage_options=options)
     with fs.open(f"{root}/{INDEX_NAME}", "rb") as f:
         table = read_index(f, where=f"{url}/{INDEX_NAME}")
-    return view_from_table(table, manifest, url=url, root=root, is_local=is_local,
-                           storage_options=options, split=split, error_policy=error_policy)
+    return view_from_table(
+        table,
+        manifest,
+        url=url,
+        root=root,
+        is_local=is_local,
+        storage_options=options,
+        split=split,
+        error_policy=error_policy,
+    )

@@ -54,8 +54,15 @@ def test_a_stale_iterator_of_an_earlier_epoch_does_not_move_the_loader_state(dat
     assert [k for b in resumed for k in b["__key__"]] == resumed.epoch_keys(1)[4:]
 
 
-@pytest.mark.parametrize("escape", ["../../escaped.tar", "/tmp/drivetrain-escaped.tar",
-                                    "shards/../../escaped.tar", "shards/x.tar"])
+@pytest.mark.parametrize(
+    "escape",
+    [
+        "../../escaped.tar",
+        "/tmp/drivetrain-escaped.tar",
+        "shards/../../escaped.tar",
+        "shards/x.tar",
+    ],
+)
 def test_the_node_cache_never_writes_outside_its_folder(dataset, tmp_path, escape):
     manifest = json.loads((dataset / "manifest.json").read_text())
     shard = (dataset / manifest["shards"][0]["path"]).read_bytes()
@@ -68,8 +75,15 @@ def test_the_node_cache_never_writes_outside_its_folder(dataset, tmp_path, escap
     cache = tmp_path / "cache" / "node"
     before = {p for p in tmp_path.rglob("*")}
     with pytest.raises(DatasetError, match="shard") as info:
-        loader = build_loader(url, rank=0, world_size=1, batch_size=12, num_workers=0, seed=0,
-                              config=LoaderConfig(cache_dir=str(cache)))
+        loader = build_loader(
+            url,
+            rank=0,
+            world_size=1,
+            batch_size=12,
+            num_workers=0,
+            seed=0,
+            config=LoaderConfig(cache_dir=str(cache)),
+        )
         list(loader)
     assert escape in str(info.value) and "shards/shard-NNNNNN.tar" in str(info.value)
     assert not Path("/tmp/drivetrain-escaped.tar").exists()
@@ -95,9 +109,16 @@ def test_the_temp_sweep_keeps_a_download_locked_by_another_pid_namespace(dataset
     url = "memory://sweep-test/ds"
     _upload(dataset, url)
     manifest = json.loads((dataset / "manifest.json").read_text())
-    cache = ShardCache(url=url, root="/sweep-test/ds", storage_options={},
-                       dataset_hash=manifest["dataset_hash"], cache_dir=str(tmp_path / "cache"),
-                       limit_bytes=10**9, max_retries=0, backoff_s=0.0)
+    cache = ShardCache(
+        url=url,
+        root="/sweep-test/ds",
+        storage_options={},
+        dataset_hash=manifest["dataset_hash"],
+        cache_dir=str(tmp_path / "cache"),
+        limit_bytes=10**9,
+        max_retries=0,
+        backoff_s=0.0,
+    )
     folder = cache.folder / "shards"
     folder.mkdir(parents=True)
     # A live download of another container: its pid does not exist in our PID namespace.
@@ -124,8 +145,15 @@ def test_mixed_batches_carry_the_source_of_each_sample(tmp_path):
     first = write_test_dataset(tmp_path / "a", {"log": 6})
     second = write_test_dataset(tmp_path / "b", {"log": 6})  # the very same keys
     mixed = [(str(first), 0.5), (str(second), 0.5)]
-    loader = build_loader(mixed, rank=0, world_size=1, batch_size=4, num_workers=1, seed=0,
-                          config=LoaderConfig(mix_epoch_samples=12))
+    loader = build_loader(
+        mixed,
+        rank=0,
+        world_size=1,
+        batch_size=4,
+        num_workers=1,
+        seed=0,
+        config=LoaderConfig(mix_epoch_samples=12),
+    )
     sources, keys = [], []
     for batch in loader:
         assert len(batch["__source__"]) == len(batch["__key__"])

@@ -61,7 +61,9 @@ def _reference(reader, key: str) -> dict:
 
 def _same_json(actual, expected) -> bool:
     if isinstance(expected, dict):
-        return set(actual) == set(expected) and all(_same_json(actual[k], v) for k, v in expected.items())
+        return set(actual) == set(expected) and all(
+            _same_json(actual[k], v) for k, v in expected.items()
+        )
     if isinstance(actual, np.ndarray):
         return np.array_equal(actual, np.asarray(expected, dtype=actual.dtype))
     return actual == expected
@@ -71,8 +73,16 @@ def _same_json(actual, expected) -> bool:
 def test_ring_views_equal_the_reference_reader_for_every_member(which, request):
     root = request.getfixturevalue(f"{which}_dataset")
     reader = open_dataset(root)
-    loader = build_loader(str(root), rank=0, world_size=1, batch_size=3, num_workers=2, seed=0,
-                          shuffle=False, decode="none")
+    loader = build_loader(
+        str(root),
+        rank=0,
+        world_size=1,
+        batch_size=3,
+        num_workers=2,
+        seed=0,
+        shuffle=False,
+        decode="none",
+    )
     seen = 0
     for batch in loader:
         for i, key in enumerate(batch["__key__"]):
@@ -100,30 +110,50 @@ def test_ring_views_equal_the_reference_reader_for_every_member(which, request):
 
 def test_decoded_images_in_the_ring_equal_a_plain_decode(synthetic_dataset):
     reader = open_dataset(synthetic_dataset)
-    loader = build_loader(str(synthetic_dataset), rank=0, world_size=1, batch_size=4, num_workers=1,
-                          seed=0, decode="cpu")
+    loader = build_loader(
+        str(synthetic_dataset),
+        rank=0,
+        world_size=1,
+        batch_size=4,
+        num_workers=1,
+        seed=0,
+        decode="cpu",
+    )
     batch = next(iter(loader))
     for i, key in enumerate(batch["__key__"]):
         for name, image in batch["cameras"][i].items():
-            expected = simplejpeg.decode_jpeg(reader.read_member(key, f"{name}.jpg"), colorspace="RGB")
+            expected = simplejpeg.decode_jpeg(
+                reader.read_member(key, f"{name}.jpg"), colorspace="RGB"
+            )
             assert np.array_equal(image, expected)
     assert loader.stats.ring_fallbacks == 0
-    resized = build_loader(str(synthetic_dataset), rank=0, world_size=1, batch_size=4, num_workers=1,
-                           seed=0, config=LoaderConfig(camera_resize=CameraResize(width=64, height=32)))
+    resized = build_loader(
+        str(synthetic_dataset),
+        rank=0,
+        world_size=1,
+        batch_size=4,
+        num_workers=1,
+        seed=0,
+        config=LoaderConfig(camera_resize=CameraResize(width=64, height=32)),
+    )
     batch = next(iter(resized))
     assert {image.shape for cams in batch["cameras"] for image in cams.values()} == {(32, 64, 3)}
     assert resized.stats.ring_fallbacks == 0  # the measured output area holds resized images
 
 
 def _pid_transform(sample):
-    return {"pid": torch.tensor(os.getpid()), "points": torch.as_tensor(np.asarray(sample["lidar"][:8]))}
+    return {
+        "pid": torch.tensor(os.getpid()),
+        "points": torch.as_tensor(np.asarray(sample["lidar"][:8])),
+    }
 
 
 def test_workers_persist_across_epochs_and_tensors_are_stacked_in_the_ring(tmp_path):
     root = write_test_dataset(tmp_path / "d", {"loga": 8, "logb": 8})
     cfg = LoaderConfig(sample_transform=_pid_transform, prefetch_depth=3)
-    with build_loader(str(root), rank=0, world_size=1, batch_size=4, num_workers=2, seed=0,
-                      config=cfg) as loader:
+    with build_loader(
+        str(root), rank=0, world_size=1, batch_size=4, num_workers=2, seed=0, config=cfg
+    ) as loader:
         pids = []
         for epoch in range(3):
             loader.set_epoch(epoch)
@@ -150,8 +180,15 @@ def _flip(root: Path, *, member: str) -> tuple[dict, dict]:
 def test_each_verify_policy_and_a_flipped_byte(tmp_path, verify):
     root = write_test_dataset(tmp_path / "d", {"loga": 6})
     row, member = _flip(root, member="lidar.npy")
-    loader = build_loader(str(root), rank=0, world_size=1, batch_size=6, num_workers=1, seed=0,
-                          config=LoaderConfig(verify=verify))
+    loader = build_loader(
+        str(root),
+        rank=0,
+        world_size=1,
+        batch_size=6,
+        num_workers=1,
+        seed=0,
+        config=LoaderConfig(verify=verify),
+    )
     if verify == "none":  # documented: no check, the flipped byte reaches the batch
         batch = next(iter(loader))
         i = batch["__key__"].index(row["key"])
@@ -162,8 +199,15 @@ def test_each_verify_policy_and_a_flipped_byte(tmp_path, verify):
     message = str(info.value)
     assert f"{row['key']}.lidar.npy" in message and f"byte offset {member['offset']}" in message
     assert row["shard"] in message and "sha256" in message  # the failed shard falls back to sha256
-    skip = build_loader(str(root), rank=0, world_size=1, batch_size=6, num_workers=1, seed=0,
-                        config=LoaderConfig(verify=verify, error_policy="skip"))
+    skip = build_loader(
+        str(root),
+        rank=0,
+        world_size=1,
+        batch_size=6,
+        num_workers=1,
+        seed=0,
+        config=LoaderConfig(verify=verify, error_policy="skip"),
+    )
     keys = [k for b in skip for k in b["__key__"]]
     assert row["key"] not in keys and skip.stats.skipped == 1
 
@@ -176,8 +220,9 @@ def _good_lidar(tmp_path: Path, key: str) -> bytes:
 def test_verify_shard_hashes_each_shard_once_per_node_then_checks_xxh3(tmp_path):
     root = write_test_dataset(tmp_path / "d", {"loga": 6})
     shards = len(json.loads((root / "manifest.json").read_text())["shards"])
-    first = build_loader(str(root), rank=0, world_size=1, batch_size=2, num_workers=2, seed=0,
-                         decode="none")
+    first = build_loader(
+        str(root), rank=0, world_size=1, batch_size=2, num_workers=2, seed=0, decode="none"
+    )
     list(first)
     assert first.stats.shards_hashed == shards  # recorded: the second loader hashes nothing
     second = build_loader(str(root), rank=0, world_size=1, batch_size=2, num_workers=2, seed=0)
@@ -198,18 +243,33 @@ def test_verify_shard_hashes_each_shard_once_per_node_then_checks_xxh3(tmp_path)
 def test_datasets_built_without_xxh3_stay_readable(tmp_path):
     root = write_test_dataset(tmp_path / "d", {"loga": 5})
     table = pq.read_table(root / "index.parquet")
-    old_member = pa.struct([f for f in table.schema.field("members").type.value_type if f.name != "xxh3_64"])
+    old_member = pa.struct(
+        [f for f in table.schema.field("members").type.value_type if f.name != "xxh3_64"]
+    )
     rows = table.to_pylist()
     for row in rows:
         for m in row["members"]:
             del m["xxh3_64"]
-    schema = pa.schema([f if f.name != "members" else pa.field("members", pa.list_(old_member), nullable=False)
-                        for f in table.schema])
+    schema = pa.schema(
+        [
+            f if f.name != "members" else pa.field("members", pa.list_(old_member), nullable=False)
+            for f in table.schema
+        ]
+    )
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), root / "index.parquet")
     for verify in ("shard", "member"):
-        loader = build_loader(str(root), rank=0, world_size=1, batch_size=5, num_workers=0, seed=0,
-                              config=LoaderConfig(verify=verify))
-        assert sorted(k for b in loader for k in b["__key__"]) == [f"loga_{i:06d}" for i in range(5)]
+        loader = build_loader(
+            str(root),
+            rank=0,
+            world_size=1,
+            batch_size=5,
+            num_workers=0,
+            seed=0,
+            config=LoaderConfig(verify=verify),
+        )
+        assert sorted(k for b in loader for k in b["__key__"]) == [
+            f"loga_{i:06d}" for i in range(5)
+        ]
     assert open_dataset(root).view.member_xxh3 is None
 
 
@@ -229,7 +289,9 @@ def test_a_sample_larger_than_its_ring_slot_is_a_clear_error():
     ring = Ring(num_workers=1, slots_per_worker=1, raw_bytes=4096, output_bytes=0)
     writer = SlotWriter(ring, ring.acquire(0))
     writer.raw_buffer(4000, what="sample a")
-    with pytest.raises(RingError, match=r"sample b \(5000 bytes\) does not fit the ring slot.*tampered"):
+    with pytest.raises(
+        RingError, match=r"sample b \(5000 bytes\) does not fit the ring slot.*tampered"
+    ):
         writer.raw_buffer(5000, what="sample b")
     ring.close()
 
@@ -247,8 +309,17 @@ def test_a_too_small_dev_shm_is_named_before_anything_is_allocated():
 
 def test_a_batch_kept_alive_keeps_its_slot_and_later_batches_stay_intact(tmp_path):
     root = write_test_dataset(tmp_path / "d", {"loga": 12})
-    loader = build_loader(str(root), rank=0, world_size=1, batch_size=1, num_workers=1, seed=0,
-                          shuffle=False, decode="none", config=LoaderConfig(prefetch_depth=1))
+    loader = build_loader(
+        str(root),
+        rank=0,
+        world_size=1,
+        batch_size=1,
+        num_workers=1,
+        seed=0,
+        shuffle=False,
+        decode="none",
+        config=LoaderConfig(prefetch_depth=1),
+    )
     kept = list(loader)  # the consumer keeps every batch: slots run out, fallbacks take over
     reader = open_dataset(root)
     for batch in kept:
