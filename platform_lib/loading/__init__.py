@@ -33,14 +33,17 @@ if TYPE_CHECKING:  # the same names, imported explicitly for type checkers and I
     from platform_lib.loading.config import LoaderConfig
     from platform_lib.loading.errors import (
         CacheFullError,
+        DatasetError,
         DatasetIndexError,
-        DatasetNotFoundError,
         LoaderError,
+        ManifestError,
+        ManifestMissingError,
         ObjectStoreUnreachableError,
         ResumeStateError,
+        RingError,
         SampleDecodeError,
         SampleIntegrityError,
-        ShardReadError,
+        ShardFormatError,
     )
     from platform_lib.loading.input_wait import InputWaitMeter
     from platform_lib.loading.loader import (

@@ -103,7 +103,7 @@ def _run_zoo_check(args: argparse.Namespace) -> int:
             result = check_zoo_preset(preset, dataset, Path(tmp) / "runs", write=args.write)
             baseline = compare_with_workload_baseline(
                 result["report"],
-                workload_of(result["report"], load_manifest(dataset)["dataset_hash"]),
+                workload_of(result["report"], load_manifest(dataset).dataset_hash),
                 tolerance=args.tolerance,
                 source_run_id=f"zoo:{preset}",
             )

@@ -53,10 +53,15 @@ if TYPE_CHECKING:  # the same names, imported explicitly for type checkers and I
     from platform_lib.shards.errors import (
         BuildError,
         DatasetError,
+        DatasetIndexError,
+        ManifestError,
         ManifestMissingError,
+        SampleDecodeError,
+        SampleIntegrityError,
         ShardFormatError,
     )
     from platform_lib.shards.manifest import (
+        Manifest,
         compute_dataset_hash,
         load_manifest,
     )
@@ -68,6 +73,10 @@ if TYPE_CHECKING:  # the same names, imported explicitly for type checkers and I
     from platform_lib.shards.validate import (
         ValidationReport,
         validate_dataset,
+    )
+    from platform_lib.shards.view import (
+        DatasetView,
+        load_view,
     )
 
 
