@@ -143,7 +143,7 @@ def _failure_context(dataset: FlyteDirectory | None, config: TrainConfig | None)
         return None, {}
     tags = {"preset": config.preset, "config_hash": hash_config(config)}
     try:
-        tags["dataset_hash"] = load_manifest(str(dataset.remote_source or dataset.path))["dataset_hash"]
+        tags["dataset_hash"] = load_manifest(str(dataset.remote_source or dataset.path)).dataset_hash
     except Exception:  # noqa: BLE001 - no dataset, no run folder: triage still runs
         return config.checkpoint.folder or None, tags
     run_dir = resolve_run_dir(tags["dataset_hash"], tags["config_hash"], agent_pid=os.getpid())
