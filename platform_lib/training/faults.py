@@ -188,8 +188,9 @@ class FaultPlan:
 
     def announce(self, fault: FaultSpec, what: str) -> None:
         """Print one line saying which fault fires (the log shows cause next to effect)."""
-        print(f"[drivetrain fault] rank {self.rank} pid {os.getpid()} step {fault.step}: injecting "
-              f"{fault.kind}: {what}", file=sys.stderr, flush=True)
+        sys.stderr.write(f"[drivetrain fault] rank {self.rank} pid {os.getpid()} step {fault.step}: injecting "
+                         f"{fault.kind}: {what}\n")  # one write: ranks share the stream
+        sys.stderr.flush()
 
     def consume(self, fault: FaultSpec) -> bool:
         """Return True (and count it) while `fault` has firings left."""

@@ -180,8 +180,9 @@ class HangWatchdog:
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / f"rank-{self.rank:05d}.json").write_text(json.dumps(dump, indent=1))
         store.set(self.prefix + f"dump/{self.rank}", json.dumps(dump))
-        print(f"[drivetrain hang] rank {self.rank} pid {os.getpid()}: dumped Flight Recorder "
-              f"({len(dump['flight_recorder'].get('entries', []))} entries) to {self.dir}", file=sys.stderr, flush=True)
+        sys.stderr.write(f"[drivetrain hang] rank {self.rank} pid {os.getpid()}: dumped Flight Recorder "
+                         f"({len(dump['flight_recorder'].get('entries', []))} entries) to {self.dir}\n")
+        sys.stderr.flush()
 
     def diagnose(self, error: BaseException) -> CollectiveHangError:
         """Collect every rank's dump after collective timeout `error`; return the error to raise.

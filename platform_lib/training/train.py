@@ -201,7 +201,8 @@ def preempt(checkpointer: Checkpointer, preemption: PreemptionHandler, step: int
             f"no final checkpoint: the last save took {needed:.1f} s, more than the {budget:.1f} s of grace left")
     message = (f"rank {ctx.rank} pid {os.getpid()}: preempted by {name} after step {step}; {done}; "
                "restart to resume (recoverable)")
-    print(f"[drivetrain train] {message}", file=sys.stderr, flush=True)
+    sys.stderr.write(f"[drivetrain train] {message}\n")  # one write: ranks share the stream
+    sys.stderr.flush()
     return PreemptedError(message, step=step, checkpoint=path, signal_name=name)
 
 
