@@ -105,7 +105,13 @@ def _source_logs(small: Path, copies: int) -> list[dict]:
 
 
 def _readable(dataset: Path) -> bool:
-    """True if this checkout's loader reads the dataset (False after a format change: rebuild)."""
+    """True if the dataset has this checkout's index schema and its loader reads it (False
+    after a format change: rebuild, so every row measures today's format)."""
+    from schemas.index import INDEX_SCHEMA
+
+    if not pq.read_schema(dataset / "index.parquet").equals(INDEX_SCHEMA, check_metadata=False):
+        print(f"  {dataset}: index schema differs from this checkout's; rebuilding", flush=True)
+        return False
     try:
         loader = build_loader(
             str(dataset), rank=0, world_size=1, batch_size=1, num_workers=0, seed=0, decode="none"
