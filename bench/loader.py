@@ -184,11 +184,12 @@ def prepare_pandaset(work: Path, args: argparse.Namespace) -> Path:
     """Build (once) the PandaSet sample replicated to >= --pandaset-frames frames; return the dataset."""
     folder = work / "pandaset"
     copies = -(-args.pandaset_frames // 10)
-    spec = {"copies": copies, "shard_size_mb": args.pandaset_shard_size_mb, "source": str(PANDASET)}
+    root = Path(args.pandaset_root)
+    spec = {"copies": copies, "shard_size_mb": args.pandaset_shard_size_mb, "source": str(root)}
     if _fresh(folder, spec):
         small = folder / "small"
-        build_dataset("pandaset", PANDASET, small, BuildConfig(val_fraction=0.0, progress=False))
-        frames, _, _ = open_source("pandaset", PANDASET)
+        build_dataset("pandaset", root, small, BuildConfig(val_fraction=0.0, progress=False))
+        frames, _, _ = open_source("pandaset", root)
         by_log: dict[str, list] = {}
         for frame in frames:
             by_log.setdefault(frame.log_id, []).append(frame)
