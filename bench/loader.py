@@ -835,6 +835,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--shard-size-mb", type=float, default=64.0)
     parser.add_argument(
+        "--pandaset-root", default=str(PANDASET), help="PandaSet root holding sequence 002"
+    )
+    parser.add_argument(
         "--pandaset-frames", type=int, default=300, help="PandaSet frames after replication"
     )
     parser.add_argument("--pandaset-shard-size-mb", type=float, default=256.0)
