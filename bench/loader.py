@@ -676,13 +676,14 @@ def print_table(rows: list[Row], args) -> None:
         f"{'ours / this':>12}"
     )
     for r in rows:
+        same = [x for x in rows if x.dataset == r.dataset]
         ours = _find(
-            rows,
+            same,
             "ours verify=shard" if r.decode == "none" else "ours",
             r.decode,
             r.batch_size or first,
         )
-        ours = ours or _find(rows, "ours verify=member", r.decode, first)
+        ours = ours or _find(same, "ours verify=member", r.decode, first)
         ratio = f"{ours.samples_s / r.samples_s:12.2f}" if ours else f"{'':>12}"
         print(
             f"{r.dataset:<10} {r.name:<24} {r.decode:<13} {r.batch_size or '-':>5} {r.samples_s:10.1f} "
