@@ -267,6 +267,7 @@ class StreamingLoader:
         self._stream: BatchStream | None = None
         self._data_loader: DataLoader | None = None
         self._data_iter: Any = None
+        self._ahead: tuple[int, int] | None = None  # (epoch, step) the workers already produce
         self._begin_epoch_stats(0)
 
     @property
@@ -377,19 +378,23 @@ class StreamingLoader:
         if shutdown is not None:
             shutdown()
         self._data_iter = self._data_loader = None
+        self._ahead = None
 
     def _epoch_batches(self) -> Generator[dict[str, Any], None, None]:
         if self._step >= self._plan.steps:  # finished epoch: move on
             self._epoch, self._step = self._epoch + 1, 0
         epoch = self._epoch
         stream = self._build_stream()
-        if stream.ring is not None:
-            stream.ring.begin_iteration()
-        stream.start(epoch=epoch, start_step=self._step)
+        started = self._ahead == (epoch, self._step) and self._data_iter is not None
+        self._ahead = None
+        if not started:
+            if stream.ring is not None:
+                stream.ring.begin_iteration()
+            stream.start(epoch=epoch, start_step=self._step)
 
         def receive() -> Iterator[dict[str, Any]]:
             try:
-                for batch in self._batches_of(stream):
+                for batch in self._data_iter if started else self._batches_of(stream):
                     batch = unpack_batch(batch, stream.ring)
                     batch["__padded__"] = torch.from_numpy(batch["__padded__"])
                     batch["__source__"] = torch.from_numpy(np.asarray(batch["__source__"], dtype=np.int64))
@@ -397,6 +402,17 @@ class StreamingLoader:
             except Exception:
                 self._shutdown_workers()  # a failed iteration: start afresh next time
                 raise
+            if self.num_workers > 0:
+                # Every batch of this epoch is received: start the persistent workers on the next
+                # epoch now, so its first batches are made while the training loop still works on
+                # this epoch's last ones (no input stall at the epoch boundary). The position
+                # (`state_dict`) still moves only with consumed batches; an `__iter__` at another
+                # position (set_epoch, load_state_dict) restarts the workers there.
+                if stream.ring is not None:
+                    stream.ring.begin_iteration()
+                stream.start(epoch=epoch + 1, start_step=0)
+                self._ahead = (epoch + 1, 0)
+                self._batches_of(stream)
 
         self._begin_epoch_stats(epoch)
         depth = self.config.prefetch_depth
