@@ -177,7 +177,7 @@ RULES: tuple[Rule, ...] = (
         C.OOM_HOST,
         Role.ROOT,
         r"Unexpected bus error encountered in worker|is killed by signal: Bus error|"
-        r"No space left on device.*/dev/shm|/dev/shm.*No space left on device",
+        r"No space left on device.*/dev/shm|/dev/shm.*No space left on device|RingError: ",
         0.9,
         "/dev/shm is too small for the DataLoader workers' tensors: give the pod a larger "
         "shared memory (Flyte task shared_memory / Elastic increase_shared_mem) or lower "
@@ -415,7 +415,7 @@ RULES: tuple[Rule, ...] = (
         C.DATA,
         Role.ROOT,
         r"(?:SampleIntegrityError|ShardReadError|DatasetIndexError|SampleDecodeError|"
-        r"ShardFormatError|DatasetNotFoundError|ManifestMissingError|DatasetError|"
+        r"ShardFormatError|DatasetNotFoundError|ManifestMissingError|ManifestError|DatasetError|"
         r"ResumeStateError|SchemaError|SchemaErrors): ",
         0.9,
     ),

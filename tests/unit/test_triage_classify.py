@@ -271,3 +271,25 @@ def test_evidence_from_a_real_child_failed_error(tmp_path) -> None:
     verdict = classify(evidence)
     assert verdict.failure_class is C.DATA and verdict.rank in (0, 1)
     assert "ManifestMissingError" in verdict.root_line and verdict.pid is not None
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        (
+            "[rank0]:platform_lib.loading.errors.RingError: /dev/shm has 64 MiB free but the "
+            "loader's shared-memory ring needs 402653184 bytes; give the pod a larger /dev/shm",
+            C.OOM_HOST,
+        ),
+        (
+            "[rank1]:platform_lib.shards.errors.ManifestError: manifest.json of /data/ds: "
+            "shards[3].path '../etc/passwd' is not of the form shards/shard-NNNNNN.tar",
+            C.DATA,
+        ),
+    ],
+)
+def test_loader_ring_and_manifest_errors_are_classified(line: str, expected: FailureClass) -> None:
+    verdict = classify(Evidence(logs={"rank.log": "noise before\n" + line + "\nnoise after\n"}))
+    assert verdict.failure_class is expected
+    assert verdict.root and "Error: " in verdict.root[0].line.text
+    assert verdict.root[0].line.rank is not None
