@@ -117,8 +117,8 @@ def test_bad_jpeg_names_quarantine_and_the_quarantine_input_works(
              for log, log_hash in zip(present.logs, present.log_hashes, strict=True)]
     dataset = merge_dataset(source="pandaset", parts=parts, config=config)
     manifest = load_manifest(dataset.path)
-    assert [q["key"] for q in manifest["quarantine"]] == ["002_000003"]
-    assert manifest["splits"]["counts"] == {"train": 7, "val": 2}
+    assert [q["key"] for q in manifest.quarantine] == ["002_000003"]
+    assert manifest.splits.counts == {"train": 7, "val": 2}
 
 
 def test_unknown_split_names_the_methods(local_flyte: Path, executions: collections.Counter) -> None:
