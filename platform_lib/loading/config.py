@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from platform_lib.loading.decode import CameraResize
+from platform_lib.imaging.decode import CameraResize
 
 __all__ = ["LoaderConfig"]
 
@@ -46,7 +46,7 @@ class LoaderConfig:
     with `default_collate`. None: the batch holds per-sample lists"""
     camera_resize: CameraResize | None = None
     """decode cameras straight to this size (DCT-domain downscaling, aspect-preserving crop;
-    calib intrinsics/width/height follow, see `loading/decode.py`); None: full size. Used by
+    calib intrinsics/width/height follow, see `imaging/decode.py`); None: full size. Used by
     decode="cpu"/"gpu"/"auto"; decode="none" hands JPEG bytes through unchanged"""
     window_frames: int = 1
     """k: frames per sample; k > 1 yields k consecutive frames of one log (never crossing logs)"""

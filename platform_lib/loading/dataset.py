@@ -21,9 +21,9 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 from torch.utils.data._utils.collate import collate, default_collate_fn_map
 
+from platform_lib.imaging.decode import CameraResize, decode_sample_cameras
 from platform_lib.loading.cache import ShardCache
 from platform_lib.loading.config import LoaderConfig
-from platform_lib.loading.decode import CameraResize, decode_sample_cameras
 from platform_lib.loading.errors import SampleDecodeError, ShardFormatError
 from platform_lib.loading.files import ShardFiles
 from platform_lib.loading.mixing import EpochOrders

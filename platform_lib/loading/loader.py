@@ -19,9 +19,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from platform_lib.imaging.decode import decode_batch_cameras_gpu, gpu_decode_available
 from platform_lib.loading.config import LoaderConfig
 from platform_lib.loading.dataset import STATS_KEY, BatchStream
-from platform_lib.loading.decode import decode_batch_cameras_gpu, gpu_decode_available
 from platform_lib.loading.errors import (
     CacheFullError,
     ObjectStoreUnreachableError,

@@ -11,8 +11,7 @@ import simplejpeg
 from loading_helpers import write_test_dataset
 from PIL import Image, ImageFilter
 
-from platform_lib.loading import LoaderConfig, build_loader
-from platform_lib.loading.decode import (
+from platform_lib.imaging.decode import (
     CameraResize,
     adjust_calib,
     adjust_intrinsics,
@@ -21,6 +20,7 @@ from platform_lib.loading.decode import (
     gpu_decode_available,
     plan_camera_resize,
 )
+from platform_lib.loading import LoaderConfig, build_loader
 from platform_lib.shards import BuildConfig, build_dataset, decode_sample, open_dataset
 from platform_lib.sources.geometry import project_points
 

@@ -20,13 +20,13 @@ import simplejpeg
 import torch
 from loading_helpers import write_test_dataset
 
+from platform_lib.imaging.decode import CameraResize
 from platform_lib.loading import (
     LoaderConfig,
     RingError,
     SampleIntegrityError,
     build_loader,
 )
-from platform_lib.loading.decode import CameraResize
 from platform_lib.loading.ring import Ring, SlotWriter
 from platform_lib.shards import BuildConfig, build_dataset, open_dataset
 

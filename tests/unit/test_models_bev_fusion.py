@@ -164,7 +164,7 @@ def test_large_preset_builds_and_runs_one_sample():
 def test_lift_is_the_same_whether_the_loader_or_the_transform_resizes():
     """A 16:9 camera (cropped to the 5:3 input): decoding to model size in the loader
     (`LoaderConfig.camera_resize`, calib adjusted) gives the same lift and nearly the same pixels."""
-    from platform_lib.loading.decode import decode_sample_cameras
+    from platform_lib.imaging.decode import decode_sample_cameras
     from platform_lib.models.bev_fusion.prepare import camera_resize
 
     sample = _sample()

@@ -45,7 +45,7 @@ class BEVFusionConfig:
     """width of the downsampled camera image fed to the CNN, in pixels"""
     camera_anchor_y: float = 1.0
     """vertical place of the aspect-ratio crop of each camera before the resize to camera_height
-    x camera_width: 0 keeps the top rows, 1 the bottom rows (road); see loading/decode.py"""
+    x camera_width: 0 keeps the top rows, 1 the bottom rows (road); see imaging/decode.py"""
     camera_stride: int = 4
     """downsampling of the camera CNN (power of 2); image columns per feature column"""
     lift_depth_bins: int = 4

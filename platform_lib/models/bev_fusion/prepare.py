@@ -12,7 +12,7 @@ K = camera_columns * lift_depth_bins lift slots per camera):
 
 Cameras: each image is cropped to the input aspect ratio (centred horizontally, at
 `camera_anchor_y` vertically) and resized to h x w, decoding JPEGs with DCT-domain downscaling
-(`platform_lib.loading.decode`); its intrinsics are adjusted to those pixels before the lift.
+(`platform_lib.imaging.decode`); its intrinsics are adjusted to those pixels before the lift.
 
 Camera lift: the centre of every BEV cell, at ego height `lift_z`, is projected into each
 camera with its extrinsics (ego_from_camera) and intrinsics. The cell reads the camera
@@ -31,7 +31,7 @@ import numpy as np
 import simplejpeg
 import torch
 
-from platform_lib.loading.decode import (
+from platform_lib.imaging.decode import (
     CameraResize,
     adjust_intrinsics,
     decode_jpeg_cpu,
@@ -172,7 +172,7 @@ def prepare_sample(sample: Mapping[str, Any], cfg: BEVFusionConfig) -> dict[str,
             or JPEG bytes (decoded with DCT-domain downscaling), of the size their calib.json
             entry states (e.g. already reduced by the loader's `camera_resize`), points in the
             ego frame. Each camera is cropped to the input aspect ratio and resized to
-            camera_height x camera_width (`loading/decode.py`); the lift uses the intrinsics
+            camera_height x camera_width (`imaging/decode.py`); the lift uses the intrinsics
             of those pixels.
         cfg: model config.
 
