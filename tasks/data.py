@@ -20,6 +20,7 @@ the parts' shards without copying them (`platform_lib.shards.merge`).
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 from typing import Annotated, NamedTuple
 
@@ -30,7 +31,7 @@ from flytekit.types.directory import FlyteDirectory
 from platform_lib.errors import UserError
 from platform_lib.shards import BuildConfig, DatasetError, load_manifest
 from platform_lib.shards.check import check_dataset, explain_dataset_error
-from platform_lib.shards.merge import build_part, merge_parts
+from platform_lib.shards.merge import build_part, merge_parts, resolve_part_store
 from platform_lib.shards.split import SPLIT_METHODS
 from platform_lib.sources import DEFAULT_SPLITS, check_source, list_log_urls
 from platform_lib.sources.hashing import check_raw_logs_unchanged, hash_raw_location
@@ -48,6 +49,7 @@ __all__ = [
     "list_raw_logs",
     "materialize_raw_logs",
     "merge_dataset",
+    "part_store",
 ]
 
 
@@ -130,12 +132,25 @@ def build_log_part(source: str, log: str, log_hash: str, config: BuildConfig) ->
     with task_errors("building the part of raw log", log):
         local = fetch_folder(log, current_context().working_directory)
         try:
-            part = build_part(source, local, config, log_hash=log_hash)
+            part = build_part(source, local, config, log_hash=log_hash, store=part_store())
         except DatasetError as exc:
             raise explain_dataset_error(exc, log) from exc
         if part.built:
             check_raw_logs_unchanged(log, log_hash)
+            check_dataset(part.location, splits=("train",))  # every byte, once per part
     return part.location
+
+
+def part_store() -> str:
+    """Return the part store of this task: `$DRIVETRAIN_PART_STORE`, else on a cluster (remote
+    raw output prefix) `<raw output prefix>/drivetrain-parts` so that the merge pod reads what
+    the map-task pods wrote, else locally `$DRIVETRAIN_HOME/parts` (`resolve_part_store`)."""
+    if os.environ.get("DRIVETRAIN_PART_STORE"):
+        return resolve_part_store()
+    prefix = FlyteContextManager.current_context().file_access.raw_output_prefix
+    if prefix and not is_local_url(prefix):
+        return f"{prefix.rstrip('/')}/drivetrain-parts"
+    return resolve_part_store()
 
 
 def build_log_parts(source, logs, log_hashes, config):
@@ -148,14 +163,15 @@ def build_log_parts(source, logs, log_hashes, config):
 def merge_dataset(source: str, parts: list[str], config: BuildConfig) -> Dataset:
     """Write index + manifest over `parts` (no shard bytes copied) and check the dataset.
 
-    The check (`platform_lib.shards.check.check_dataset`) validates every shard and requires
+    The check (`platform_lib.shards.check.check_dataset`) validates manifest and index (each
+    part's shard bytes were validated when it was built, so none is read here) and requires
     samples in train and val; an empty split names the `--split` option that fixes it.
     """
     out = Path(current_context().working_directory) / "dataset"
     with task_errors("merging the parts of the dataset"):
         try:
             merge_parts(parts, out, config, source=source)
-            check_dataset(out)
+            check_dataset(out, read_shards=False)
         except DatasetError as exc:
             raise explain_dataset_error(exc, "raw_logs") from exc
         except UserError as exc:

@@ -50,9 +50,12 @@ def describe_empty_split_fix(method: str) -> str:
 
 
 def check_dataset(
-    dataset_dir: str | os.PathLike[str], *, splits: tuple[str, ...] = ("train", "val")
+    dataset_dir: str | os.PathLike[str], *, splits: tuple[str, ...] = ("train", "val"),
+    read_shards: bool = True,
 ) -> Manifest:
     """Validate a built dataset (`validate_dataset`) and check that every split in `splits` has samples.
+
+    `read_shards=False` checks manifest and index only (see `validate_dataset`).
 
     Returns:
         The manifest.
@@ -61,7 +64,7 @@ def check_dataset(
         UserError: the dataset violates docs/format.md (the first problem and their count), or
             a split is empty (naming the split, the split method and the option that fixes it).
     """
-    report = validate_dataset(os.fspath(dataset_dir))
+    report = validate_dataset(os.fspath(dataset_dir), read_shards=read_shards)
     if not report.ok:
         raise UserError(
             f"dataset is invalid: {report.problems[0]} (+{len(report.problems) - 1} more problems)",

@@ -81,3 +81,26 @@ def test_packaging_with_a_bad_cron_fails_naming_the_setting_and_field(tmp_path: 
     assert done.returncode != 0
     assert "DRIVETRAIN_RETRAIN_CRON='0 24 * * *': cron field hour" in done.stdout + done.stderr
     assert not (tmp_path / "pkg.tgz").exists()
+
+
+def test_part_store_follows_the_cluster_raw_output_prefix(monkeypatch: pytest.MonkeyPatch,
+                                                          tmp_path: Path) -> None:
+    from flytekit.core.context_manager import FlyteContextManager
+    from flytekit.core.data_persistence import FileAccessProvider
+
+    from tasks.data import part_store
+
+    monkeypatch.delenv("DRIVETRAIN_PART_STORE", raising=False)
+    monkeypatch.setenv("DRIVETRAIN_HOME", str(tmp_path))
+    ctx = FlyteContextManager.current_context()
+    remote = FileAccessProvider(local_sandbox_dir=str(tmp_path / "sandbox"),
+                                raw_output_prefix="s3://flyte-data/raw/ab/exec-1")
+    with FlyteContextManager.with_context(ctx.with_file_access(remote)):
+        assert part_store() == "s3://flyte-data/raw/ab/exec-1/drivetrain-parts"
+        monkeypatch.setenv("DRIVETRAIN_PART_STORE", "s3://team-bucket/parts/")
+        assert part_store() == "s3://team-bucket/parts"
+    monkeypatch.delenv("DRIVETRAIN_PART_STORE")
+    local = FileAccessProvider(local_sandbox_dir=str(tmp_path / "sandbox"),
+                               raw_output_prefix=str(tmp_path / "raw"))
+    with FlyteContextManager.with_context(ctx.with_file_access(local)):
+        assert part_store() == str(tmp_path.resolve() / "parts")

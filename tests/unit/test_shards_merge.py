@@ -47,6 +47,11 @@ def test_merged_dataset_reads_like_a_built_one_and_holds_no_shard_bytes(
             assert {k: v for k, v in got.items() if k != "__shard__"} == {
                 k: v for k, v in want.items() if k != "__shard__"}
     assert len(merged) == 32
+    # the merge's own check reads no shard byte; the full validation still reads them all
+    shard = Path(parts[0].location) / "shards" / "shard-000000.tar"
+    shard.rename(shard.with_suffix(".moved"))
+    assert validate_dataset(str(tmp_path / "ds"), read_shards=False).ok
+    assert "shard file is missing" in validate_dataset(str(tmp_path / "ds")).describe()
 
 
 def test_dataset_hash_is_independent_of_part_order_parallelism_and_location(
