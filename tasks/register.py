@@ -1,22 +1,13 @@
 """Registration task: MLflow run (params, step metrics, eval table) + model version + aliases.
 
-MLflow credentials (an `mlflow server --app-name basic-auth` tracking server) come from the
-environment (MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD, or MLFLOW_TRACKING_TOKEN)
-or, on a cluster, from the Flyte secrets `mlflow/username` and `mlflow/password` (a Kubernetes
-secret mounted by Flyte; locally flytekit reads them from `_FSEC_MLFLOW_USERNAME` /
-`_FSEC_MLFLOW_PASSWORD`). They exist only in this task's process environment while it talks to
-MLflow: never in task inputs, outputs, tags, logs or the serialised spec (which names the
-secret, not its value).
+MLflow credentials: `tasks/secrets.py` (environment or the Flyte secrets `mlflow/*`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-from collections.abc import Iterator
 from pathlib import Path
 
-from flytekit import Cache, Secret, current_context, task
+from flytekit import Cache, current_context, task
 from flytekit.types.directory import FlyteDirectory
 from flytekit.types.file import FlyteFile
 
@@ -25,41 +16,13 @@ from platform_lib.registry.record import record_training_run
 from platform_lib.training.config import TrainConfig
 from tasks.errors import download_input, task_errors
 from tasks.image import TASK_IMAGE
+from tasks.secrets import MLFLOW_SECRETS, mlflow_credentials
 
-__all__ = ["MLFLOW_SECRETS", "mlflow_credentials", "register_model"]
+__all__ = ["register_model"]
 
-#: Flyte secrets holding the MLflow login (group "mlflow"); requested by the task.
-MLFLOW_SECRETS = [Secret(group="mlflow", key="username"), Secret(group="mlflow", key="password")]
-_ENV_OF_KEY = {"username": "MLFLOW_TRACKING_USERNAME", "password": "MLFLOW_TRACKING_PASSWORD"}
 #: The folder these tasks were imported from: its git commit is the run's code version when it
 #: is a work tree (an editable install); in an image, `$DRIVETRAIN_CODE_VERSION` or the version.
 CHECKOUT = Path(__file__).resolve().parents[1]
-
-
-@contextlib.contextmanager
-def mlflow_credentials() -> Iterator[None]:
-    """Expose the Flyte secrets `mlflow/*` to MLflow's client for the duration of the block.
-
-    Environment variables already set win (a laptop, CI); secrets that are not mounted are
-    skipped (an MLflow store without auth needs none). The variables are removed afterwards.
-    """
-    added = []
-    if "MLFLOW_TRACKING_TOKEN" not in os.environ:
-        secrets = current_context().secrets
-        for secret in MLFLOW_SECRETS:
-            variable = _ENV_OF_KEY[secret.key]
-            if variable in os.environ:
-                continue
-            try:
-                os.environ[variable] = secrets.get(secret.group, secret.key)
-            except ValueError:  # not mounted: no auth
-                continue
-            added.append(variable)
-    try:
-        yield
-    finally:
-        for variable in added:
-            os.environ.pop(variable, None)
 
 
 @task(container_image=TASK_IMAGE, cache=Cache(version="1"), retries=3, secret_requests=MLFLOW_SECRETS)

@@ -45,6 +45,7 @@ from tasks.errors import download_input, task_errors
 from tasks.image import TASK_IMAGE
 from tasks.placement import Placement, placement_from_env
 from tasks.register import MLFLOW_SECRETS
+from tasks.secrets import MLFLOW_SECRETS, mlflow_credentials
 from tasks.triage import explain_training_failure
 
 __all__ = ["build_train_task", "resolve_config", "resolve_run_dir", "train_model"]
@@ -94,13 +95,14 @@ def train_model(dataset: FlyteDirectory, config: TrainConfig) -> FlyteDirectory:
         local = download_input(dataset, "merge_dataset")
         dataset_hash = load_manifest(local).dataset_hash
         run_dir = resolve_run_dir(dataset_hash, hash_config(config))
-        stream = None
-        if int(os.environ.get("RANK", "0")) == 0 and config.metrics.mlflow_interval:
-            stream = MlflowMetricsStream(run_name=f"train-{config.preset}-{hash_config(config)[:8]}",
-                                         tags={"dataset_hash": dataset_hash, "preset": config.preset})
-        result = train(config, local, str(run_dir), sink=stream)
-        if result is not None:  # rank 0: baseline comparison, MLflow, the goodput Deck
-            finish_goodput(run_dir, dataset_hash=dataset_hash, config=config, stream=stream)
+        with mlflow_credentials():  # rank 0 streams metrics to MLflow
+            stream = None
+            if int(os.environ.get("RANK", "0")) == 0 and config.metrics.mlflow_interval:
+                stream = MlflowMetricsStream(run_name=f"train-{config.preset}-{hash_config(config)[:8]}",
+                                             tags={"dataset_hash": dataset_hash, "preset": config.preset})
+            result = train(config, local, str(run_dir), sink=stream)
+            if result is not None:  # rank 0: baseline comparison, MLflow, the goodput Deck
+                finish_goodput(run_dir, dataset_hash=dataset_hash, config=config, stream=stream)
             Deck("Goodput", (run_dir / GOODPUT_HTML).read_text(encoding="utf-8"))
     return FlyteDirectory(str(run_dir))
 
@@ -178,7 +180,7 @@ def build_train_task(placement: Placement) -> PythonFunctionTask:
             nnodes=placement.nnodes, nproc_per_node=placement.nproc_per_node, max_restarts=1,
             increase_shared_mem=False, placement=placement, monitor_interval=MONITOR_INTERVAL_S,
         ),
-        enable_deck=True,
+        enable_deck=True, secret_requests=MLFLOW_SECRETS,
         cache=Cache(version="1"), retries=2,
         requests=Resources(cpu=res["cpu"], mem=res["memory"], gpu=gpus),
         limits=Resources(mem=res["memory"], gpu=gpus),
