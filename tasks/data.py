@@ -142,9 +142,11 @@ def build_log_part(source: str, log: str, log_hash: str, config: BuildConfig) ->
 
 
 def part_store() -> str:
-    """Return the part store of this task: `$DRIVETRAIN_PART_STORE`, else on a cluster (remote
-    raw output prefix) `<raw output prefix>/drivetrain-parts` so that the merge pod reads what
-    the map-task pods wrote, else locally `$DRIVETRAIN_HOME/parts` (`resolve_part_store`).
+    """Return the part store of this task.
+
+    `$DRIVETRAIN_PART_STORE`; else on a cluster (remote raw output prefix)
+    `<raw output prefix>/drivetrain-parts`, so that the merge pod reads what the map-task pods
+    wrote; else locally `$DRIVETRAIN_HOME/parts` (`resolve_part_store`).
     """
     if os.environ.get("DRIVETRAIN_PART_STORE"):
         return resolve_part_store()

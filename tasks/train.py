@@ -44,7 +44,6 @@ from platform_lib.training.train import train
 from tasks.errors import download_input, task_errors
 from tasks.image import TASK_IMAGE
 from tasks.placement import Placement, placement_from_env
-from tasks.register import MLFLOW_SECRETS
 from tasks.secrets import MLFLOW_SECRETS, mlflow_credentials
 from tasks.triage import explain_training_failure
 
@@ -180,7 +179,7 @@ def build_train_task(placement: Placement) -> PythonFunctionTask:
             nnodes=placement.nnodes, nproc_per_node=placement.nproc_per_node, max_restarts=1,
             increase_shared_mem=False, placement=placement, monitor_interval=MONITOR_INTERVAL_S,
         ),
-        enable_deck=True, secret_requests=MLFLOW_SECRETS,
+        enable_deck=True,
         cache=Cache(version="1"), retries=2,
         requests=Resources(cpu=res["cpu"], mem=res["memory"], gpu=gpus),
         limits=Resources(mem=res["memory"], gpu=gpus),

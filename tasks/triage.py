@@ -52,7 +52,7 @@ def _record_in_mlflow(verdict, evidence, tags: Mapping[str, str]) -> str | None:
     """Create a FAILED MLflow run of this attempt with the verdict; return its id (None if MLflow failed)."""
     try:
         from platform_lib.registry.mlflow_store import configure_mlflow, start_training_run
-        from tasks.register import mlflow_credentials
+        from tasks.secrets import mlflow_credentials
 
         with mlflow_credentials():
             client = configure_mlflow()

@@ -203,6 +203,8 @@ def validate_dataset(root: str, *, progress: bool | None = None,
     """Check the dataset at `root` (local path or fsspec URL) against docs/format.md.
 
     Args:
+        root: dataset folder or fsspec URL.
+        progress: show a tqdm bar over the shards; None = only when stderr is a terminal.
         read_shards: also read every shard byte (sha256, tar structure, every member against
             the index). False checks manifest and index only: for a merged dataset whose parts
             were validated when they were built (`platform_lib.shards.merge`).
