@@ -102,7 +102,7 @@ def train_model(dataset: FlyteDirectory, config: TrainConfig) -> FlyteDirectory:
             result = train(config, local, str(run_dir), sink=stream)
             if result is not None:  # rank 0: baseline comparison, MLflow, the goodput Deck
                 finish_goodput(run_dir, dataset_hash=dataset_hash, config=config, stream=stream)
-            Deck("Goodput", (run_dir / GOODPUT_HTML).read_text(encoding="utf-8"))
+                Deck("Goodput", (run_dir / GOODPUT_HTML).read_text(encoding="utf-8"))
     return FlyteDirectory(str(run_dir))
 
 
