@@ -693,7 +693,7 @@ def print_table(rows: list[Row], args) -> None:
 
 def print_targets(rows: list[Row], memory: list[dict], args) -> list[dict]:
     """Print the issue-7 targets (pandaset rows when present) with verdicts; return them."""
-    label = "pandaset" if any(r.dataset == "pandaset" for r in rows) else rows[0].dataset
+    label = "pandaset" if not rows or any(r.dataset == "pandaset" for r in rows) else rows[0].dataset
     mine = [r for r in rows if r.dataset == label]
     b = args.batch_sizes[0]
     small = f"cpu@{args.camera_width}x{args.camera_height}"
@@ -870,6 +870,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--memory-batches", type=int, default=20, help="batches read before measuring memory"
     )
     parser.add_argument(
+        "--memory-only",
+        action="store_true",
+        help="measure only the worker-memory rows (no throughput rows, no profiles)",
+    )
+    parser.add_argument(
         "--profile",
         nargs="*",
         default=[],
@@ -898,7 +903,8 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[Row] = []
     built = {name: datasets[name]() for name in args.datasets}
     for name, dataset in built.items():
-        rows.extend(run_dataset(name, dataset, args))
+        if not args.memory_only:
+            rows.extend(run_dataset(name, dataset, args))
     memory = []
     if args.memory_rows:
         base = built.get("pandaset", next(iter(built.values())))
@@ -914,7 +920,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"PSS {', '.join(f'{p / 2**20:.1f}' for p in m['pss'])} MiB",
                 flush=True,
             )
-    for mode in args.profile:
+    for mode in [] if args.memory_only else args.profile:
         profile_ours(built.get("pandaset", next(iter(built.values()))), mode, args)
     print_table(rows, args)
     targets = print_targets(rows, memory, args)

@@ -29,6 +29,7 @@ from platform_lib.loading.files import ShardFiles
 from platform_lib.loading.mixing import EpochOrders
 from platform_lib.loading.partition import EpochPlan, positions_for_batch, steps_for_worker
 from platform_lib.loading.ring import Ring, SlotWriter
+from platform_lib.loading.shared_order import SharedOrders
 from platform_lib.shards.codec import decode_sample
 from platform_lib.shards.view import DatasetView
 
@@ -61,7 +62,7 @@ class BatchStream(IterableDataset):
     Args:
         views: the datasets (one unless mixing).
         units: per view, (U, k) int64 rows of each unit (k frames per unit).
-        orders: the epoch order of any epoch.
+        orders: the epoch order of any epoch (computed here only without `shared`).
         plan: the epoch plan (steps, padding).
         rank: this rank.
         batch_size: samples per batch on this rank.
@@ -70,17 +71,19 @@ class BatchStream(IterableDataset):
         config: loader options.
         ring: the loader's shared-memory ring (set before the workers start); None when
             reading in the main process (no hand-off).
+        shared: the epoch orders the main process publishes in shared memory (set with the
+            ring); workers map them instead of computing a private copy each.
     """
 
     def __init__(
         self, *, views: list[DatasetView], units: list[np.ndarray], orders: EpochOrders,
         plan: EpochPlan, rank: int, batch_size: int, decode: str, config: LoaderConfig,
-        ring: Ring | None = None,
+        ring: Ring | None = None, shared: SharedOrders | None = None,
     ) -> None:
         super().__init__()
         self.views, self.units, self.orders = views, units, orders
         self.plan, self.rank, self.batch_size = plan, rank, batch_size
-        self.decode, self.config, self.ring = decode, config, ring
+        self.decode, self.config, self.ring, self.shared = decode, config, ring, shared
         self._control = np.zeros(4, dtype=np.int64)  # without a ring (in-process loading)
 
     @property
@@ -89,7 +92,9 @@ class BatchStream(IterableDataset):
         return self.ring.control if self.ring is not None else self._control
 
     def start(self, *, epoch: int, start_step: int) -> None:
-        """Main process: set the epoch and first step of the next iteration (all workers)."""
+        """Main process: publish the epoch's order, set the epoch and first step of the next iteration."""
+        if self.shared is not None:
+            self.shared.publish(epoch)
         self.control[_EPOCH], self.control[_START] = epoch, start_step
 
     # -- reading ---------------------------------------------------------------------------
@@ -164,7 +169,7 @@ class BatchStream(IterableDataset):
         info = get_worker_info()
         worker_id, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
         epoch, start_step = int(self.control[_EPOCH]), int(self.control[_START])
-        order_source, order_unit = self.orders(epoch)
+        order_source, order_unit = self.shared.get(epoch) if self.shared is not None else self.orders(epoch)
         files = self._open_files()
         remote = any(f.cache is not None for f in files)
         prefetcher = ThreadPoolExecutor(1) if remote and self.config.shards_ahead else None

@@ -31,6 +31,7 @@ from platform_lib.loading.mixing import EpochOrders
 from platform_lib.loading.partition import EpochPlan, plan_epoch
 from platform_lib.loading.prefetch import iterate_in_background
 from platform_lib.loading.ring import Ring, unpack_batch
+from platform_lib.loading.shared_order import SharedOrders
 from platform_lib.loading.windows import build_units
 from platform_lib.shards.view import DatasetView, load_view
 from platform_lib.storage import StorageUnreachableError, call_with_retries
@@ -323,6 +324,8 @@ class StreamingLoader:
         self._shutdown_workers()
         if self._stream is not None and self._stream.ring is not None:
             self._stream.ring.close()
+        if self._stream is not None and self._stream.shared is not None:
+            self._stream.shared.close()
 
     def __enter__(self) -> StreamingLoader:
         return self
@@ -355,6 +358,7 @@ class StreamingLoader:
         stream.ring = Ring(num_workers=self.num_workers, slots_per_worker=cfg.prefetch_depth + held + 1,
                            raw_bytes=raw, output_bytes=output, shm_dir=cfg.shm_dir, pin=cfg.pin_memory,
                            keep_name=_start_method(cfg) != "fork")
+        stream.shared = SharedOrders(self._orders, shm_dir=cfg.shm_dir)
         self._stream = stream
         return stream
 
