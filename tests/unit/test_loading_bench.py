@@ -31,6 +31,7 @@ def test_bench_loader_and_input_wait_run_on_tiny_data(tmp_path):
     assert all(r["samples"] == 12 and r["samples_s"] > 0 for r in rows if not r["name"].startswith("limit"))
     assert [m["rows"] for m in out["memory"]] == [50, 200]
     assert all(len(m["uss"]) == 2 and min(m["uss"]) > 0 for m in out["memory"])
+    assert all(0 < o <= u for m in out["memory"] for o, u in zip(m["uss_outside_shm"], m["uss"], strict=True))
     verdicts = {t["target"]: t["verdict"] for t in out["targets"]}
     assert verdicts["decode cpu@32x16 (DCT): >= 3x full-size decode"] in ("met", "MISSED")
     assert "ours / this" in result.stdout and "Targets (synthetic" in result.stdout
