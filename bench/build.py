@@ -104,8 +104,9 @@ def timed(fn: Callable[[], object], repeat: int) -> tuple[float, object]:
     return best, result
 
 
-def bench_input(name: str, source: str, root: Path, work: Path, repeat: int,
-                workers: int) -> list[dict]:
+def bench_input(
+    name: str, source: str, root: Path, work: Path, repeat: int, workers: int
+) -> list[dict]:
     raw_bytes = read_raw(root)  # warm the page cache
     rows = []
     read_s, _ = timed(lambda: read_raw(root), repeat)
@@ -117,57 +118,102 @@ def bench_input(name: str, source: str, root: Path, work: Path, repeat: int,
     rows.append({"stage": "source frames", "seconds": s})
 
     for n in sorted({1, workers}):
+
         def build(n: int = n) -> dict:
             out = work / f"ds-{source}"
             shutil.rmtree(out, ignore_errors=True)
             return build_dataset(source, root, out, BuildConfig(progress=False, workers=n))
 
         s, manifest = timed(build, repeat)
-        rows.append({"stage": f"build ({n} proc)", "seconds": s,
-                     "out_bytes": manifest.total_bytes, "shards": manifest.num_shards})
+        rows.append(
+            {
+                "stage": f"build ({n} proc)",
+                "seconds": s,
+                "out_bytes": manifest.total_bytes,
+                "shards": manifest.num_shards,
+            }
+        )
     store, merged = work / f"parts-{source}", work / f"merged-{source}"
     for n in sorted({1, workers}):
+
         def fresh(n: int = n) -> dict:
             shutil.rmtree(store, ignore_errors=True)
             return fan_out(source, root, store, merged, n)
 
         s, manifest = timed(fresh, repeat)
-        rows.append({"stage": f"fan-out ({n} proc)", "seconds": s,
-                     "out_bytes": manifest.total_bytes, "shards": manifest.num_shards})
+        rows.append(
+            {
+                "stage": f"fan-out ({n} proc)",
+                "seconds": s,
+                "out_bytes": manifest.total_bytes,
+                "shards": manifest.num_shards,
+            }
+        )
     if len(list_logs(source, root)) > 1:
+
         def one_new_log() -> dict:  # the newest part disappears = a log that just arrived
             newest = max((store / source).iterdir(), key=lambda p: p.stat().st_mtime)
             shutil.rmtree(newest)
             return fan_out(source, root, store, merged, 1)  # one part to build: no pool
 
         s, manifest = timed(one_new_log, repeat)
-        rows.append({"stage": "+1 log (1 proc)", "seconds": s,
-                     "out_bytes": manifest.total_bytes, "shards": manifest.num_shards})
+        rows.append(
+            {
+                "stage": "+1 log (1 proc)",
+                "seconds": s,
+                "out_bytes": manifest.total_bytes,
+                "shards": manifest.num_shards,
+            }
+        )
     parts = [_part(log, source=source, store=str(store)) for log in list_logs(source, root)]
-    s, manifest = timed(lambda: merge_parts(parts, work / f"merge-{source}-{time.monotonic_ns()}",
-                                            BuildConfig(progress=False), source=source), repeat)
-    rows.append({"stage": "merge only", "seconds": s, "out_bytes": manifest.total_bytes,
-                 "shards": manifest.num_shards})
+    s, manifest = timed(
+        lambda: merge_parts(
+            parts,
+            work / f"merge-{source}-{time.monotonic_ns()}",
+            BuildConfig(progress=False),
+            source=source,
+        ),
+        repeat,
+    )
+    rows.append(
+        {
+            "stage": "merge only",
+            "seconds": s,
+            "out_bytes": manifest.total_bytes,
+            "shards": manifest.num_shards,
+        }
+    )
     for row in rows:
-        row.update(input=name, frames=num_frames, raw_bytes=raw_bytes,
-                   fps=num_frames / row["seconds"], mbps=raw_bytes / 1e6 / row["seconds"],
-                   vs_read=row["seconds"] / read_s)
+        row.update(
+            input=name,
+            frames=num_frames,
+            raw_bytes=raw_bytes,
+            fps=num_frames / row["seconds"],
+            mbps=raw_bytes / 1e6 / row["seconds"],
+            vs_read=row["seconds"] / read_s,
+        )
     return rows
 
 
 def print_table(rows: list[dict]) -> None:
-    header = (f"{'input':<28} {'stage':<17} {'frames':>6} {'raw MB':>8} {'s':>7} "
-              f"{'frames/s':>9} {'raw MB/s':>9} {'time / read':>11}")
+    header = (
+        f"{'input':<28} {'stage':<17} {'frames':>6} {'raw MB':>8} {'s':>7} "
+        f"{'frames/s':>9} {'raw MB/s':>9} {'time / read':>11}"
+    )
     print(header)
     print("-" * len(header))
     for r in rows:
-        print(f"{r['input']:<28} {r['stage']:<17} {r['frames']:>6} {r['raw_bytes'] / 1e6:>8.1f} "
-              f"{r['seconds']:>7.2f} {r['fps']:>9.1f} {r['mbps']:>9.1f} {r['vs_read']:>10.1f}x")
+        print(
+            f"{r['input']:<28} {r['stage']:<17} {r['frames']:>6} {r['raw_bytes'] / 1e6:>8.1f} "
+            f"{r['seconds']:>7.2f} {r['fps']:>9.1f} {r['mbps']:>9.1f} {r['vs_read']:>10.1f}x"
+        )
     for r in rows:
         if r["stage"].startswith(("build", "fan-out", "+1 log")):
-            print(f"{r['input']}, {r['stage']}: reaches {100 / r['vs_read']:.1f}% of the raw read limit; "
-                  f"wrote {r['out_bytes'] / 1e6:.1f} MB in {r['shards']} shard(s) "
-                  f"({r['out_bytes'] / 1e6 / r['seconds']:.1f} MB/s written)")
+            print(
+                f"{r['input']}, {r['stage']}: reaches {100 / r['vs_read']:.1f}% of the raw read limit; "
+                f"wrote {r['out_bytes'] / 1e6:.1f} MB in {r['shards']} shard(s) "
+                f"({r['out_bytes'] / 1e6 / r['seconds']:.1f} MB/s written)"
+            )
 
 
 def main() -> None:
@@ -177,31 +223,47 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--work", type=Path, help="scratch folder (default: a temp folder)")
     parser.add_argument("--repeat", type=int, default=1, help="runs per stage (best is kept)")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
-                        help="also time a build with this many processes (default: all CPUs)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="also time a build with this many processes (default: all CPUs)",
+    )
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-build-"))
     work.mkdir(parents=True, exist_ok=True)
-    config = SyntheticConfig(num_logs=args.num_logs, frames_per_log=args.frames_per_log,
-                             seed=args.seed)
+    config = SyntheticConfig(
+        num_logs=args.num_logs, frames_per_log=args.frames_per_log, seed=args.seed
+    )
     raw = work / "synthetic-raw"
     start = time.perf_counter()
     if not any(raw.glob("synth-*")):
         write_synthetic_logs(config, raw, progress=False)
-    print(f"synthetic raw logs: {config.num_logs} x {config.frames_per_log} frames, "
-          f"{config.image_width}x{config.image_height} images, {config.lidar_beams} beams "
-          f"(generated/reused in {time.perf_counter() - start:.1f} s); cpus={os.cpu_count()}")
-    rows = bench_input(f"synthetic {config.num_logs}x{config.frames_per_log}", "synthetic",
-                       raw, work, args.repeat, args.workers)
+    print(
+        f"synthetic raw logs: {config.num_logs} x {config.frames_per_log} frames, "
+        f"{config.image_width}x{config.image_height} images, {config.lidar_beams} beams "
+        f"(generated/reused in {time.perf_counter() - start:.1f} s); cpus={os.cpu_count()}"
+    )
+    rows = bench_input(
+        f"synthetic {config.num_logs}x{config.frames_per_log}",
+        "synthetic",
+        raw,
+        work,
+        args.repeat,
+        args.workers,
+    )
     if PANDASET.is_dir():
-        rows += bench_input("pandaset sample (002)", "pandaset", PANDASET, work, args.repeat,
-                            args.workers)
+        rows += bench_input(
+            "pandaset sample (002)", "pandaset", PANDASET, work, args.repeat, args.workers
+        )
     print_table(rows)
     single = {r["input"]: r["seconds"] for r in rows if r["stage"] == "build (1 proc)"}
     for r in rows:
         if r["stage"].startswith(("fan-out", "+1 log", "merge")):
-            print(f"{r['input']}, {r['stage']}: {single[r['input']] / r['seconds']:.2f}x the "
-                  "throughput of the single-process build")
+            print(
+                f"{r['input']}, {r['stage']}: {single[r['input']] / r['seconds']:.2f}x the "
+                "throughput of the single-process build"
+            )
     if args.work is None:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -59,7 +59,11 @@ def build_workload(name: str, mlp_mb: int) -> nn.Module:
 def _local_tensors(model: nn.Module, optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     tensors = [p.to_local() if hasattr(p, "to_local") else p for p in model.parameters()]
     for state in optimizer.state.values():
-        tensors += [v.to_local() if hasattr(v, "to_local") else v for v in state.values() if torch.is_tensor(v)]
+        tensors += [
+            v.to_local() if hasattr(v, "to_local") else v
+            for v in state.values()
+            if torch.is_tensor(v)
+        ]
     return [t.detach() for t in tensors]
 
 
@@ -103,14 +107,24 @@ def _compute_during_writes(ckpt: Checkpointer, model, optimizer, reps: int, matm
 
 
 def _worker(rank: int, world_size: int, port: int, args: argparse.Namespace, queue) -> None:
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size
+    )
     torch.set_num_threads(1)
-    ctx = DistContext(rank=rank, local_rank=rank, world_size=world_size, backend="gloo",
-                      device=torch.device("cpu"), owns_group=True)
+    ctx = DistContext(
+        rank=rank,
+        local_rank=rank,
+        world_size=world_size,
+        backend="gloo",
+        device=torch.device("cpu"),
+        owns_group=True,
+    )
     rows = []
     for name in args.workloads:
         torch.manual_seed(0)
-        model = apply_fsdp(build_workload(name, args.mlp_mb), build_mesh(ctx), build_mp_policy(False))
+        model = apply_fsdp(
+            build_workload(name, args.mlp_mb), build_mesh(ctx), build_mp_policy(False)
+        )
         optimizer = torch.optim.AdamW(model.parameters(), foreach=False)
         for p in model.parameters():
             p.grad = torch.zeros_like(p)
@@ -119,8 +133,11 @@ def _worker(rank: int, world_size: int, port: int, args: argparse.Namespace, que
         local_bytes = sum(t.numel() * t.element_size() for t in local)
         total_mb = _max_over_ranks(local_bytes) * world_size / 2**20
         work = Path(args.dir) / name
-        idle = statistics.median(_max_over_ranks(_compute(args.matmuls)) for _ in range(args.reps)) \
-            if args.matmuls else 0.0
+        idle = (
+            statistics.median(_max_over_ranks(_compute(args.matmuls)) for _ in range(args.reps))
+            if args.matmuls
+            else 0.0
+        )
 
         buffers = [torch.empty_like(t) for t in local]
         copy_times = []
@@ -145,7 +162,11 @@ def _worker(rank: int, world_size: int, port: int, args: argparse.Namespace, que
         sync = _time_saves(Checkpointer(work / "sync", keep=1), model, optimizer, args.reps)
         async_ckpt = Checkpointer(work / "async", keep=1, async_save=True)
         asyn = _time_saves(async_ckpt, model, optimizer, args.reps)
-        busy = _compute_during_writes(async_ckpt, model, optimizer, args.reps, args.matmuls) if args.matmuls else 0.0
+        busy = (
+            _compute_during_writes(async_ckpt, model, optimizer, args.reps, args.matmuls)
+            if args.matmuls
+            else 0.0
+        )
         async_ckpt.close()
 
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
@@ -154,16 +175,28 @@ def _worker(rank: int, world_size: int, port: int, args: argparse.Namespace, que
         for _ in range(args.reps):
             dist.barrier()
             start = time.perf_counter()
-            full = get_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+            full = get_state_dict(
+                model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+            )
             if rank == 0:
                 with open(work / "peer.pt", "wb") as f:
                     torch.save(full, f)
                     f.flush()
                     os.fsync(f.fileno())
             peer.append(_max_over_ranks(time.perf_counter() - start))
-        rows.append({"workload": name, "mb": total_mb, "copy": copy_s, "write": write_s, "sync": sync,
-                     "async": asyn, "peer": statistics.median(peer), "idle_compute": idle,
-                     "busy_compute": busy})
+        rows.append(
+            {
+                "workload": name,
+                "mb": total_mb,
+                "copy": copy_s,
+                "write": write_s,
+                "sync": sync,
+                "async": asyn,
+                "peer": statistics.median(peer),
+                "idle_compute": idle,
+                "busy_compute": busy,
+            }
+        )
         dist.barrier()
     if rank == 0:
         queue.put(rows)
@@ -172,44 +205,67 @@ def _worker(rank: int, world_size: int, port: int, args: argparse.Namespace, que
 
 def print_table(rows: list[dict], args: argparse.Namespace) -> None:
     """Print one line per (workload, method): ms per save and ratios to the limits."""
-    print(f"world size {args.world_size} (gloo, CPU), {args.reps} saves each, median; cpus={os.cpu_count()}; "
-          f"torch {torch.__version__}")
-    header = f"{'workload':<18}{'state MB':>9}  {'method':<15}{'blocking ms':>12}{'complete ms':>12}" \
-             f"{'x copy':>8}{'x write':>8}"
+    print(
+        f"world size {args.world_size} (gloo, CPU), {args.reps} saves each, median; cpus={os.cpu_count()}; "
+        f"torch {torch.__version__}"
+    )
+    header = (
+        f"{'workload':<18}{'state MB':>9}  {'method':<15}{'blocking ms':>12}{'complete ms':>12}"
+        f"{'x copy':>8}{'x write':>8}"
+    )
     print(header)
     print("-" * len(header))
     for r in rows:
-        lines = [("copy limit", r["copy"], r["copy"]), ("write limit", r["write"], r["write"]),
-                 ("sync DCP", r["sync"]["blocking"], r["sync"]["complete"]),
-                 ("async DCP", r["async"]["blocking"], r["async"]["complete"]),
-                 ("peer torch.save", r["peer"], r["peer"])]
+        lines = [
+            ("copy limit", r["copy"], r["copy"]),
+            ("write limit", r["write"], r["write"]),
+            ("sync DCP", r["sync"]["blocking"], r["sync"]["complete"]),
+            ("async DCP", r["async"]["blocking"], r["async"]["complete"]),
+            ("peer torch.save", r["peer"], r["peer"]),
+        ]
         for method, blocking, complete in lines:
-            print(f"{r['workload']:<18}{r['mb']:>9.1f}  {method:<15}{blocking * 1e3:>12.1f}{complete * 1e3:>12.1f}"
-                  f"{blocking / r['copy']:>8.1f}{blocking / r['write']:>8.2f}")
+            print(
+                f"{r['workload']:<18}{r['mb']:>9.1f}  {method:<15}{blocking * 1e3:>12.1f}{complete * 1e3:>12.1f}"
+                f"{blocking / r['copy']:>8.1f}{blocking / r['write']:>8.2f}"
+            )
     for r in rows:
         cut = 1 - r["async"]["blocking"] / r["sync"]["blocking"]
         line = f"{r['workload']}: async save blocks {cut:.0%} less than sync"
         if args.matmuls:
-            line += (f"; {args.matmuls} matmuls took {r['busy_compute'] * 1e3:.0f} ms during the background "
-                     f"write vs {r['idle_compute'] * 1e3:.0f} ms idle ({r['busy_compute'] / r['idle_compute']:.2f}x)")
+            line += (
+                f"; {args.matmuls} matmuls took {r['busy_compute'] * 1e3:.0f} ms during the background "
+                f"write vs {r['idle_compute'] * 1e3:.0f} ms idle ({r['busy_compute'] / r['idle_compute']:.2f}x)"
+            )
         print(line)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--world-size", type=int, default=2)
-    parser.add_argument("--workloads", nargs="+", default=["bev_fusion_small", "bev_fusion_large", "mlp"])
-    parser.add_argument("--mlp-mb", type=int, default=64, help="fp32 parameter MB of the mlp workload")
+    parser.add_argument(
+        "--workloads", nargs="+", default=["bev_fusion_small", "bev_fusion_large", "mlp"]
+    )
+    parser.add_argument(
+        "--mlp-mb", type=int, default=64, help="fp32 parameter MB of the mlp workload"
+    )
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--matmuls", type=int, default=0,
-                        help="time this many 512x512 matmuls per rank during async writes and idle")
-    parser.add_argument("--dir", default=None, help="checkpoint folder (default: a temporary folder)")
+    parser.add_argument(
+        "--matmuls",
+        type=int,
+        default=0,
+        help="time this many 512x512 matmuls per rank during async writes and idle",
+    )
+    parser.add_argument(
+        "--dir", default=None, help="checkpoint folder (default: a temporary folder)"
+    )
     args = parser.parse_args(argv)
     temporary = args.dir is None
     args.dir = args.dir or tempfile.mkdtemp(prefix="drivetrain-bench-ckpt-")
     try:
         queue = mp.get_context("spawn").SimpleQueue()
-        mp.spawn(_worker, args=(args.world_size, find_free_port(), args, queue), nprocs=args.world_size)
+        mp.spawn(
+            _worker, args=(args.world_size, find_free_port(), args, queue), nprocs=args.world_size
+        )
         print_table(queue.get(), args)
     finally:
         if temporary:

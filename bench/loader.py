@@ -707,7 +707,9 @@ def print_table(rows: list[Row], args) -> None:
 
 def print_targets(rows: list[Row], memory: list[dict], args) -> list[dict]:
     """Print the issue-7 targets (pandaset rows when present) with verdicts; return them."""
-    label = "pandaset" if not rows or any(r.dataset == "pandaset" for r in rows) else rows[0].dataset
+    label = (
+        "pandaset" if not rows or any(r.dataset == "pandaset" for r in rows) else rows[0].dataset
+    )
     mine = [r for r in rows if r.dataset == label]
     b = args.batch_sizes[0]
     small = f"cpu@{args.camera_width}x{args.camera_height}"

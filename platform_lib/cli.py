@@ -43,16 +43,22 @@ def build_parser() -> argparse.ArgumentParser:
     """Return the `drivetrain` argument parser with every registered command group."""
     parser = argparse.ArgumentParser(
         prog="drivetrain",
-        description="Drivetrain: raw driving logs -> shards -> training -> registry.")
-    parser.add_argument("--debug", action="store_true",
-                        help="show the full traceback of an error instead of one line")
+        description="Drivetrain: raw driving logs -> shards -> training -> registry.",
+    )
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="show the full traceback of an error instead of one line",
+    )
     groups = parser.add_subparsers(dest="group", metavar="GROUP", required=True)
     for add_group in COMMAND_GROUPS:
         add_group(groups)
     return parser
 
 
-def explain_error(error: BaseException, culprit: str, output: str | None = None) -> UserError | None:
+def explain_error(
+    error: BaseException, culprit: str, output: str | None = None
+) -> UserError | None:
     """Return the one-line `UserError` of an error the user can act on, else None (a bug).
 
     Args:
@@ -84,7 +90,9 @@ def _log_traceback(error: BaseException) -> Path | None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a") as log:
-            log.write(f"--- {datetime.datetime.now(datetime.UTC).isoformat()} drivetrain {sys.argv[1:]}\n")
+            log.write(
+                f"--- {datetime.datetime.now(datetime.UTC).isoformat()} drivetrain {sys.argv[1:]}\n"
+            )
             log.write("".join(traceback.format_exception(error)))
     except OSError:
         return None
@@ -97,8 +105,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except Exception as exc:
-        culprit = next((str(getattr(args, name)) for name in ("input", "dataset", "target", "output")
-                        if getattr(args, name, None)), "drivetrain")
+        culprit = next(
+            (
+                str(getattr(args, name))
+                for name in ("input", "dataset", "target", "output")
+                if getattr(args, name, None)
+            ),
+            "drivetrain",
+        )
         output = str(args.output) if getattr(args, "output", None) else None
         user = None if args.debug else explain_error(exc, culprit, output)
         if user is None:

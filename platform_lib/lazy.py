@@ -9,8 +9,9 @@ from typing import Any
 __all__ = ["lazy_exports"]
 
 
-def lazy_exports(namespace: dict[str, Any], exports: dict[str, str]
-                 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+def lazy_exports(
+    namespace: dict[str, Any], exports: dict[str, str]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """Return (`__getattr__`, `__dir__`) for a package whose names live in submodules.
 
     Args:

@@ -38,22 +38,37 @@ def check_cron(expression: str, *, field: str = "schedule") -> str:
     """
     text = " ".join(str(expression).split())
     if text.startswith("@"):
-        if text in ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight",
-                    "@hourly"):
+        if text in (
+            "@yearly",
+            "@annually",
+            "@monthly",
+            "@weekly",
+            "@daily",
+            "@midnight",
+            "@hourly",
+        ):
             return text
-        raise ValueError(f"{field}={expression!r} is not a cron alias; use one of @hourly, "
-                         "@daily, @weekly, @monthly, @yearly or a 5-field expression")
+        raise ValueError(
+            f"{field}={expression!r} is not a cron alias; use one of @hourly, "
+            "@daily, @weekly, @monthly, @yearly or a 5-field expression"
+        )
     parts = text.split(" ")
     if len(parts) != len(CRON_FIELDS):
-        raise ValueError(f"{field}={expression!r} has {len(parts) if text else 0} fields; a cron "
-                         f"expression has 5: {' '.join(CRON_FIELDS)} (e.g. '0 3 * * *')")
+        raise ValueError(
+            f"{field}={expression!r} has {len(parts) if text else 0} fields; a cron "
+            f"expression has 5: {' '.join(CRON_FIELDS)} (e.g. '0 3 * * *')"
+        )
     if _parses(text):
         return text
     for i, name in enumerate(CRON_FIELDS):
         alone = ["*"] * len(CRON_FIELDS)
         alone[i] = parts[i]
         if not _parses(" ".join(alone)):
-            raise ValueError(f"{field}={expression!r}: cron field {name} ({parts[i]!r}) is "
-                             "invalid; see crontab(5) for its allowed values")
-    raise ValueError(f"{field}={expression!r} is not a valid cron expression (its fields are "
-                     "valid alone but not together, e.g. a day that no month has)")
+            raise ValueError(
+                f"{field}={expression!r}: cron field {name} ({parts[i]!r}) is "
+                "invalid; see crontab(5) for its allowed values"
+            )
+    raise ValueError(
+        f"{field}={expression!r} is not a valid cron expression (its fields are "
+        "valid alone but not together, e.g. a day that no month has)"
+    )

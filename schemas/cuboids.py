@@ -34,7 +34,6 @@ __all__ = [
 ]
 
 
-
 class CuboidArrays(Protocol):
     """The K boxes of one frame, as `platform_lib.sources.frame.Cuboids` holds them."""
 
@@ -44,6 +43,7 @@ class CuboidArrays(Protocol):
     center: Any  # (K, 3) float, m, ego frame
     size: Any  # (K, 3) float: length, width, height in m
     yaw: Any  # (K,) float, rad
+
 
 CUBOID_SCHEMA = pa.schema(
     [
@@ -102,13 +102,22 @@ def cuboids_to_frame(key: str, cuboids: CuboidArrays) -> pd.DataFrame:
     center = np.asarray(cuboids.center, dtype=np.float64).reshape(-1, 3)
     size = np.asarray(cuboids.size, dtype=np.float64).reshape(-1, 3)
     yaw = np.asarray(cuboids.yaw, dtype=np.float64).reshape(-1)
-    return pd.DataFrame({
-        "key": [key] * len(cuboids.label), "label": list(cuboids.label),
-        "class_group": list(cuboids.class_group), "track_id": list(cuboids.track_id),
-        "center_x": center[:, 0], "center_y": center[:, 1], "center_z": center[:, 2],
-        "length": size[:, 0], "width": size[:, 1], "height": size[:, 2],
-        "yaw": np.arctan2(np.sin(yaw), np.cos(yaw)),
-    }, columns=CUBOID_SCHEMA.names)
+    return pd.DataFrame(
+        {
+            "key": [key] * len(cuboids.label),
+            "label": list(cuboids.label),
+            "class_group": list(cuboids.class_group),
+            "track_id": list(cuboids.track_id),
+            "center_x": center[:, 0],
+            "center_y": center[:, 1],
+            "center_z": center[:, 2],
+            "length": size[:, 0],
+            "width": size[:, 1],
+            "height": size[:, 2],
+            "yaw": np.arctan2(np.sin(yaw), np.cos(yaw)),
+        },
+        columns=CUBOID_SCHEMA.names,
+    )
 
 
 def validate_cuboid_frame(df: pd.DataFrame) -> pd.DataFrame:

@@ -48,7 +48,9 @@ def _index_schema(member_type: pa.StructType) -> pa.Schema:
             pa.field("shard_id", pa.int32(), nullable=False),
             pa.field("sample_offset", pa.int64(), nullable=False),
             pa.field("sample_size", pa.int64(), nullable=False),
-            pa.field("members", pa.list_(pa.field("item", member_type, nullable=False)), nullable=False),
+            pa.field(
+                "members", pa.list_(pa.field("item", member_type, nullable=False)), nullable=False
+            ),
             pa.field("num_lidar_points", pa.int32(), nullable=False),
             pa.field("num_radar_points", pa.int32(), nullable=False),
             pa.field("num_cuboids", pa.int32(), nullable=False),

@@ -61,7 +61,12 @@ def _dataset_hash(directory: FlyteDirectory) -> str:
 Dataset = Annotated[FlyteDirectory, HashMethod(_dataset_hash)]
 
 
-@task(container_image=TASK_IMAGE, cache=Cache(version="1"), retries=3, requests=Resources(cpu="1", mem="2Gi"))
+@task(
+    container_image=TASK_IMAGE,
+    cache=Cache(version="1"),
+    retries=3,
+    requests=Resources(cpu="1", mem="2Gi"),
+)
 def materialize_raw_logs(source: str, raw_logs: str, synthetic: SyntheticConfig) -> str:
     """Return the raw-log location: `raw_logs`, or freshly generated synthetic logs when empty."""
     with task_errors("generating synthetic logs"):
@@ -69,7 +74,11 @@ def materialize_raw_logs(source: str, raw_logs: str, synthetic: SyntheticConfig)
         if raw_logs:
             return raw_logs
         if source != "synthetic":
-            raise UserError("no raw logs given", "raw_logs", f"source {source!r} needs --raw_logs <folder of raw logs>")
+            raise UserError(
+                "no raw logs given",
+                "raw_logs",
+                f"source {source!r} needs --raw_logs <folder of raw logs>",
+            )
         local = Path(current_context().working_directory) / "synthetic_logs"
         write_synthetic_logs(synthetic, local)
     file_access = FlyteContextManager.current_context().file_access
@@ -91,7 +100,11 @@ def hash_raw_logs(source: str, raw_logs: str, requested: str) -> str:
     """
     with task_errors("hashing raw_logs", raw_logs):
         check_source(source)
-        if not requested and is_local_url(raw_logs) and not Path(raw_logs.removeprefix("file://")).exists():
+        if (
+            not requested
+            and is_local_url(raw_logs)
+            and not Path(raw_logs.removeprefix("file://")).exists()
+        ):
             raise stale_cache_error(raw_logs, "materialize_raw_logs")
         return hash_raw_location(raw_logs)
 
@@ -102,8 +115,11 @@ def dataset_config(source: str, split: str, quarantine: bool) -> BuildConfig:
     with task_errors("choosing the split"):
         check_source(source)
         if split and split not in SPLIT_METHODS:
-            raise UserError(f"unknown split method {split!r}", "split",
-                            f"use one of {', '.join(SPLIT_METHODS)}, or '' for the source's default")
+            raise UserError(
+                f"unknown split method {split!r}",
+                "split",
+                f"use one of {', '.join(SPLIT_METHODS)}, or '' for the source's default",
+            )
         rule = dict(DEFAULT_SPLITS[source]) | ({"split": split} if split else {})
         return BuildConfig(**rule, quarantine=quarantine)
 
@@ -124,7 +140,9 @@ def list_raw_logs(source: str, raw_logs: str) -> RawLogList:
 
 
 @task(
-    container_image=TASK_IMAGE, cache=Cache(version="1", ignored_inputs=("log",)), retries=3,
+    container_image=TASK_IMAGE,
+    cache=Cache(version="1", ignored_inputs=("log",)),
+    retries=3,
     requests=Resources(cpu="1", mem="2Gi"),
 )
 def build_log_part(source: str, log: str, log_hash: str, config: BuildConfig) -> str:
@@ -162,7 +180,12 @@ def build_log_parts(source, logs, log_hashes, config):
     return mapper(log=logs, log_hash=log_hashes)
 
 
-@task(container_image=TASK_IMAGE, cache=Cache(version="1"), retries=3, requests=Resources(cpu="1", mem="2Gi"))
+@task(
+    container_image=TASK_IMAGE,
+    cache=Cache(version="1"),
+    retries=3,
+    requests=Resources(cpu="1", mem="2Gi"),
+)
 def merge_dataset(source: str, parts: list[str], config: BuildConfig) -> Dataset:
     """Write index + manifest over `parts` (no shard bytes copied) and check the dataset.
 
@@ -180,7 +203,10 @@ def merge_dataset(source: str, parts: list[str], config: BuildConfig) -> Dataset
         except UserError as exc:
             if not exc.what.startswith("dataset has no samples"):
                 raise
-            fix = ("pass --split by_frame_range (the last frames of every log go to val) or more logs"
-                   if config.split == "by_log" else "give the logs more frames than val_frames_per_log")
+            fix = (
+                "pass --split by_frame_range (the last frames of every log go to val) or more logs"
+                if config.split == "by_log"
+                else "give the logs more frames than val_frames_per_log"
+            )
             raise UserError(exc.what, "raw_logs", fix) from exc
     return FlyteDirectory(str(out))

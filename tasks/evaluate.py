@@ -16,7 +16,12 @@ from tasks.image import TASK_IMAGE
 __all__ = ["evaluate_model"]
 
 
-@task(container_image=TASK_IMAGE, cache=Cache(version="1"), retries=2, requests=Resources(cpu="2", mem="4Gi"))
+@task(
+    container_image=TASK_IMAGE,
+    cache=Cache(version="1"),
+    retries=2,
+    requests=Resources(cpu="2", mem="4Gi"),
+)
 def evaluate_model(dataset: FlyteDirectory, run: FlyteDirectory, config: TrainConfig) -> FlyteFile:
     """Evaluate the run's weights on `config.data.val_split`; return the metrics table (JSON)."""
     with task_errors("evaluating on the dataset", str(dataset.remote_source or dataset.path)):
@@ -24,7 +29,10 @@ def evaluate_model(dataset: FlyteDirectory, run: FlyteDirectory, config: TrainCo
         run_dir = download_input(run, "train_model")
         out = Path(current_context().working_directory) / "eval"
         result = evaluate(
-            str(Path(run_dir) / "model.safetensors"), config, dataset_dir,
-            split=config.data.val_split, output_dir=str(out),
+            str(Path(run_dir) / "model.safetensors"),
+            config,
+            dataset_dir,
+            split=config.data.val_split,
+            output_dir=str(out),
         )
     return FlyteFile(result.metrics_json)

@@ -25,7 +25,9 @@ __all__ = ["register_model"]
 CHECKOUT = Path(__file__).resolve().parents[1]
 
 
-@task(container_image=TASK_IMAGE, cache=Cache(version="1"), retries=3, secret_requests=MLFLOW_SECRETS)
+@task(
+    container_image=TASK_IMAGE, cache=Cache(version="1"), retries=3, secret_requests=MLFLOW_SECRETS
+)
 def register_model(
     model_name: str,
     source: str,
@@ -44,8 +46,10 @@ def register_model(
             model_name=model_name or f"drivetrain-bev-{source}",
             run_dir=download_input(run, "train_model"),
             dataset_dir=download_input(dataset, "merge_dataset"),
-            eval_json=download_input(eval_table, "evaluate_model"), config=config,
-            raw_logs_hash=raw_logs_hash, execution_id=current_context().execution_id.name or "local",
+            eval_json=download_input(eval_table, "evaluate_model"),
+            config=config,
+            raw_logs_hash=raw_logs_hash,
+            execution_id=current_context().execution_id.name or "local",
             code_version=resolve_code_version(CHECKOUT),
         )
     return registration.model_uri

@@ -82,7 +82,9 @@ def resolve_run_dir(dataset_hash: str, config_hash: str, agent_pid: int | None =
     again to resume from its last checkpoint. It lives under `$TMPDIR/drivetrain-train/`;
     the task uploads it as its output. The agent itself passes its own pid as `agent_pid`.
     """
-    name = f"{dataset_hash[:16]}-{config_hash[:16]}-{os.getppid() if agent_pid is None else agent_pid}"
+    name = (
+        f"{dataset_hash[:16]}-{config_hash[:16]}-{os.getppid() if agent_pid is None else agent_pid}"
+    )
     path = Path(tempfile.gettempdir()) / "drivetrain-train" / name
     path.mkdir(parents=True, exist_ok=True)
     return path
@@ -97,8 +99,10 @@ def train_model(dataset: FlyteDirectory, config: TrainConfig) -> FlyteDirectory:
         with mlflow_credentials():  # rank 0 streams metrics to MLflow
             stream = None
             if int(os.environ.get("RANK", "0")) == 0 and config.metrics.mlflow_interval:
-                stream = MlflowMetricsStream(run_name=f"train-{config.preset}-{hash_config(config)[:8]}",
-                                             tags={"dataset_hash": dataset_hash, "preset": config.preset})
+                stream = MlflowMetricsStream(
+                    run_name=f"train-{config.preset}-{hash_config(config)[:8]}",
+                    tags={"dataset_hash": dataset_hash, "preset": config.preset},
+                )
             result = train(config, local, str(run_dir), sink=stream)
             if result is not None:  # rank 0: baseline comparison, MLflow, the goodput Deck
                 finish_goodput(run_dir, dataset_hash=dataset_hash, config=config, stream=stream)
@@ -135,16 +139,22 @@ class PlacedElasticTask(PytorchElasticFunctionTask):
             if not isinstance(failure, ChildFailedError):
                 raise
             folder, tags = _failure_context(kwargs.get("dataset"), kwargs.get("config"))
-            raise explain_training_failure(failure, checkpoint_folder=folder, tags=tags) from failure
+            raise explain_training_failure(
+                failure, checkpoint_folder=folder, tags=tags
+            ) from failure
 
 
-def _failure_context(dataset: FlyteDirectory | None, config: TrainConfig | None) -> tuple[str | None, dict[str, str]]:
+def _failure_context(
+    dataset: FlyteDirectory | None, config: TrainConfig | None
+) -> tuple[str | None, dict[str, str]]:
     """Return (the run's checkpoint folder, MLflow tags) as the agent sees them (best effort)."""
     if config is None:
         return None, {}
     tags = {"preset": config.preset, "config_hash": hash_config(config)}
     try:
-        tags["dataset_hash"] = load_manifest(str(dataset.remote_source or dataset.path)).dataset_hash
+        tags["dataset_hash"] = load_manifest(
+            str(dataset.remote_source or dataset.path)
+        ).dataset_hash
     except Exception:  # noqa: BLE001 - no dataset, no run folder: triage still runs
         return config.checkpoint.folder or None, tags
     run_dir = resolve_run_dir(tags["dataset_hash"], tags["config_hash"], agent_pid=os.getpid())
@@ -169,21 +179,28 @@ def build_train_task(placement: Placement) -> PythonFunctionTask:
     accel, res = placement.accelerator_type, placement.pod_resources
     gpus = res.get(accel.resource) if accel.resource else None
     pod_spec = V1PodSpec(
-        containers=[], node_selector=dict(accel.node_labels),
+        containers=[],
+        node_selector=dict(accel.node_labels),
         tolerations=[V1Toleration(**t) for t in accel.tolerations] or None,
     )
     return task(
         _TRAIN_FUNCTION,
         container_image=TASK_IMAGE,
         task_config=PlacedElastic(
-            nnodes=placement.nnodes, nproc_per_node=placement.nproc_per_node, max_restarts=1,
-            increase_shared_mem=False, placement=placement, monitor_interval=MONITOR_INTERVAL_S,
+            nnodes=placement.nnodes,
+            nproc_per_node=placement.nproc_per_node,
+            max_restarts=1,
+            increase_shared_mem=False,
+            placement=placement,
+            monitor_interval=MONITOR_INTERVAL_S,
         ),
         enable_deck=True,
-        cache=Cache(version="1"), retries=2,
+        cache=Cache(version="1"),
+        retries=2,
         requests=Resources(cpu=res["cpu"], mem=res["memory"], gpu=gpus),
         limits=Resources(mem=res["memory"], gpu=gpus),
-        labels=placement.labels, environment=placement.environment,
+        labels=placement.labels,
+        environment=placement.environment,
         pod_template=PodTemplate(pod_spec=pod_spec),
         secret_requests=MLFLOW_SECRETS,  # a failed launch's triage verdict goes to MLflow (tasks.triage)
         shared_memory=True,  # /dev/shm for the loader workers' tensors

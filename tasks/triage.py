@@ -56,18 +56,24 @@ def _record_in_mlflow(verdict, evidence, tags: Mapping[str, str]) -> str | None:
 
         with mlflow_credentials():
             client = configure_mlflow()
-            run_id = start_training_run(client, run_name=f"failed-{tags.get('preset', 'train')}",
-                                        tags={**tags, "drivetrain.outcome": "failed"})
+            run_id = start_training_run(
+                client,
+                run_name=f"failed-{tags.get('preset', 'train')}",
+                tags={**tags, "drivetrain.outcome": "failed"},
+            )
             record_verdict(client, run_id, verdict, evidence)
             client.set_terminated(run_id, status="FAILED")
         return run_id
     except Exception as error:  # noqa: BLE001 - recording must never hide the training failure
-        warnings.warn(f"triage verdict not recorded in MLflow ({type(error).__name__}: {error})", stacklevel=2)
+        warnings.warn(
+            f"triage verdict not recorded in MLflow ({type(error).__name__}: {error})", stacklevel=2
+        )
         return None
 
 
-def explain_training_failure(failure: BaseException, *, checkpoint_folder: str | None,
-                             tags: Mapping[str, str] | None = None) -> Exception:
+def explain_training_failure(
+    failure: BaseException, *, checkpoint_folder: str | None, tags: Mapping[str, str] | None = None
+) -> Exception:
     """Classify a failed elastic launch; return the exception the task should raise.
 
     Args:
@@ -83,8 +89,9 @@ def explain_training_failure(failure: BaseException, *, checkpoint_folder: str |
     history = f"{checkpoint_folder.rstrip('/')}/{HISTORY_FILE}" if checkpoint_folder else None
     if history and "://" not in history:
         Path(history).parent.mkdir(parents=True, exist_ok=True)
-    verdict, decision = assess_failure(evidence, checkpoint_step=_checkpoint_step(checkpoint_folder),
-                                       history_path=history)
+    verdict, decision = assess_failure(
+        evidence, checkpoint_step=_checkpoint_step(checkpoint_folder), history_path=history
+    )
     run_id = _record_in_mlflow(verdict, evidence, tags or {})
     message = failure_message(verdict, decision)
     if run_id:

@@ -26,8 +26,10 @@ def node_cache_dir(tmp_path_factory) -> Path:
 def pandaset_root() -> Path:
     """PandaSet root holding sequence 002 (10 frames); skips when the sample is absent."""
     if not (PANDASET_DIR / "002" / "lidar" / "poses.json").is_file():
-        pytest.skip(f"PandaSet sample not found at {PANDASET_DIR / '002'} (expected the shared/ "
-                    "folder beside the repository root)")
+        pytest.skip(
+            f"PandaSet sample not found at {PANDASET_DIR / '002'} (expected the shared/ "
+            "folder beside the repository root)"
+        )
     return PANDASET_DIR
 
 
@@ -59,8 +61,10 @@ def s3_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     import fsspec
 
     for key, value in {
-        "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
         "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-credentials"),
         "AWS_CONFIG_FILE": str(tmp_path / "no-config"),
     }.items():

@@ -31,8 +31,13 @@ __all__ = ["on_demand", "on_demand_plan", "scheduled_retrain", "scheduled_retrai
 TEAM_DEFAULTS = {"source": "synthetic", "preset": "synthetic_default", "seed": 0}
 
 
-def scheduled_retrain_plan(cron: str, raw_logs: str, *, source: str = "synthetic",
-                           name: str = "drivetrain_scheduled_retrain") -> LaunchPlan:
+def scheduled_retrain_plan(
+    cron: str,
+    raw_logs: str,
+    *,
+    source: str = "synthetic",
+    name: str = "drivetrain_scheduled_retrain",
+) -> LaunchPlan:
     """Return the launch plan retraining on `raw_logs` on the cron schedule `cron`.
 
     Raises:
@@ -41,18 +46,23 @@ def scheduled_retrain_plan(cron: str, raw_logs: str, *, source: str = "synthetic
     """
     schedule = check_cron(cron, field="DRIVETRAIN_RETRAIN_CRON")
     if not raw_logs:
-        raise ValueError("DRIVETRAIN_RETRAIN_RAW_LOGS is empty: the scheduled retraining needs "
-                         "the folder (e.g. s3://bucket/raw-logs/) where new logs arrive")
+        raise ValueError(
+            "DRIVETRAIN_RETRAIN_RAW_LOGS is empty: the scheduled retraining needs "
+            "the folder (e.g. s3://bucket/raw-logs/) where new logs arrive"
+        )
     return LaunchPlan.get_or_create(
-        workflow=training_pipeline, name=name, schedule=CronSchedule(schedule=schedule),
+        workflow=training_pipeline,
+        name=name,
+        schedule=CronSchedule(schedule=schedule),
         fixed_inputs={"source": source, "raw_logs": raw_logs},
     )
 
 
 def on_demand_plan(name: str = "drivetrain_on_demand", **defaults) -> LaunchPlan:
     """Return the on-demand launch plan with the team defaults (`TEAM_DEFAULTS` + `defaults`)."""
-    return LaunchPlan.get_or_create(workflow=training_pipeline, name=name,
-                                    default_inputs={**TEAM_DEFAULTS, **defaults})
+    return LaunchPlan.get_or_create(
+        workflow=training_pipeline, name=name, default_inputs={**TEAM_DEFAULTS, **defaults}
+    )
 
 
 scheduled_retrain = scheduled_retrain_plan(

@@ -69,6 +69,11 @@ def training_pipeline(
     run = train_model(dataset=dataset, config=config)
     table = evaluate_model(dataset=dataset, run=run, config=config)
     return register_model(
-        model_name=model_name, source=source, raw_logs_hash=logs_hash, dataset=dataset, run=run,
-        eval_table=table, config=config,
+        model_name=model_name,
+        source=source,
+        raw_logs_hash=logs_hash,
+        dataset=dataset,
+        run=run,
+        eval_table=table,
+        config=config,
     )

@@ -99,8 +99,17 @@ class ShardCache:
     """Opens shards of one remote dataset through the node-local cache folder."""
 
     def __init__(
-        self, *, url: str, root: str, storage_options: dict, dataset_hash: str, cache_dir: str | None,
-        limit_bytes: int, max_retries: int, backoff_s: float, files: dict[str, str] | None = None,
+        self,
+        *,
+        url: str,
+        root: str,
+        storage_options: dict,
+        dataset_hash: str,
+        cache_dir: str | None,
+        limit_bytes: int,
+        max_retries: int,
+        backoff_s: float,
+        files: dict[str, str] | None = None,
     ) -> None:
         self.url, self.root, self.storage_options = url, root, storage_options
         self.files = files or {}  # shard path -> object inside url's filesystem (merged datasets)
@@ -168,8 +177,13 @@ class ShardCache:
             self._filesystem().get_file(remote, str(tmp))
 
         try:
-            call_with_retries(fetch, what="downloading", url=f"{self.url}/{shard_path}",
-                              max_retries=self.max_retries, backoff_s=self.backoff_s)
+            call_with_retries(
+                fetch,
+                what="downloading",
+                url=f"{self.url}/{shard_path}",
+                max_retries=self.max_retries,
+                backoff_s=self.backoff_s,
+            )
             size = tmp.stat().st_size
             if size != expected_bytes:
                 self._failed[shard_path] = ShardFormatError(

@@ -86,14 +86,20 @@ class LoaderConfig:
             if getattr(self, name) < 0:
                 raise ValueError(f"LoaderConfig.{name} must be >= 0, got {getattr(self, name)}")
         if self.pad_policy not in ("pad", "drop"):
-            raise ValueError(f"LoaderConfig.pad_policy must be 'pad' or 'drop', got {self.pad_policy!r}")
+            raise ValueError(
+                f"LoaderConfig.pad_policy must be 'pad' or 'drop', got {self.pad_policy!r}"
+            )
         if self.verify not in ("shard", "member", "none"):
-            raise ValueError(f"LoaderConfig.verify must be 'shard', 'member' or 'none', got {self.verify!r}")
+            raise ValueError(
+                f"LoaderConfig.verify must be 'shard', 'member' or 'none', got {self.verify!r}"
+            )
         if self.error_policy not in ("raise", "skip"):
             raise ValueError(
                 f"LoaderConfig.error_policy must be 'raise' or 'skip', got {self.error_policy!r}"
             )
         if self.mix_epoch_samples is not None and self.mix_epoch_samples < 1:
-            raise ValueError(f"LoaderConfig.mix_epoch_samples must be >= 1, got {self.mix_epoch_samples}")
+            raise ValueError(
+                f"LoaderConfig.mix_epoch_samples must be >= 1, got {self.mix_epoch_samples}"
+            )
         if self.retry_backoff_s < 0 or self.worker_timeout_s < 0:
             raise ValueError("LoaderConfig.retry_backoff_s and worker_timeout_s must be >= 0")

@@ -44,8 +44,9 @@ _SKIPPABLE = (ShardFormatError, SampleDecodeError)
 _EPOCH, _START = 1, 2
 
 
-def _decode(members: dict[str, Any], decode: str, key: str, where: str,
-            resize: CameraResize | None) -> dict[str, Any]:
+def _decode(
+    members: dict[str, Any], decode: str, key: str, where: str, resize: CameraResize | None
+) -> dict[str, Any]:
     try:
         sample = decode_sample(members, decode="none")  # JPEGs: below, at the configured size
         return decode_sample_cameras(sample, resize) if decode == "cpu" else sample
@@ -76,9 +77,18 @@ class BatchStream(IterableDataset):
     """
 
     def __init__(
-        self, *, views: list[DatasetView], units: list[np.ndarray], orders: EpochOrders,
-        plan: EpochPlan, rank: int, batch_size: int, decode: str, config: LoaderConfig,
-        ring: Ring | None = None, shared: SharedOrders | None = None,
+        self,
+        *,
+        views: list[DatasetView],
+        units: list[np.ndarray],
+        orders: EpochOrders,
+        plan: EpochPlan,
+        rank: int,
+        batch_size: int,
+        decode: str,
+        config: LoaderConfig,
+        ring: Ring | None = None,
+        shared: SharedOrders | None = None,
     ) -> None:
         super().__init__()
         self.views, self.units, self.orders = views, units, orders
@@ -104,10 +114,14 @@ class BatchStream(IterableDataset):
             cache = None
             if not view.is_local:
                 cache = ShardCache(
-                    url=view.store_url, root=view.root, storage_options=view.storage_options,
+                    url=view.store_url,
+                    root=view.root,
+                    storage_options=view.storage_options,
                     files=dict(zip(view.shard_paths, view.shard_files, strict=True)),
-                    dataset_hash=view.dataset_hash, cache_dir=cfg.cache_dir,
-                    limit_bytes=cfg.cache_limit_bytes, max_retries=cfg.max_retries,
+                    dataset_hash=view.dataset_hash,
+                    cache_dir=cfg.cache_dir,
+                    limit_bytes=cfg.cache_limit_bytes,
+                    max_retries=cfg.max_retries,
                     backoff_s=cfg.retry_backoff_s,
                 )
             files.append(ShardFiles(view, cache=cache, verify=cfg.verify, cache_dir=cfg.cache_dir))
@@ -117,27 +131,38 @@ class BatchStream(IterableDataset):
         view = files.view
         key, shard = view.key(row), view.shard_path(row)
         size, lo = int(view.sample_size[row]), int(view.sample_offset[row])
-        data = files.read_into(row, writer.raw_buffer(size, what=f"sample {key} of {view.url}/{shard}"))
+        data = files.read_into(
+            row, writer.raw_buffer(size, what=f"sample {key} of {view.url}/{shard}")
+        )
         members = {}
         for m in view.members_of(row):
             begin = int(view.member_offset[m]) - lo
-            members[view.member_name(m)] = data[begin:begin + int(view.member_size[m])]
-        sample = _decode(members, self.decode, key, f"{view.url}/{shard}", self.config.camera_resize)
+            members[view.member_name(m)] = data[begin : begin + int(view.member_size[m])]
+        sample = _decode(
+            members, self.decode, key, f"{view.url}/{shard}", self.config.camera_resize
+        )
         sample["__key__"], sample["__shard__"] = key, shard
         return sample
 
-    def _load_unit(self, files: ShardFiles, rows: np.ndarray, writer: SlotWriter) -> tuple[str, Any]:
+    def _load_unit(
+        self, files: ShardFiles, rows: np.ndarray, writer: SlotWriter
+    ) -> tuple[str, Any]:
         frames = [self._load_frame(files, int(r), writer) for r in rows]
         if len(frames) == 1:
             sample = frames[0]
         else:
-            sample = {"__key__": frames[-1]["__key__"], "__keys__": [f["__key__"] for f in frames],
-                      "frames": frames}
+            sample = {
+                "__key__": frames[-1]["__key__"],
+                "__keys__": [f["__key__"] for f in frames],
+                "frames": frames,
+            }
         key = sample["__key__"]
         if self.config.sample_transform is not None:
             sample = self.config.sample_transform(sample)
             if not isinstance(sample, dict):
-                raise TypeError(f"sample_transform must return a dict, got {type(sample).__name__} for {key}")
+                raise TypeError(
+                    f"sample_transform must return a dict, got {type(sample).__name__} for {key}"
+                )
         return key, sample
 
     def output_bytes_per_unit(self) -> tuple[int, dict[str, int]]:
@@ -169,24 +194,37 @@ class BatchStream(IterableDataset):
         info = get_worker_info()
         worker_id, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
         epoch, start_step = int(self.control[_EPOCH]), int(self.control[_START])
-        order_source, order_unit = self.shared.get(epoch) if self.shared is not None else self.orders(epoch)
+        order_source, order_unit = (
+            self.shared.get(epoch) if self.shared is not None else self.orders(epoch)
+        )
         files = self._open_files()
         remote = any(f.cache is not None for f in files)
         prefetcher = ThreadPoolExecutor(1) if remote and self.config.shards_ahead else None
         sent: dict[str, int] = {}
         try:
-            for step in steps_for_worker(self.plan, start_step=start_step, worker_id=worker_id,
-                                         num_workers=num_workers):
+            for step in steps_for_worker(
+                self.plan, start_step=start_step, worker_id=worker_id, num_workers=num_workers
+            ):
                 if prefetcher is not None:
                     self._prefetch(prefetcher, files, order_source, order_unit, step + num_workers)
-                positions, padded = positions_for_batch(self.plan, step=step, rank=self.rank,
-                                                        batch_size=self.batch_size)
+                positions, padded = positions_for_batch(
+                    self.plan, step=step, rank=self.rank, batch_size=self.batch_size
+                )
                 sources, unit_ids = order_source[positions], order_unit[positions]
                 slot = self.ring.acquire(worker_id) if self.ring is not None else None
                 writer = SlotWriter(self.ring, slot)
-                first_rows = np.array([self.units[s][u, 0] for s, u in zip(sources, unit_ids, strict=True)])
-                offsets = np.array([self.views[s].sample_offset[r] for s, r in zip(sources, first_rows, strict=True)])
-                shards = np.array([self.views[s].shard_id[r] for s, r in zip(sources, first_rows, strict=True)])
+                first_rows = np.array(
+                    [self.units[s][u, 0] for s, u in zip(sources, unit_ids, strict=True)]
+                )
+                offsets = np.array(
+                    [
+                        self.views[s].sample_offset[r]
+                        for s, r in zip(sources, first_rows, strict=True)
+                    ]
+                )
+                shards = np.array(
+                    [self.views[s].shard_id[r] for s, r in zip(sources, first_rows, strict=True)]
+                )
                 loaded: dict[int, tuple[str, Any]] = {}
                 skipped: list[tuple[str, str]] = []
                 for i in np.lexsort((offsets, shards, sources)):  # sequential reads
@@ -215,29 +253,45 @@ class BatchStream(IterableDataset):
             for f in files:
                 f.close()
 
-    def _prefetch(self, pool: ThreadPoolExecutor, files: list[ShardFiles], order_source: np.ndarray,
-                  order_unit: np.ndarray, step: int) -> None:
+    def _prefetch(
+        self,
+        pool: ThreadPoolExecutor,
+        files: list[ShardFiles],
+        order_source: np.ndarray,
+        order_unit: np.ndarray,
+        step: int,
+    ) -> None:
         """Fetch the first `shards_ahead` not-yet-open remote shards of this worker's next batch."""
         if step >= self.plan.steps:
             return
-        positions, _ = positions_for_batch(self.plan, step=step, rank=self.rank, batch_size=self.batch_size)
+        positions, _ = positions_for_batch(
+            self.plan, step=step, rank=self.rank, batch_size=self.batch_size
+        )
         wanted: dict[tuple[int, int], None] = {}
         for s, u in zip(order_source[positions], order_unit[positions], strict=True):
             for row in self.units[s][u]:
                 wanted[(int(s), int(self.views[s].shard_id[row]))] = None
-        fresh = [(s, shard) for s, shard in wanted if files[s].cache is not None and not files[s].is_open(shard)]
+        fresh = [
+            (s, shard)
+            for s, shard in wanted
+            if files[s].cache is not None and not files[s].is_open(shard)
+        ]
         for s, shard in fresh[: self.config.shards_ahead]:
             entry = self.views[s].manifest.shards[shard]
             cache = files[s].cache
             assert cache is not None  # `fresh` holds shard files with a cache only
             pool.submit(cache.prefetch, entry.path, entry.bytes)
 
-    def _collate(self, items: list[tuple[str, Any]], padded: np.ndarray, writer: SlotWriter) -> dict[str, Any]:
+    def _collate(
+        self, items: list[tuple[str, Any]], padded: np.ndarray, writer: SlotWriter
+    ) -> dict[str, Any]:
         keys = [key for key, _ in items]
         samples = [sample for _, sample in items]
         if self.config.sample_transform is not None and samples:
-            fns = {**default_collate_fn_map,
-                   torch.Tensor: lambda b, *, collate_fn_map=None: writer.stack_tensors(b)}
+            fns = {
+                **default_collate_fn_map,
+                torch.Tensor: lambda b, *, collate_fn_map=None: writer.stack_tensors(b),
+            }
             batch = collate(samples, collate_fn_map=fns)
         else:
             fields = dict.fromkeys(f for sample in samples for f in sample if f != "__key__")
@@ -247,8 +301,13 @@ class BatchStream(IterableDataset):
         return batch
 
     @staticmethod
-    def _stats(worker_id: int, files: list[ShardFiles], skipped: list[tuple[str, str]],
-               sent: dict[str, int], slow: bool) -> dict[str, Any]:
+    def _stats(
+        worker_id: int,
+        files: list[ShardFiles],
+        skipped: list[tuple[str, str]],
+        sent: dict[str, int],
+        slow: bool,
+    ) -> dict[str, Any]:
         """Counters since the previous batch of this worker (workers persist across epochs)."""
         totals = _counters(files)
         delta = {name: value - sent.get(name, 0) for name, value in totals.items()}

@@ -77,14 +77,27 @@ class InputWaitMeter:
         waits = np.asarray(self.waits_s[self.skip_first :], dtype=np.float64)
         steps = np.asarray(self.steps_s[self.skip_first :], dtype=np.float64)
         if len(waits) == 0:
-            return {"steps": 0, "mean_wait_s": 0.0, "p50_wait_s": 0.0, "p90_wait_s": 0.0,
-                    "p99_wait_s": 0.0, "max_wait_s": 0.0, "total_wait_s": 0.0, "total_step_s": 0.0,
-                    "input_wait_fraction": 0.0}
+            return {
+                "steps": 0,
+                "mean_wait_s": 0.0,
+                "p50_wait_s": 0.0,
+                "p90_wait_s": 0.0,
+                "p99_wait_s": 0.0,
+                "max_wait_s": 0.0,
+                "total_wait_s": 0.0,
+                "total_step_s": 0.0,
+                "input_wait_fraction": 0.0,
+            }
         p50, p90, p99 = np.percentile(waits, [50, 90, 99])
         total_step = float(steps.sum())
         return {
-            "steps": len(waits), "mean_wait_s": float(waits.mean()), "p50_wait_s": float(p50),
-            "p90_wait_s": float(p90), "p99_wait_s": float(p99), "max_wait_s": float(waits.max()),
-            "total_wait_s": float(waits.sum()), "total_step_s": total_step,
+            "steps": len(waits),
+            "mean_wait_s": float(waits.mean()),
+            "p50_wait_s": float(p50),
+            "p90_wait_s": float(p90),
+            "p99_wait_s": float(p99),
+            "max_wait_s": float(waits.max()),
+            "total_wait_s": float(waits.sum()),
+            "total_step_s": total_step,
             "input_wait_fraction": float(waits.sum() / total_step) if total_step > 0 else 0.0,
         }

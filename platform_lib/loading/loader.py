@@ -82,9 +82,15 @@ class LoaderStats:
 
 
 #: Worker counter name -> LoaderStats field.
-_COUNTERS = {"requests": "requests", "downloads": "downloads", "bytes_downloaded": "bytes_downloaded",
-             "hits": "cache_hits", "evictions": "evictions", "shards_hashed": "shards_hashed",
-             "ring_fallbacks": "ring_fallbacks"}
+_COUNTERS = {
+    "requests": "requests",
+    "downloads": "downloads",
+    "bytes_downloaded": "bytes_downloaded",
+    "hits": "cache_hits",
+    "evictions": "evictions",
+    "shards_hashed": "shards_hashed",
+    "ring_fallbacks": "ring_fallbacks",
+}
 
 
 def _keep_as_is(batch: Any) -> Any:
@@ -130,8 +136,9 @@ def _measure_outputs(stream: BatchStream, start_method: str) -> tuple[int, dict[
     """
     ctx: Any = mp.get_context(start_method)
     receiver, sender = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=_measure_child, args=(stream, sender), daemon=True,
-                        name="drivetrain-measure-outputs")
+    child = ctx.Process(
+        target=_measure_child, args=(stream, sender), daemon=True, name="drivetrain-measure-outputs"
+    )
     child.start()
     sender.close()
     try:
@@ -163,12 +170,16 @@ def _open_view(url: str, split: str | None, cfg: LoaderConfig) -> DatasetView:
     options = dict(cfg.storage_options)
     try:
         return call_with_retries(
-            lambda: load_view(url, split=split, storage_options=options, error_policy=cfg.error_policy),
-            what="reading", url=f"{url}/manifest.json", max_retries=cfg.max_retries,
-            backoff_s=cfg.retry_backoff_s)
+            lambda: load_view(
+                url, split=split, storage_options=options, error_policy=cfg.error_policy
+            ),
+            what="reading",
+            url=f"{url}/manifest.json",
+            max_retries=cfg.max_retries,
+            backoff_s=cfg.retry_backoff_s,
+        )
     except StorageUnreachableError as exc:
-        raise ObjectStoreUnreachableError(
-            f"{exc}; or raise LoaderConfig.max_retries") from exc
+        raise ObjectStoreUnreachableError(f"{exc}; or raise LoaderConfig.max_retries") from exc
 
 
 def resolve_decode(decode: str, cfg: LoaderConfig) -> str:
@@ -183,16 +194,29 @@ def resolve_decode(decode: str, cfg: LoaderConfig) -> str:
     if decode == "auto":
         return "gpu" if cfg.sample_transform is None and gpu_decode_available() else "cpu"
     if decode == "gpu" and cfg.sample_transform is not None:
-        raise ValueError("decode='gpu' decodes whole batches in the main process, after the workers' "
-                         "sample_transform; use decode='cpu' (or 'none' and decode in the model step)")
+        raise ValueError(
+            "decode='gpu' decodes whole batches in the main process, after the workers' "
+            "sample_transform; use decode='cpu' (or 'none' and decode in the model step)"
+        )
     if decode == "gpu" and not gpu_decode_available():
-        raise ValueError("decode='gpu' needs a CUDA device and torchvision (nvJPEG); use decode='cpu' or 'auto'")
+        raise ValueError(
+            "decode='gpu' needs a CUDA device and torchvision (nvJPEG); use decode='cpu' or 'auto'"
+        )
     return decode
 
 
 def build_loader(
-    dataset: DatasetSpec, *, rank: int, world_size: int, batch_size: int, num_workers: int, seed: int,
-    shuffle: bool = True, decode: str = "cpu", split: str | None = None, config: LoaderConfig | None = None,
+    dataset: DatasetSpec,
+    *,
+    rank: int,
+    world_size: int,
+    batch_size: int,
+    num_workers: int,
+    seed: int,
+    shuffle: bool = True,
+    decode: str = "cpu",
+    split: str | None = None,
+    config: LoaderConfig | None = None,
 ) -> StreamingLoader:
     """Return the streaming loader of `dataset` for one rank.
 
@@ -222,7 +246,9 @@ def build_loader(
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
     if batch_size < 1 or num_workers < 0:
-        raise ValueError(f"batch_size must be >= 1 and num_workers >= 0, got {batch_size}, {num_workers}")
+        raise ValueError(
+            f"batch_size must be >= 1 and num_workers >= 0, got {batch_size}, {num_workers}"
+        )
     decode = resolve_decode(decode, cfg)
     if seed < 0:
         raise ValueError(f"seed must be >= 0, got {seed}")
@@ -230,39 +256,83 @@ def build_loader(
     views = [_open_view(url, split, cfg) for url, _ in sources]
     for (url, _), view in zip(sources, views, strict=True):
         if len(view) == 0:  # would otherwise fail cryptically when mixing
-            raise ValueError(f"dataset {url} has no samples" + (f" in split {split!r}" if split else "")
-                             + "; check `split` (see `drivetrain data inspect`) and the dataset path")
+            raise ValueError(
+                f"dataset {url} has no samples"
+                + (f" in split {split!r}" if split else "")
+                + "; check `split` (see `drivetrain data inspect`) and the dataset path"
+            )
         largest = int(view.shard_bytes.max()) if len(view.shard_bytes) else 0
         if not view.is_local and cfg.cache_limit_bytes < largest:
             raise CacheFullError(
                 f"LoaderConfig.cache_limit_bytes={cfg.cache_limit_bytes} is below the largest shard of "
                 f"{view.url} ({largest} bytes); raise the limit to at least a few shards"
             )
-    units = [build_units(v, window_frames=cfg.window_frames, window_stride=cfg.window_stride) for v in views]
-    return StreamingLoader(views=views, units=units, weights=[w for _, w in sources], rank=rank,
-                           world_size=world_size, batch_size=batch_size, num_workers=num_workers,
-                           seed=seed, shuffle=shuffle, decode=decode, config=cfg)
+    units = [
+        build_units(v, window_frames=cfg.window_frames, window_stride=cfg.window_stride)
+        for v in views
+    ]
+    return StreamingLoader(
+        views=views,
+        units=units,
+        weights=[w for _, w in sources],
+        rank=rank,
+        world_size=world_size,
+        batch_size=batch_size,
+        num_workers=num_workers,
+        seed=seed,
+        shuffle=shuffle,
+        decode=decode,
+        config=cfg,
+    )
 
 
 class StreamingLoader:
     """Iterable of one rank's batches; see `build_loader`. Resumable with `state_dict`."""
 
     def __init__(
-        self, *, views: list[DatasetView], units: list[np.ndarray], weights: list[float], rank: int,
-        world_size: int, batch_size: int, num_workers: int, seed: int, shuffle: bool, decode: str,
+        self,
+        *,
+        views: list[DatasetView],
+        units: list[np.ndarray],
+        weights: list[float],
+        rank: int,
+        world_size: int,
+        batch_size: int,
+        num_workers: int,
+        seed: int,
+        shuffle: bool,
+        decode: str,
         config: LoaderConfig,
     ) -> None:
         self.views, self.units, self.weights = views, units, weights
         self.rank, self.world_size, self.batch_size = rank, world_size, batch_size
         self.num_workers, self.seed, self.shuffle, self.decode, self.config = (
-            num_workers, seed, shuffle, decode, config)
-        self.num_positions = (config.mix_epoch_samples or sum(len(u) for u in units)) if len(views) > 1 else len(units[0])
-        self._plan = plan_epoch(self.num_positions, batch_size=batch_size, world_size=world_size,
-                                pad_policy=config.pad_policy)
+            num_workers,
+            seed,
+            shuffle,
+            decode,
+            config,
+        )
+        self.num_positions = (
+            (config.mix_epoch_samples or sum(len(u) for u in units))
+            if len(views) > 1
+            else len(units[0])
+        )
+        self._plan = plan_epoch(
+            self.num_positions,
+            batch_size=batch_size,
+            world_size=world_size,
+            pad_policy=config.pad_policy,
+        )
         self._epoch, self._step = 0, 0
         self._orders = EpochOrders(
-            unit_shards=[v.shard_id[u[:, 0]] for v, u in zip(views, units, strict=True)], weights=list(weights),
-            seed=seed, shuffle=shuffle, shuffle_buffer=config.shuffle_buffer, total=self.num_positions)
+            unit_shards=[v.shard_id[u[:, 0]] for v, u in zip(views, units, strict=True)],
+            weights=list(weights),
+            seed=seed,
+            shuffle=shuffle,
+            shuffle_buffer=config.shuffle_buffer,
+            total=self.num_positions,
+        )
         self._stats = LoaderStats(index_skipped=[s for v in views for s in v.skipped])
         self._active: weakref.ref[Generator[dict[str, Any], None, None]] | None = None
         self._stream: BatchStream | None = None
@@ -296,7 +366,9 @@ class StreamingLoader:
     def epoch_keys(self, epoch: int) -> list[str]:
         """Return the sample key at each global position of `epoch` (for tests and audits)."""
         source, unit = self.epoch_order(epoch)
-        return [self.views[s].key(int(self.units[s][u, -1])) for s, u in zip(source, unit, strict=True)]
+        return [
+            self.views[s].key(int(self.units[s][u, -1])) for s, u in zip(source, unit, strict=True)
+        ]
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         """Yield this rank's remaining batches of the current epoch.
@@ -341,9 +413,16 @@ class StreamingLoader:
         if self._stream is not None:
             return self._stream
         cfg = self.config
-        stream = BatchStream(views=self.views, units=self.units, orders=self._orders, plan=self._plan,
-                             rank=self.rank, batch_size=self.batch_size,
-                             decode="none" if self.decode == "gpu" else self.decode, config=cfg)
+        stream = BatchStream(
+            views=self.views,
+            units=self.units,
+            orders=self._orders,
+            plan=self._plan,
+            rank=self.rank,
+            batch_size=self.batch_size,
+            decode="none" if self.decode == "gpu" else self.decode,
+            config=cfg,
+        )
         if self.num_workers == 0:  # read in this process: no hand-off, no ring
             self._stream = stream
             return stream
@@ -351,13 +430,23 @@ class StreamingLoader:
         raw = self.batch_size * cfg.window_frames * -(-(largest + 1) // 64) * 64
         output = 0
         if stream.decode != "none" or cfg.sample_transform is not None:
-            computed, counters = _measure_outputs(stream, _start_method(cfg) or mp.get_start_method())
+            computed, counters = _measure_outputs(
+                stream, _start_method(cfg) or mp.get_start_method()
+            )
             self._absorb({"counters": counters, "skipped": []})
             output = int(self.batch_size * computed * 1.25) + (1 << 20) if computed else 0
-        held = -(-(cfg.prefetch_depth + 2) // self.num_workers)  # receive queue + the loop's batches
-        stream.ring = Ring(num_workers=self.num_workers, slots_per_worker=cfg.prefetch_depth + held + 1,
-                           raw_bytes=raw, output_bytes=output, shm_dir=cfg.shm_dir, pin=cfg.pin_memory,
-                           keep_name=_start_method(cfg) != "fork")
+        held = -(
+            -(cfg.prefetch_depth + 2) // self.num_workers
+        )  # receive queue + the loop's batches
+        stream.ring = Ring(
+            num_workers=self.num_workers,
+            slots_per_worker=cfg.prefetch_depth + held + 1,
+            raw_bytes=raw,
+            output_bytes=output,
+            shm_dir=cfg.shm_dir,
+            pin=cfg.pin_memory,
+            keep_name=_start_method(cfg) != "fork",
+        )
         stream.shared = SharedOrders(self._orders, shm_dir=cfg.shm_dir)
         self._stream = stream
         return stream
@@ -369,9 +458,16 @@ class StreamingLoader:
         if self._data_loader is None:
             cfg = self.config
             self._data_loader = DataLoader(
-                stream, batch_size=None, collate_fn=_keep_as_is, timeout=cfg.worker_timeout_s,
-                worker_init_fn=_init_worker, num_workers=self.num_workers, persistent_workers=True,
-                prefetch_factor=cfg.prefetch_depth, multiprocessing_context=_start_method(cfg))
+                stream,
+                batch_size=None,
+                collate_fn=_keep_as_is,
+                timeout=cfg.worker_timeout_s,
+                worker_init_fn=_init_worker,
+                num_workers=self.num_workers,
+                persistent_workers=True,
+                prefetch_factor=cfg.prefetch_depth,
+                multiprocessing_context=_start_method(cfg),
+            )
         self._data_iter = iter(self._data_loader)  # first: start workers; then: reset them
         return self._data_iter
 
@@ -401,7 +497,9 @@ class StreamingLoader:
                 for batch in self._data_iter if started else self._batches_of(stream):
                     batch = unpack_batch(batch, stream.ring)
                     batch["__padded__"] = torch.from_numpy(batch["__padded__"])
-                    batch["__source__"] = torch.from_numpy(np.asarray(batch["__source__"], dtype=np.int64))
+                    batch["__source__"] = torch.from_numpy(
+                        np.asarray(batch["__source__"], dtype=np.int64)
+                    )
                     yield batch
             except Exception:
                 self._shutdown_workers()  # a failed iteration: start afresh next time
@@ -420,7 +518,9 @@ class StreamingLoader:
 
         self._begin_epoch_stats(epoch)
         depth = self.config.prefetch_depth
-        batches: Any = iterate_in_background(receive, depth=depth) if self.num_workers > 0 else receive()
+        batches: Any = (
+            iterate_in_background(receive, depth=depth) if self.num_workers > 0 else receive()
+        )
         try:
             for batch in batches:
                 self._absorb(batch.pop(STATS_KEY))
@@ -435,7 +535,11 @@ class StreamingLoader:
 
     def _begin_epoch_stats(self, epoch: int) -> None:
         plan, b = self._plan, self.batch_size
-        raw = (np.arange(plan.steps, dtype=np.int64) * plan.global_batch)[:, None] + self.rank * b + np.arange(b)
+        raw = (
+            (np.arange(plan.steps, dtype=np.int64) * plan.global_batch)[:, None]
+            + self.rank * b
+            + np.arange(b)
+        )
         self._stats.epoch, self._stats.steps_per_epoch = epoch, plan.steps
         self._stats.padded = int((raw >= plan.num_positions).sum())
         self._stats.padded_global, self._stats.dropped_global = plan.padded, plan.dropped
@@ -462,12 +566,18 @@ class StreamingLoader:
         if step >= self._plan.steps:
             epoch, step = epoch + 1, 0
         return {
-            "version": _STATE_VERSION, "epoch": epoch,
+            "version": _STATE_VERSION,
+            "epoch": epoch,
             "consumed_samples": step * self._plan.global_batch,
-            "global_batch": self._plan.global_batch, "seed": self.seed, "shuffle": self.shuffle,
-            "num_positions": self.num_positions, "datasets": [v.dataset_hash for v in self.views],
-            "weights": list(self.weights), "shuffle_buffer": self.config.shuffle_buffer,
-            "window_frames": self.config.window_frames, "window_stride": self.config.window_stride,
+            "global_batch": self._plan.global_batch,
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "num_positions": self.num_positions,
+            "datasets": [v.dataset_hash for v in self.views],
+            "weights": list(self.weights),
+            "shuffle_buffer": self.config.shuffle_buffer,
+            "window_frames": self.config.window_frames,
+            "window_stride": self.config.window_stride,
             "pad_policy": self.config.pad_policy,
         }
 
@@ -480,8 +590,18 @@ class StreamingLoader:
                 loader's global batches.
         """
         mine = self.state_dict()
-        for name in ("version", "seed", "shuffle", "num_positions", "datasets", "weights", "shuffle_buffer",
-                     "window_frames", "window_stride", "pad_policy"):
+        for name in (
+            "version",
+            "seed",
+            "shuffle",
+            "num_positions",
+            "datasets",
+            "weights",
+            "shuffle_buffer",
+            "window_frames",
+            "window_stride",
+            "pad_policy",
+        ):
             if state.get(name) != mine[name]:
                 raise ResumeStateError(
                     f"loader state field {name!r} is {state.get(name)!r}, this loader has {mine[name]!r}; "

@@ -85,12 +85,21 @@ class EpochOrders:
     def __call__(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
         """Return (source, unit) per global position of `epoch`: (P,) int64 each."""
         if epoch not in self._cache:
-            orders = [build_epoch_order(shards, seed=self.seed + s * 0x9E3779B1, epoch=epoch,
-                                        shuffle=self.shuffle, shuffle_buffer=self.shuffle_buffer)
-                      for s, shards in enumerate(self.unit_shards)]
+            orders = [
+                build_epoch_order(
+                    shards,
+                    seed=self.seed + s * 0x9E3779B1,
+                    epoch=epoch,
+                    shuffle=self.shuffle,
+                    shuffle_buffer=self.shuffle_buffer,
+                )
+                for s, shards in enumerate(self.unit_shards)
+            ]
             if len(orders) == 1:
                 pair = (np.zeros(len(orders[0]), dtype=np.int64), orders[0])
             else:
-                pair = build_mixed_order(orders, self.weights, seed=self.seed, epoch=epoch, total=self.total)
+                pair = build_mixed_order(
+                    orders, self.weights, seed=self.seed, epoch=epoch, total=self.total
+                )
             self._cache = {epoch: pair}  # keep only the latest epoch
         return self._cache[epoch]

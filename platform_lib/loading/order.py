@@ -19,7 +19,9 @@ _SHARD_STREAM = 0x5A4D
 
 def derive_rng(seed: int, epoch: int, stream: int, *extra: int) -> np.random.Generator:
     """Return a generator seeded by (seed, epoch, stream, *extra); independent streams per purpose."""
-    return np.random.default_rng([int(seed) & 0xFFFFFFFF, int(seed) >> 32, int(epoch), stream, *extra])
+    return np.random.default_rng(
+        [int(seed) & 0xFFFFFFFF, int(seed) >> 32, int(epoch), stream, *extra]
+    )
 
 
 def build_epoch_order(

@@ -32,7 +32,9 @@ class EpochPlan:
     """samples at the end of the order left out (drop policy)"""
 
 
-def plan_epoch(num_positions: int, *, batch_size: int, world_size: int, pad_policy: str) -> EpochPlan:
+def plan_epoch(
+    num_positions: int, *, batch_size: int, world_size: int, pad_policy: str
+) -> EpochPlan:
     """Return the epoch plan.
 
     Raises:
@@ -48,14 +50,26 @@ def plan_epoch(num_positions: int, *, batch_size: int, world_size: int, pad_poli
                 f"{num_positions} samples < one global batch of {global_batch} (batch_size "
                 f"{batch_size} x world_size {world_size}) with pad_policy='drop'; use 'pad'"
             )
-        return EpochPlan(num_positions=num_positions, global_batch=global_batch, steps=steps,
-                         padded=0, dropped=num_positions - steps * global_batch)
+        return EpochPlan(
+            num_positions=num_positions,
+            global_batch=global_batch,
+            steps=steps,
+            padded=0,
+            dropped=num_positions - steps * global_batch,
+        )
     steps = -(-num_positions // global_batch)
-    return EpochPlan(num_positions=num_positions, global_batch=global_batch, steps=steps,
-                     padded=steps * global_batch - num_positions, dropped=0)
+    return EpochPlan(
+        num_positions=num_positions,
+        global_batch=global_batch,
+        steps=steps,
+        padded=steps * global_batch - num_positions,
+        dropped=0,
+    )
 
 
-def positions_for_batch(plan: EpochPlan, *, step: int, rank: int, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+def positions_for_batch(
+    plan: EpochPlan, *, step: int, rank: int, batch_size: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Return (positions, padded) of rank `rank`'s batch at global step `step`.
 
     Returns:
@@ -67,6 +81,8 @@ def positions_for_batch(plan: EpochPlan, *, step: int, rank: int, batch_size: in
     return raw % plan.num_positions, raw >= plan.num_positions
 
 
-def steps_for_worker(plan: EpochPlan, *, start_step: int, worker_id: int, num_workers: int) -> range:
+def steps_for_worker(
+    plan: EpochPlan, *, start_step: int, worker_id: int, num_workers: int
+) -> range:
     """Return the global steps worker `worker_id` of `num_workers` produces, from `start_step`."""
     return range(start_step + worker_id, plan.steps, num_workers)

@@ -28,10 +28,21 @@ def _bev_fusion_large() -> BEVFusionConfig:
     """256 x 256 cells of 0.4 m (+-51.2 m), 128 x 224 camera inputs, ~0.7 M parameters: GPU runs."""
     return BEVFusionConfig(
         name="bev_fusion_large",
-        x_min=-51.2, x_max=51.2, y_min=-51.2, y_max=51.2, resolution=0.4,
-        lidar_z_bins=8, camera_height=128, camera_width=224, camera_stride=8,
-        lift_depth_bins=8, lift_max_depth=60.0,
-        lidar_channels=64, camera_channels=64, radar_channels=16, fusion_channels=128,
+        x_min=-51.2,
+        x_max=51.2,
+        y_min=-51.2,
+        y_max=51.2,
+        resolution=0.4,
+        lidar_z_bins=8,
+        camera_height=128,
+        camera_width=224,
+        camera_stride=8,
+        lift_depth_bins=8,
+        lift_max_depth=60.0,
+        lidar_channels=64,
+        camera_channels=64,
+        radar_channels=16,
+        fusion_channels=128,
     )
 
 

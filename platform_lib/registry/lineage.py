@@ -42,6 +42,7 @@ __all__ = [
     "resolve_flyte_execution_id",
 ]
 
+
 @dataclass(kw_only=True, frozen=True)
 class Lineage:
     """What a model version was made from; every field becomes an MLflow tag."""
@@ -80,7 +81,9 @@ def hash_val_split(dataset_dir: str | Path, split: str = "val") -> str:
         ValueError: the split has no samples.
     """
     index = open_dataset(dataset_dir).index
-    table = index.filter(pc.equal(index["split"], split)).select(["key", "content_hash"]).to_pydict()
+    table = (
+        index.filter(pc.equal(index["split"], split)).select(["key", "content_hash"]).to_pydict()
+    )
     rows = sorted(zip(table["key"], table["content_hash"], strict=True))
     if not rows:
         raise ValueError(f"dataset {dataset_dir} has no {split!r} samples in index.parquet")
@@ -98,17 +101,25 @@ def resolve_code_version(root: str | Path | None = None) -> str:
     A work tree with uncommitted changes to tracked files gets the suffix "+dirty"; a `root`
     outside git falls back like None does.
     """
-    fallback = os.environ.get("DRIVETRAIN_CODE_VERSION") or f"drivetrain=={metadata.version('drivetrain')}"
+    fallback = (
+        os.environ.get("DRIVETRAIN_CODE_VERSION") or f"drivetrain=={metadata.version('drivetrain')}"
+    )
     if root is None:
         return fallback
     try:
         commit = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-            timeout=10, check=True,
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
         ).stdout.strip()
         dirty = subprocess.run(
             ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True, text=True, timeout=10, check=True,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
         ).stdout.strip()
         return f"{commit}+dirty" if dirty else commit
     except (OSError, subprocess.SubprocessError):

@@ -108,12 +108,18 @@ def flatten_params(obj: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
 
 
 def start_training_run(
-    client: MlflowClient, *, experiment: str = DEFAULT_EXPERIMENT, run_name: str, tags: Mapping[str, str]
+    client: MlflowClient,
+    *,
+    experiment: str = DEFAULT_EXPERIMENT,
+    run_name: str,
+    tags: Mapping[str, str],
 ) -> str:
     """Create a run in `experiment` with `tags` and return its run id."""
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
-        raise ValueError(f"MLflow experiment {experiment!r} does not exist: call configure_mlflow first")
+        raise ValueError(
+            f"MLflow experiment {experiment!r} does not exist: call configure_mlflow first"
+        )
     return client.create_run(exp.experiment_id, run_name=run_name, tags=dict(tags)).info.run_id
 
 

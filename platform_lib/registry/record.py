@@ -31,9 +31,13 @@ __all__ = ["record_training_run"]
 def _eval_table(eval_json: Path) -> dict[str, Any]:
     data = json.loads(eval_json.read_text())
     return {
-        "iou": data["iou"], "mean_iou": data["mean_iou"], "baseline_iou": data["baseline_iou"],
-        "baseline_mean_iou": data["baseline_mean_iou"], "num_samples": data["num_samples"],
-        "split": data["split"], "table": data.get("table", []),
+        "iou": data["iou"],
+        "mean_iou": data["mean_iou"],
+        "baseline_iou": data["baseline_iou"],
+        "baseline_mean_iou": data["baseline_mean_iou"],
+        "num_samples": data["num_samples"],
+        "split": data["split"],
+        "table": data.get("table", []),
     }
 
 
@@ -73,14 +77,21 @@ def record_training_run(
     run_dir, dataset_dir, eval_json = Path(run_dir), Path(dataset_dir), Path(eval_json)
     for path in (run_dir / "model.safetensors", run_dir / "metrics.jsonl", eval_json):
         if not path.is_file():
-            raise FileNotFoundError(f"{path} is missing: the training/evaluation step did not finish")
+            raise FileNotFoundError(
+                f"{path} is missing: the training/evaluation step did not finish"
+            )
     manifest = load_manifest(dataset_dir)
     table = _eval_table(eval_json)
     if table["mean_iou"] is None or not math.isfinite(table["mean_iou"]):
         raise ValueError(f"{eval_json} has no mean IoU: the validation split has nothing to score")
     lineage = build_lineage(
-        manifest=manifest, dataset_dir=dataset_dir, config=config, seed=config.seed,
-        raw_logs_hash=raw_logs_hash, execution_id=execution_id, code_version=code_version,
+        manifest=manifest,
+        dataset_dir=dataset_dir,
+        config=config,
+        seed=config.seed,
+        raw_logs_hash=raw_logs_hash,
+        execution_id=execution_id,
+        code_version=code_version,
     )
     client = configure_mlflow()
     tags = lineage.to_tags() | {"model_name": model_name, "source": manifest.source}
@@ -89,18 +100,34 @@ def record_training_run(
         run_id = json.loads(streamed.read_text())["run_id"]
         client.log_batch(run_id, tags=[RunTag(k, v) for k, v in sorted(tags.items())])
     else:
-        run_id = start_training_run(client, run_name=f"{model_name}-{lineage.config_hash[:8]}", tags=tags)
+        run_id = start_training_run(
+            client, run_name=f"{model_name}-{lineage.config_hash[:8]}", tags=tags
+        )
     try:
-        log_params(client, run_id, {"train": config.to_dict(), "dataset": {
-            "dataset_hash": manifest.dataset_hash, "source": manifest.source,
-            "num_samples": manifest.num_samples, "splits": dict(manifest.splits.counts),
-        }})
+        log_params(
+            client,
+            run_id,
+            {
+                "train": config.to_dict(),
+                "dataset": {
+                    "dataset_hash": manifest.dataset_hash,
+                    "source": manifest.source,
+                    "num_samples": manifest.num_samples,
+                    "splits": dict(manifest.splits.counts),
+                },
+            },
+        )
         log_step_metrics(client, run_id, run_dir / "metrics.jsonl")
         log_eval_table(client, run_id, table)
         client.log_artifact(run_id, str(eval_json), "eval")
         registration = register_model_version(
-            name=model_name, run_id=run_id, weights_path=run_dir / "model.safetensors",
-            train_config=config, lineage=lineage, mean_iou=table["mean_iou"], client=client,
+            name=model_name,
+            run_id=run_id,
+            weights_path=run_dir / "model.safetensors",
+            train_config=config,
+            lineage=lineage,
+            mean_iou=table["mean_iou"],
+            client=client,
         )
     except BaseException:
         client.set_terminated(run_id, status="FAILED")

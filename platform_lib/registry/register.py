@@ -147,7 +147,10 @@ def register_model_version(
     client.set_model_version_tag(name, version, "champion_decision", decision)
     champion_version = version if decision.startswith("promoted") else champion.version
     return Registration(
-        name=name, version=str(version), run_id=run_id, champion_version=str(champion_version),
+        name=name,
+        version=str(version),
+        run_id=run_id,
+        champion_version=str(champion_version),
         decision=decision,
     )
 

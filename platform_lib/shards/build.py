@@ -99,11 +99,15 @@ def _check_output(output: Path, overwrite: bool) -> None:
         raise BuildError(f"output {output} exists and is not a folder; choose another --output")
     if (output / MANIFEST_NAME).exists():
         if not overwrite:
-            raise BuildError(f"output {output} already holds a dataset; pass --overwrite to "
-                             "replace it atomically, or choose another --output")
+            raise BuildError(
+                f"output {output} already holds a dataset; pass --overwrite to "
+                "replace it atomically, or choose another --output"
+            )
     elif any(output.iterdir()):
-        raise BuildError(f"output {output} is a non-empty folder that is not a Drivetrain "
-                         "dataset (no manifest.json); empty it or choose another --output")
+        raise BuildError(
+            f"output {output} is a non-empty folder that is not a Drivetrain "
+            "dataset (no manifest.json); empty it or choose another --output"
+        )
 
 
 def _publish(staging: Path, output: Path, overwrite: bool) -> None:
@@ -126,10 +130,16 @@ def _publish(staging: Path, output: Path, overwrite: bool) -> None:
         shutil.rmtree(old)
 
 
-def write_dataset(frames: Iterable[Frame | FrameError], output_dir: str | Path,
-                  config: BuildConfig, *, source: str, source_logs: list[dict[str, Any]],
-                  input_root: str | Path | None = None, total: int | None = None
-                  ) -> Manifest:
+def write_dataset(
+    frames: Iterable[Frame | FrameError],
+    output_dir: str | Path,
+    config: BuildConfig,
+    *,
+    source: str,
+    source_logs: list[dict[str, Any]],
+    input_root: str | Path | None = None,
+    total: int | None = None,
+) -> Manifest:
     """Write `frames` as a published dataset at `output_dir`; return the manifest.
 
     Args:
@@ -147,13 +157,27 @@ def write_dataset(frames: Iterable[Frame | FrameError], output_dir: str | Path,
             output folder that may not be written.
     """
     items = (prepare_frame(item) for item in frames)
-    return _write_prepared(items, output_dir, config, source=source, source_logs=source_logs,
-                           input_root=input_root, total=total)
+    return _write_prepared(
+        items,
+        output_dir,
+        config,
+        source=source,
+        source_logs=source_logs,
+        input_root=input_root,
+        total=total,
+    )
 
 
-def _write_prepared(items: Iterable[PreparedFrame | FrameError], output_dir: str | Path,
-                    config: BuildConfig, *, source: str, source_logs: list[dict[str, Any]],
-                    input_root: str | Path | None, total: int | None) -> Manifest:
+def _write_prepared(
+    items: Iterable[PreparedFrame | FrameError],
+    output_dir: str | Path,
+    config: BuildConfig,
+    *,
+    source: str,
+    source_logs: list[dict[str, Any]],
+    input_root: str | Path | None,
+    total: int | None,
+) -> Manifest:
     output = Path(output_dir).absolute()
     _check_output(output, config.overwrite)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -162,8 +186,15 @@ def _write_prepared(items: Iterable[PreparedFrame | FrameError], output_dir: str
         shutil.rmtree(staging)
     staging.mkdir()
     try:
-        manifest = _write_staging(items, staging, config, source=source,
-                                  source_logs=source_logs, input_root=input_root, total=total)
+        manifest = _write_staging(
+            items,
+            staging,
+            config,
+            source=source,
+            source_logs=source_logs,
+            input_root=input_root,
+            total=total,
+        )
         _publish(staging, output, config.overwrite)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -171,9 +202,16 @@ def _write_prepared(items: Iterable[PreparedFrame | FrameError], output_dir: str
     return manifest
 
 
-def _write_staging(items: Iterable[PreparedFrame | FrameError], staging: Path,
-                   config: BuildConfig, *, source: str, source_logs: list[dict[str, Any]],
-                   input_root: str | Path | None, total: int | None) -> Manifest:
+def _write_staging(
+    items: Iterable[PreparedFrame | FrameError],
+    staging: Path,
+    config: BuildConfig,
+    *,
+    source: str,
+    source_logs: list[dict[str, Any]],
+    input_root: str | Path | None,
+    total: int | None,
+) -> Manifest:
     progress = sys.stderr.isatty() if config.progress is None else config.progress
     bad = BadFrames(input_root=input_root)
     rows: list[dict[str, Any]] = []
@@ -188,15 +226,22 @@ def _write_staging(items: Iterable[PreparedFrame | FrameError], staging: Path,
                 bad.add(item)
                 continue
             if cameras is not None and item.cameras != cameras:
-                bad.add(FrameError(
-                    f"frame {item.key}: cameras {list(item.cameras)} differ from the dataset's "
-                    f"{list(cameras)}; every frame needs the same camera rig",
-                    reason="count_mismatch", log_id=item.log_id, frame_index=item.frame_index))
+                bad.add(
+                    FrameError(
+                        f"frame {item.key}: cameras {list(item.cameras)} differ from the dataset's "
+                        f"{list(cameras)}; every frame needs the same camera rig",
+                        reason="count_mismatch",
+                        log_id=item.log_id,
+                        frame_index=item.frame_index,
+                    )
+                )
                 continue
             order = (item.log_id, item.frame_index)
             if last is not None and order <= last:
-                raise BuildError(f"frame {item.key} arrives after {last}: sources must yield "
-                                 "frames sorted by (log_id, frame_index) without duplicates")
+                raise BuildError(
+                    f"frame {item.key} arrives after {last}: sources must yield "
+                    "frames sorted by (log_id, frame_index) without duplicates"
+                )
             last, cameras = order, item.cameras
             has_seg |= item.has_seg
             has_radar |= item.has_radar
@@ -207,13 +252,19 @@ def _write_staging(items: Iterable[PreparedFrame | FrameError], staging: Path,
     if bad.count and not config.quarantine:
         raise BuildError(bad.describe(), report=bad.report())
     if not rows:
-        raise BuildError(f"no usable frames ({bad.count} bad); nothing to build"
-                         + (f"\n{bad.describe()}" if bad.count else ""), report=bad.report())
+        raise BuildError(
+            f"no usable frames ({bad.count} bad); nothing to build"
+            + (f"\n{bad.describe()}" if bad.count else ""),
+            report=bad.report(),
+        )
     try:
         splits, split_record = assign_splits(
-            [(r["log_id"], r["frame_index"]) for r in rows], method=config.split,
-            val_fraction=config.val_fraction, val_logs=config.val_logs,
-            val_frames_per_log=config.val_frames_per_log)
+            [(r["log_id"], r["frame_index"]) for r in rows],
+            method=config.split,
+            val_fraction=config.val_fraction,
+            val_logs=config.val_logs,
+            val_frames_per_log=config.val_frames_per_log,
+        )
     except ValueError as exc:  # e.g. --val-logs naming a log without usable frames
         raise BuildError(f"cannot assign splits: {exc}; fix --val-logs/--split") from exc
     for row, split in zip(rows, splits, strict=True):
@@ -224,33 +275,46 @@ def _write_staging(items: Iterable[PreparedFrame | FrameError], staging: Path,
     quarantined_per_log = bad.count_per_log()
     logs = []
     for entry in sorted(source_logs, key=lambda e: e["log_id"]):
-        logs.append({**entry, "num_frames": frames_per_log.get(entry["log_id"], 0),
-                     "num_quarantined": quarantined_per_log.get(entry["log_id"], 0)})
-    manifest = Manifest.from_dict({
-        "format_version": FORMAT_VERSION,
-        "builder_version": builder_version(),
-        "dataset_hash": compute_dataset_hash(index_sha, shard_entries),
-        "source": source,
-        "num_samples": len(rows),
-        "num_shards": len(shards),
-        "total_bytes": index_bytes + sum(s.bytes for s in shards),
-        "sensors": {"cameras": list(cameras or ()), "lidar": True, "lidar_seg": has_seg,
-                    "radar": has_radar},
-        "shards": shard_entries,
-        "index": {"path": INDEX_NAME, "sha256": index_sha, "bytes": index_bytes},
-        "source_logs": logs,
-        "splits": split_record,
-        "class_counts": class_counts,
-        "quarantine": bad.entries() if config.quarantine else [],
-        "build_config": config.recorded(),
-    }, where=f"{staging}/{MANIFEST_NAME}")
+        logs.append(
+            {
+                **entry,
+                "num_frames": frames_per_log.get(entry["log_id"], 0),
+                "num_quarantined": quarantined_per_log.get(entry["log_id"], 0),
+            }
+        )
+    manifest = Manifest.from_dict(
+        {
+            "format_version": FORMAT_VERSION,
+            "builder_version": builder_version(),
+            "dataset_hash": compute_dataset_hash(index_sha, shard_entries),
+            "source": source,
+            "num_samples": len(rows),
+            "num_shards": len(shards),
+            "total_bytes": index_bytes + sum(s.bytes for s in shards),
+            "sensors": {
+                "cameras": list(cameras or ()),
+                "lidar": True,
+                "lidar_seg": has_seg,
+                "radar": has_radar,
+            },
+            "shards": shard_entries,
+            "index": {"path": INDEX_NAME, "sha256": index_sha, "bytes": index_bytes},
+            "source_logs": logs,
+            "splits": split_record,
+            "class_counts": class_counts,
+            "quarantine": bad.entries() if config.quarantine else [],
+            "build_config": config.recorded(),
+        },
+        where=f"{staging}/{MANIFEST_NAME}",
+    )
     fsync_dir(staging / "shards")
     write_manifest(staging, manifest)
     return manifest
 
 
-def build_dataset(source: str, input_path: str | Path, output_dir: str | Path,
-                  config: BuildConfig) -> Manifest:
+def build_dataset(
+    source: str, input_path: str | Path, output_dir: str | Path, config: BuildConfig
+) -> Manifest:
     """Build a dataset from raw logs of `source` ("pandaset" | "synthetic") at `input_path`.
 
     With `config.workers > 1`, logs are read and encoded in that many processes (one log per
@@ -265,17 +329,34 @@ def build_dataset(source: str, input_path: str | Path, output_dir: str | Path,
     log_dirs = list_logs(source, Path(input_path))
     unknown = sorted(set(config.val_logs) - {d.name for d in log_dirs})
     if unknown:  # fail before reading any frame, not after the whole build
-        raise BuildError(f"val_logs {unknown} are not logs of {input_path} (logs: "
-                         f"{[d.name for d in log_dirs][:20]}); fix --val-logs")
+        raise BuildError(
+            f"val_logs {unknown} are not logs of {input_path} (logs: "
+            f"{[d.name for d in log_dirs][:20]}); fix --val-logs"
+        )
     source_logs = hash_logs(log_dirs)
     if config.workers == 1:
         items: Iterable[PreparedFrame | FrameError] = (
-            prepare_frame(item) for log_dir in log_dirs for item in iter_log(source, log_dir))
-        return _write_prepared(items, output_dir, config, source=source,
-                               source_logs=source_logs, input_root=input_path, total=None)
+            prepare_frame(item) for log_dir in log_dirs for item in iter_log(source, log_dir)
+        )
+        return _write_prepared(
+            items,
+            output_dir,
+            config,
+            source=source,
+            source_logs=source_logs,
+            input_root=input_path,
+            total=None,
+        )
     context = multiprocessing.get_context("spawn")
     with context.Pool(min(config.workers, len(log_dirs))) as pool:
         per_log = pool.imap(prepare_log, [(source, str(d)) for d in log_dirs])
         items = (item for log_items in per_log for item in log_items)
-        return _write_prepared(items, output_dir, config, source=source,
-                               source_logs=source_logs, input_root=input_path, total=None)
+        return _write_prepared(
+            items,
+            output_dir,
+            config,
+            source=source,
+            source_logs=source_logs,
+            input_root=input_path,
+            total=None,
+        )

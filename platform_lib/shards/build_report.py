@@ -42,13 +42,15 @@ class BadFrames:
             if frame_index is not None:
                 key = f"{error.log_id}_{int(frame_index):06d}"
         path = getattr(error, "path", None)
-        self._items.append({
-            "key": key or "",
-            "reason": str(getattr(error, "reason", None) or type(error).__name__),
-            "detail": self._relative(str(error)),
-            "path": self._relative(str(path)) if path else "",
-            "abs_path": str(path) if path else "",
-        })
+        self._items.append(
+            {
+                "key": key or "",
+                "reason": str(getattr(error, "reason", None) or type(error).__name__),
+                "detail": self._relative(str(error)),
+                "path": self._relative(str(path)) if path else "",
+                "abs_path": str(path) if path else "",
+            }
+        )
 
     @property
     def count(self) -> int:
@@ -72,8 +74,10 @@ class BadFrames:
             lines.append(f"  {reason}: {entry['count']} (e.g. {', '.join(entry['examples'])})")
         first = self._items[0]["detail"] if self._items else ""
         lines.append(f"first error: {first}")
-        lines.append("Fix or remove the files, or rebuild with --quarantine to leave these frames "
-                     "out (they are then listed in manifest['quarantine']).")
+        lines.append(
+            "Fix or remove the files, or rebuild with --quarantine to leave these frames "
+            "out (they are then listed in manifest['quarantine'])."
+        )
         return "\n".join(lines)
 
     def entries(self) -> list[dict[str, str]]:

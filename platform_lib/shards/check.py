@@ -50,7 +50,9 @@ def describe_empty_split_fix(method: str) -> str:
 
 
 def check_dataset(
-    dataset_dir: str | os.PathLike[str], *, splits: tuple[str, ...] = ("train", "val"),
+    dataset_dir: str | os.PathLike[str],
+    *,
+    splits: tuple[str, ...] = ("train", "val"),
     read_shards: bool = True,
 ) -> Manifest:
     """Validate a built dataset (`validate_dataset`) and check that every split in `splits` has samples.

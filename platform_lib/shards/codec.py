@@ -29,6 +29,7 @@ __all__ = [
     "summarize_frame",
 ]
 
+
 def dumps_json(obj: Any) -> bytes:
     """Return deterministic JSON bytes: sorted keys, no spaces, floats as repr, no NaN."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
@@ -58,15 +59,23 @@ def check_frame(frame: Frame) -> None:
         try:
             height, width, _, _ = simplejpeg.decode_jpeg_header(cam.jpeg)
         except Exception as exc:
-            raise FrameError(f"{path}: JPEG header is unreadable ({exc}); restore the camera "
-                             "image from the original log or quarantine the frame", path=path,
-                             reason="corrupt_camera", log_id=frame.log_id,
-                             frame_index=frame.frame_index) from exc
+            raise FrameError(
+                f"{path}: JPEG header is unreadable ({exc}); restore the camera "
+                "image from the original log or quarantine the frame",
+                path=path,
+                reason="corrupt_camera",
+                log_id=frame.log_id,
+                frame_index=frame.frame_index,
+            ) from exc
         if (width, height) != (cam.width, cam.height):
-            raise FrameError(f"{path}: JPEG is {width}x{height} but the calibration says "
-                             f"{cam.width}x{cam.height}; fix intrinsics or the image",
-                             path=path, reason="corrupt_camera", log_id=frame.log_id,
-                             frame_index=frame.frame_index)
+            raise FrameError(
+                f"{path}: JPEG is {width}x{height} but the calibration says "
+                f"{cam.width}x{cam.height}; fix intrinsics or the image",
+                path=path,
+                reason="corrupt_camera",
+                log_id=frame.log_id,
+                frame_index=frame.frame_index,
+            )
 
 
 def encode_frame(frame: Frame) -> list[tuple[str, bytes]]:
@@ -85,30 +94,53 @@ def encode_frame(frame: Frame) -> list[tuple[str, bytes]]:
     if frame.radar is not None:
         members.append(("radar.npy", save_npy(frame.radar.astype("<f4", copy=False))))
     cub = frame.cuboids
-    members.append(("cuboids.json", dumps_json({
-        "label": [str(x) for x in cub.label],
-        "class_group": [str(x) for x in cub.class_group],
-        "center": np.asarray(cub.center, dtype=np.float64).reshape(-1, 3).tolist(),
-        "size": np.asarray(cub.size, dtype=np.float64).reshape(-1, 3).tolist(),
-        "yaw": np.asarray(cub.yaw, dtype=np.float64).reshape(-1).tolist(),
-        "track_id": [str(x) for x in cub.track_id],
-    })))
-    members.append(("calib.json", dumps_json({"cameras": {
-        name: {
-            "width": int(cam.width),
-            "height": int(cam.height),
-            "intrinsics": np.asarray(cam.intrinsics, dtype=np.float64).tolist(),
-            "extrinsics": np.asarray(cam.extrinsics, dtype=np.float64).tolist(),
-            "timestamp": float(cam.timestamp),
-        }
-        for name, cam in cameras
-    }})))
-    members.append(("pose.json", dumps_json({
-        "log_id": frame.log_id,
-        "frame_index": int(frame.frame_index),
-        "timestamp": float(frame.timestamp),
-        "ego_pose": np.asarray(frame.ego_pose, dtype=np.float64).tolist(),
-    })))
+    members.append(
+        (
+            "cuboids.json",
+            dumps_json(
+                {
+                    "label": [str(x) for x in cub.label],
+                    "class_group": [str(x) for x in cub.class_group],
+                    "center": np.asarray(cub.center, dtype=np.float64).reshape(-1, 3).tolist(),
+                    "size": np.asarray(cub.size, dtype=np.float64).reshape(-1, 3).tolist(),
+                    "yaw": np.asarray(cub.yaw, dtype=np.float64).reshape(-1).tolist(),
+                    "track_id": [str(x) for x in cub.track_id],
+                }
+            ),
+        )
+    )
+    members.append(
+        (
+            "calib.json",
+            dumps_json(
+                {
+                    "cameras": {
+                        name: {
+                            "width": int(cam.width),
+                            "height": int(cam.height),
+                            "intrinsics": np.asarray(cam.intrinsics, dtype=np.float64).tolist(),
+                            "extrinsics": np.asarray(cam.extrinsics, dtype=np.float64).tolist(),
+                            "timestamp": float(cam.timestamp),
+                        }
+                        for name, cam in cameras
+                    }
+                }
+            ),
+        )
+    )
+    members.append(
+        (
+            "pose.json",
+            dumps_json(
+                {
+                    "log_id": frame.log_id,
+                    "frame_index": int(frame.frame_index),
+                    "timestamp": float(frame.timestamp),
+                    "ego_pose": np.asarray(frame.ego_pose, dtype=np.float64).tolist(),
+                }
+            ),
+        )
+    )
     return members
 
 
@@ -144,8 +176,10 @@ def npy_view(data: bytes | memoryview) -> np.ndarray:
     view = memoryview(data).cast("B")
     header = io.BytesIO(view[:_NPY_HEADER_MAX].tobytes())  # the header only (small copy)
     version = np.lib.format.read_magic(header)
-    read_header = {(1, 0): np.lib.format.read_array_header_1_0,
-                   (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+    read_header = {
+        (1, 0): np.lib.format.read_array_header_1_0,
+        (2, 0): np.lib.format.read_array_header_2_0,
+    }.get(version)
     if read_header is None:
         raise ValueError(f"unsupported .npy version {version}")
     shape, fortran, dtype = read_header(header)
@@ -154,8 +188,9 @@ def npy_view(data: bytes | memoryview) -> np.ndarray:
     count = int(np.prod(shape, dtype=np.int64))
     start = header.tell()
     if len(view) - start < count * dtype.itemsize:
-        raise ValueError(f"data holds {len(view) - start} bytes, the header needs "
-                         f"{count * dtype.itemsize}")
+        raise ValueError(
+            f"data holds {len(view) - start} bytes, the header needs {count * dtype.itemsize}"
+        )
     array = np.frombuffer(view, dtype=dtype, count=count, offset=start)
     return array.reshape(shape, order="F" if fortran else "C")
 
@@ -164,16 +199,19 @@ def _load_npy(data: bytes | memoryview, name: str, key: str, shard: str) -> np.n
     try:
         return npy_view(data)
     except Exception as exc:
-        raise ValueError(f"sample {key} in {shard}: member {name} is not a valid .npy "
-                         f"({exc}); run `drivetrain data validate` on the dataset") from exc
+        raise ValueError(
+            f"sample {key} in {shard}: member {name} is not a valid .npy "
+            f"({exc}); run `drivetrain data validate` on the dataset"
+        ) from exc
 
 
 def _load_json(data: bytes | memoryview) -> Any:
     return json.loads(data if isinstance(data, bytes) else bytes(data))
 
 
-def decode_sample(members: dict[str, Any], *, decode: Literal["cpu", "none"] = "cpu"
-                  ) -> dict[str, Any]:
+def decode_sample(
+    members: dict[str, Any], *, decode: Literal["cpu", "none"] = "cpu"
+) -> dict[str, Any]:
     """Decode one sample's member bytes into the "Decoded sample" dict of docs/format.md.
 
     Args:
@@ -198,8 +236,10 @@ def decode_sample(members: dict[str, Any], *, decode: Literal["cpu", "none"] = "
     shard = str(members.get("__shard__", members.get("__url__", "?")))
     for required in ("lidar.npy", "cuboids.json", "calib.json", "pose.json"):
         if required not in members:
-            raise ValueError(f"sample {key} in {shard} lacks member {required!r}; "
-                             "the shard is not a Drivetrain dataset shard or is damaged")
+            raise ValueError(
+                f"sample {key} in {shard} lacks member {required!r}; "
+                "the shard is not a Drivetrain dataset shard or is damaged"
+            )
     cameras: dict[str, Any] = {}
     for name in sorted(members):
         if name.startswith("__") or not name.endswith(".jpg"):
@@ -211,8 +251,10 @@ def decode_sample(members: dict[str, Any], *, decode: Literal["cpu", "none"] = "
         try:
             cameras[name[:-4]] = simplejpeg.decode_jpeg(data, colorspace="RGB")
         except Exception as exc:
-            raise ValueError(f"sample {key} in {shard}: {name} is not a decodable JPEG "
-                             f"({exc}); run `drivetrain data validate`") from exc
+            raise ValueError(
+                f"sample {key} in {shard}: {name} is not a decodable JPEG "
+                f"({exc}); run `drivetrain data validate`"
+            ) from exc
     calib = _load_json(members["calib.json"])
     for cam in calib["cameras"].values():
         cam["intrinsics"] = np.asarray(cam["intrinsics"], dtype=np.float64)

@@ -23,8 +23,9 @@ if TYPE_CHECKING:  # the manifest module pulls pydantic; keep the CLI import lig
 __all__ = ["add_data_commands", "ensure_synthetic_logs", "summarize_manifest"]
 
 
-def ensure_synthetic_logs(input_path: Path, *, num_logs: int | None, frames_per_log: int | None,
-                          seed: int | None) -> str:
+def ensure_synthetic_logs(
+    input_path: Path, *, num_logs: int | None, frames_per_log: int | None, seed: int | None
+) -> str:
     """Generate synthetic raw logs into `input_path` unless it already holds some.
 
     Raises:
@@ -44,20 +45,33 @@ def ensure_synthetic_logs(input_path: Path, *, num_logs: int | None, frames_per_
     except (FileNotFoundError, NotADirectoryError):
         existing = []
     if existing:
-        return (f"using {len(existing)} existing synthetic logs in {input_path} "
-                "(--num-logs/--frames-per-log/--seed only apply when it holds none)")
-    if input_path.exists() and (not input_path.is_dir() or any(
-            not p.name.startswith(".") for p in input_path.iterdir())):
+        return (
+            f"using {len(existing)} existing synthetic logs in {input_path} "
+            "(--num-logs/--frames-per-log/--seed only apply when it holds none)"
+        )
+    if input_path.exists() and (
+        not input_path.is_dir() or any(not p.name.startswith(".") for p in input_path.iterdir())
+    ):
         # never write generated logs into someone's (raw-data) folder
-        raise BuildError(f"--input {input_path} holds no synthetic logs but is not an empty "
-                         "folder; pass a new or empty folder to generate synthetic logs into")
-    overrides: dict[str, Any] = {name: value for name, value in (
-        ("num_logs", num_logs), ("frames_per_log", frames_per_log), ("seed", seed))
-        if value is not None}
+        raise BuildError(
+            f"--input {input_path} holds no synthetic logs but is not an empty "
+            "folder; pass a new or empty folder to generate synthetic logs into"
+        )
+    overrides: dict[str, Any] = {
+        name: value
+        for name, value in (
+            ("num_logs", num_logs),
+            ("frames_per_log", frames_per_log),
+            ("seed", seed),
+        )
+        if value is not None
+    }
     config = SyntheticConfig(**overrides)
     write_synthetic_logs(config, input_path)
-    return (f"generated {config.num_logs} synthetic raw logs x {config.frames_per_log} frames "
-            f"(seed {config.seed}) into {input_path}")
+    return (
+        f"generated {config.num_logs} synthetic raw logs x {config.frames_per_log} frames "
+        f"(seed {config.seed}) into {input_path}"
+    )
 
 
 def summarize_manifest(manifest: Manifest) -> dict[str, Any]:
@@ -89,53 +103,76 @@ def _run_build(args: argparse.Namespace) -> int:
 
     try:
         config = BuildConfig(
-            shard_size_mb=args.shard_size_mb, **_split_options(args),
+            shard_size_mb=args.shard_size_mb,
+            **_split_options(args),
             val_logs=tuple(v for v in (args.val_logs or "").split(",") if v),
-            quarantine=args.quarantine, overwrite=args.overwrite, workers=args.workers)
+            quarantine=args.quarantine,
+            overwrite=args.overwrite,
+            workers=args.workers,
+        )
     except ValueError as exc:
         print(f"error: {exc} (data build): see `drivetrain data build --help`", file=sys.stderr)
         return 2
     input_path = Path(args.input)
     if args.source == "synthetic":
         try:
-            note = ensure_synthetic_logs(input_path, num_logs=args.num_logs,
-                                         frames_per_log=args.frames_per_log, seed=args.seed)
+            note = ensure_synthetic_logs(
+                input_path,
+                num_logs=args.num_logs,
+                frames_per_log=args.frames_per_log,
+                seed=args.seed,
+            )
         except ValueError as exc:  # e.g. --num-logs 0
             if isinstance(exc, UserError):
                 raise
-            print(f"error: {exc} (--num-logs/--frames-per-log/--seed): give positive sizes",
-                  file=sys.stderr)
+            print(
+                f"error: {exc} (--num-logs/--frames-per-log/--seed): give positive sizes",
+                file=sys.stderr,
+            )
             return 2
         print(note, file=sys.stderr)
     elif not input_path.is_dir():
-        raise UserError("raw-log folder does not exist", str(input_path),
-                        f"pass --input a folder of {args.source} logs")
+        raise UserError(
+            "raw-log folder does not exist",
+            str(input_path),
+            f"pass --input a folder of {args.source} logs",
+        )
     manifest = build_dataset(args.source, input_path, args.output, config)
     split_counts = dict(manifest.splits.counts)
     for split in ("train", "val"):
         if not split_counts.get(split):
             from platform_lib.shards.check import describe_empty_split_fix
 
-            print(f"warning: split {split!r} is empty (split {config.split}, counts {split_counts}) "
-                  f"(--split): {describe_empty_split_fix(config.split)}", file=sys.stderr)
-    print(f"built {args.output}: {manifest.num_samples} samples in {manifest.num_shards} "
-          f"shards, {manifest.total_bytes / 1e6:.1f} MB, dataset_hash "
-          f"{manifest.dataset_hash}")
+            print(
+                f"warning: split {split!r} is empty (split {config.split}, counts {split_counts}) "
+                f"(--split): {describe_empty_split_fix(config.split)}",
+                file=sys.stderr,
+            )
+    print(
+        f"built {args.output}: {manifest.num_samples} samples in {manifest.num_shards} "
+        f"shards, {manifest.total_bytes / 1e6:.1f} MB, dataset_hash "
+        f"{manifest.dataset_hash}"
+    )
     if manifest.quarantine:
         counts: dict[str, int] = {}
         for entry in manifest.quarantine:
             counts[entry["reason"]] = counts.get(entry["reason"], 0) + 1
         detail = ", ".join(f"{r}: {n}" for r, n in sorted(counts.items()))
-        print(f"quarantined {len(manifest.quarantine)} frame(s) ({detail}); "
-              "see manifest.json 'quarantine'")
+        print(
+            f"quarantined {len(manifest.quarantine)} frame(s) ({detail}); "
+            "see manifest.json 'quarantine'"
+        )
     return 0
 
 
 def _check_dataset_folder(dataset: str) -> None:
     """Fail in one line when a local dataset folder does not exist (before "no manifest.json")."""
     if "://" not in dataset and not Path(dataset).exists():
-        raise UserError("dataset folder does not exist", dataset,
-                        "pass the --output folder of `drivetrain data build` (or a dataset URL)")
+        raise UserError(
+            "dataset folder does not exist",
+            dataset,
+            "pass the --output folder of `drivetrain data build` (or a dataset URL)",
+        )
 
 
 def _run_inspect(args: argparse.Namespace) -> int:
@@ -168,28 +205,54 @@ def add_data_commands(groups: argparse._SubParsersAction) -> None:
 
     build = commands.add_parser("build", help="build a dataset from raw logs")
     build.add_argument("--source", choices=SOURCE_NAMES, required=True)
-    build.add_argument("--input", required=True, help="raw log folder (synthetic: generated "
-                       "here when it holds no logs)")
+    build.add_argument(
+        "--input",
+        required=True,
+        help="raw log folder (synthetic: generated here when it holds no logs)",
+    )
     build.add_argument("--output", required=True, help="dataset folder to publish")
-    build.add_argument("--shard-size-mb", type=float, default=256.0,
-                       help="target shard size in MB (default 256)")
+    build.add_argument(
+        "--shard-size-mb", type=float, default=256.0, help="target shard size in MB (default 256)"
+    )
     build.add_argument("--num-logs", type=int, help="synthetic: logs to generate")
     build.add_argument("--frames-per-log", type=int, help="synthetic: frames per log")
     build.add_argument("--seed", type=int, help="synthetic: generator seed")
-    build.add_argument("--quarantine", action="store_true",
-                       help="leave bad frames out and list them in the manifest")
-    build.add_argument("--overwrite", action="store_true",
-                       help="replace an existing dataset at --output (atomically)")
-    build.add_argument("--workers", type=int, default=1,
-                       help="processes reading/encoding raw logs (same output bytes)")
-    build.add_argument("--split", choices=SPLIT_METHODS, default=None,
-                       help="train/val split method (default: the source's, pandaset "
-                       "by_frame_range, synthetic by_log)")
-    build.add_argument("--val-fraction", type=float, default=None,
-                       help="by_log: fraction of logs for val (default 0.25 synthetic, 0.2 else)")
+    build.add_argument(
+        "--quarantine",
+        action="store_true",
+        help="leave bad frames out and list them in the manifest",
+    )
+    build.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing dataset at --output (atomically)",
+    )
+    build.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="processes reading/encoding raw logs (same output bytes)",
+    )
+    build.add_argument(
+        "--split",
+        choices=SPLIT_METHODS,
+        default=None,
+        help="train/val split method (default: the source's, pandaset "
+        "by_frame_range, synthetic by_log)",
+    )
+    build.add_argument(
+        "--val-fraction",
+        type=float,
+        default=None,
+        help="by_log: fraction of logs for val (default 0.25 synthetic, 0.2 else)",
+    )
     build.add_argument("--val-logs", help="by_log: comma-separated val log ids")
-    build.add_argument("--val-frames-per-log", type=int, default=None,
-                       help="by_frame_range: last frames of each log for val (default 2)")
+    build.add_argument(
+        "--val-frames-per-log",
+        type=int,
+        default=None,
+        help="by_frame_range: last frames of each log for val (default 2)",
+    )
     build.set_defaults(func=_run_build)
 
     inspect = commands.add_parser("inspect", help="print a dataset's manifest summary")

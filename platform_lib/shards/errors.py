@@ -55,8 +55,14 @@ class ShardFormatError(DatasetError):
         reason: the message without the location prefix.
     """
 
-    def __init__(self, message: str, *, shard: str | None = None, member: str | None = None,
-                 offset: int | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        shard: str | None = None,
+        member: str | None = None,
+        offset: int | None = None,
+    ) -> None:
         where = []
         if shard is not None:
             where.append(f"shard {shard}")

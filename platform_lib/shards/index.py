@@ -76,7 +76,8 @@ def _same_type(a: pa.DataType, b: pa.DataType) -> bool:
         return _same_type(a.value_type, b.value_type)
     if pa.types.is_struct(a) and pa.types.is_struct(b):
         return [f.name for f in a] == [f.name for f in b] and all(
-            _same_type(f.type, g.type) for f, g in zip(a, b, strict=True))
+            _same_type(f.type, g.type) for f, g in zip(a, b, strict=True)
+        )
     return a == b
 
 
@@ -96,17 +97,24 @@ def read_index(source: str | Path | Any, *, where: str = "") -> pa.Table:
     try:
         table = pq.read_table(source)
     except (pa.ArrowException, OSError) as exc:
-        raise DatasetIndexError(f"{where or source}: not a readable Parquet index ({exc}); "
-                                "rebuild the dataset") from exc
-    schema = next((s for s in (INDEX_SCHEMA, INDEX_SCHEMA_WITHOUT_XXH3)
-                   if _same_schema(table.schema, s)), None)
+        raise DatasetIndexError(
+            f"{where or source}: not a readable Parquet index ({exc}); rebuild the dataset"
+        ) from exc
+    schema = next(
+        (s for s in (INDEX_SCHEMA, INDEX_SCHEMA_WITHOUT_XXH3) if _same_schema(table.schema, s)),
+        None,
+    )
     if schema is None:
         expected = {f.name: str(f.type) for f in INDEX_SCHEMA}
         actual = {f.name: str(f.type) for f in table.schema}
         diff = sorted(set(expected.items()) ^ set(actual.items()))
-        raise DatasetIndexError(f"{where or source}: index schema differs from docs/format.md "
-                                f"(differing columns: {diff}); rebuild the dataset")
+        raise DatasetIndexError(
+            f"{where or source}: index schema differs from docs/format.md "
+            f"(differing columns: {diff}); rebuild the dataset"
+        )
     nulls = [name for name in table.column_names if table.column(name).null_count]
     if nulls:
-        raise DatasetIndexError(f"{where or source}: columns {nulls} hold nulls; rebuild the dataset")
+        raise DatasetIndexError(
+            f"{where or source}: columns {nulls} hold nulls; rebuild the dataset"
+        )
     return table if table.schema.equals(schema, check_metadata=False) else table.cast(schema)

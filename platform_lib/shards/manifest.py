@@ -60,9 +60,11 @@ def check_shard_path(path: str) -> str:
             it is refused.
     """
     if not isinstance(path, str) or not re.match(_SHARD_PATH, path):
-        raise ValueError(f"shard path {path!r} is not of the form {SHARD_PATH_FORM} (absolute and "
-                         "'..' paths are refused: they would read or write files outside the "
-                         "dataset and cache folders)")
+        raise ValueError(
+            f"shard path {path!r} is not of the form {SHARD_PATH_FORM} (absolute and "
+            "'..' paths are refused: they would read or write files outside the "
+            "dataset and cache folders)"
+        )
     return path
 
 
@@ -117,7 +119,13 @@ class Sensors(_Record):
     def required_members(self) -> tuple[str, ...]:
         """Member names every sample must have (cameras, LiDAR, cuboids, calibration, pose)."""
         lidar = ("lidar.npy",) if self.lidar else ()
-        return (*(f"{c}.jpg" for c in self.cameras), *lidar, "cuboids.json", "calib.json", "pose.json")
+        return (
+            *(f"{c}.jpg" for c in self.cameras),
+            *lidar,
+            "cuboids.json",
+            "calib.json",
+            "pose.json",
+        )
 
 
 class SourceLog(_Record):
@@ -197,17 +205,21 @@ class Manifest(_Record):
                 (each named with its path, e.g. `shards.0.path`); `where` names the file.
         """
         if isinstance(data, dict) and data.get("format_version", FORMAT_VERSION) != FORMAT_VERSION:
-            raise ManifestError(f"{where} has format_version {data['format_version']}, this "
-                                f"drivetrain reads {FORMAT_VERSION}; rebuild the dataset or "
-                                "upgrade drivetrain")
+            raise ManifestError(
+                f"{where} has format_version {data['format_version']}, this "
+                f"drivetrain reads {FORMAT_VERSION}; rebuild the dataset or "
+                "upgrade drivetrain"
+            )
         try:
             return cls.model_validate_json(json.dumps(data))  # JSON semantics: lists -> tuples
         except ValidationError as exc:
             problems = "; ".join(
                 f"field {'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}"
-                for e in exc.errors()[:10])
-            raise ManifestError(f"{where} does not follow docs/format.md ({problems}); rebuild "
-                                "the dataset") from None
+                for e in exc.errors()[:10]
+            )
+            raise ManifestError(
+                f"{where} does not follow docs/format.md ({problems}); rebuild the dataset"
+            ) from None
 
 
 def builder_version() -> str:
@@ -222,7 +234,11 @@ def compute_dataset_hash(index_sha256: str, shards: list[ShardEntry] | list[dict
     """Return the dataset hash from the index sha256 and the shard entries (path, sha256)."""
     digest = hashlib.sha256(f"index:{index_sha256}\n".encode())
     for shard in shards:
-        path, sha = (shard["path"], shard["sha256"]) if isinstance(shard, dict) else (shard.path, shard.sha256)
+        path, sha = (
+            (shard["path"], shard["sha256"])
+            if isinstance(shard, dict)
+            else (shard.path, shard.sha256)
+        )
         digest.update(f"{path}:{sha}\n".encode())
     return digest.hexdigest()
 
@@ -246,7 +262,9 @@ def shard_location(root: str | Path, entry: ShardEntry) -> str:
 
 def dumps_manifest(manifest: Manifest) -> bytes:
     """Return deterministic manifest bytes (sorted keys, 2-space indent, trailing newline)."""
-    return (json.dumps(manifest.to_dict(), sort_keys=True, indent=2, allow_nan=False) + "\n").encode()
+    return (
+        json.dumps(manifest.to_dict(), sort_keys=True, indent=2, allow_nan=False) + "\n"
+    ).encode()
 
 
 def write_manifest(root: Path, manifest: Manifest) -> Path:
@@ -287,10 +305,12 @@ def load_manifest(root: str | Path, *, storage_options: dict[str, Any] | None = 
         raise ManifestMissingError(
             f"{root_str} is not a complete Drivetrain dataset: it has no {MANIFEST_NAME} "
             "(manifests are written last, so the build did not finish or this is the wrong "
-            f"folder); rebuild it with `drivetrain data build ... --output {root_str}`")
+            f"folder); rebuild it with `drivetrain data build ... --output {root_str}`"
+        )
     try:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise ManifestError(f"{root_str}/{MANIFEST_NAME} is not valid JSON ({exc}); "
-                            "rebuild the dataset") from exc
+        raise ManifestError(
+            f"{root_str}/{MANIFEST_NAME} is not valid JSON ({exc}); rebuild the dataset"
+        ) from exc
     return Manifest.from_dict(data, where=f"{root_str}/{MANIFEST_NAME}")

@@ -53,8 +53,15 @@ from platform_lib.storage import resolve_fs
 __all__ = ["PartResult", "build_part", "merge_parts", "part_key", "resolve_part_store"]
 
 #: Settings of `BuildConfig` that do not shape a part's bytes (splits are assigned at merge).
-_MERGE_ONLY_FIELDS = ("split", "val_fraction", "val_logs", "val_frames_per_log", "overwrite",
-                      "progress", "workers")
+_MERGE_ONLY_FIELDS = (
+    "split",
+    "val_fraction",
+    "val_logs",
+    "val_frames_per_log",
+    "overwrite",
+    "progress",
+    "workers",
+)
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -88,8 +95,15 @@ def resolve_part_store(store: str | None = None) -> str:
 
 def _part_config(config: BuildConfig) -> BuildConfig:
     """The config a part is built with: the byte-shaping fields of `config`, everything train."""
-    return dataclasses.replace(config, split="by_log", val_fraction=0.0, val_logs=(),
-                               overwrite=False, progress=False, workers=1)
+    return dataclasses.replace(
+        config,
+        split="by_log",
+        val_fraction=0.0,
+        val_logs=(),
+        overwrite=False,
+        progress=False,
+        workers=1,
+    )
 
 
 def part_key(source: str, log_hash: str, config: BuildConfig) -> str:
@@ -99,15 +113,30 @@ def part_key(source: str, log_hash: str, config: BuildConfig) -> str:
     (`BuildConfig.recorded()` without the split fields, which includes the pyarrow version)
     and the builder and format versions: change any of them and the log is built again.
     """
-    recorded = {k: v for k, v in _part_config(config).recorded().items()
-                if k not in _MERGE_ONLY_FIELDS}
-    text = json.dumps({"source": source, "log_hash": log_hash, "config": recorded,
-                       "builder": builder_version(), "format": FORMAT_VERSION}, sort_keys=True)
+    recorded = {
+        k: v for k, v in _part_config(config).recorded().items() if k not in _MERGE_ONLY_FIELDS
+    }
+    text = json.dumps(
+        {
+            "source": source,
+            "log_hash": log_hash,
+            "config": recorded,
+            "builder": builder_version(),
+            "format": FORMAT_VERSION,
+        },
+        sort_keys=True,
+    )
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def build_part(source: str, log_dir: str | Path, config: BuildConfig, *,
-               store: str | None = None, log_hash: str | None = None) -> PartResult:
+def build_part(
+    source: str,
+    log_dir: str | Path,
+    config: BuildConfig,
+    *,
+    store: str | None = None,
+    log_hash: str | None = None,
+) -> PartResult:
     """Build (or find) the part of the raw log at `log_dir` in the part store.
 
     Args:
@@ -139,8 +168,14 @@ def build_part(source: str, log_dir: str | Path, config: BuildConfig, *,
     logs = [{"log_id": log_dir.name, "content_hash": log_hash}]
     if is_local:
         try:
-            write_dataset(frames, path, _part_config(config), source=source, source_logs=logs,
-                          input_root=log_dir.parent)
+            write_dataset(
+                frames,
+                path,
+                _part_config(config),
+                source=source,
+                source_logs=logs,
+                input_root=log_dir.parent,
+            )
         except BuildError as exc:
             if not fs.exists(f"{path}/{MANIFEST_NAME}"):
                 raise
@@ -148,8 +183,14 @@ def build_part(source: str, log_dir: str | Path, config: BuildConfig, *,
     else:
         with tempfile.TemporaryDirectory(prefix="drivetrain-part-") as tmp:
             local = Path(tmp) / "part"
-            write_dataset(frames, local, _part_config(config), source=source, source_logs=logs,
-                          input_root=log_dir.parent)
+            write_dataset(
+                frames,
+                local,
+                _part_config(config),
+                source=source,
+                source_logs=logs,
+                input_root=log_dir.parent,
+            )
             fs.put(str(local / "shards") + "/", f"{path}/shards/", recursive=True)
             fs.put_file(str(local / INDEX_NAME), f"{path}/{INDEX_NAME}")
             fs.put_file(str(local / MANIFEST_NAME), f"{path}/{MANIFEST_NAME}")  # last
@@ -169,18 +210,23 @@ def _relative_location(part: str, output: Path) -> str:
 def _read_part(location: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     manifest = load_manifest(location).to_dict()  # validated; merged below as plain JSON
     if len(manifest.get("source_logs", [])) != 1:
-        raise BuildError(f"part {location} holds {len(manifest.get('source_logs', []))} logs, "
-                         "a part holds exactly one; rebuild it with build_part")
+        raise BuildError(
+            f"part {location} holds {len(manifest.get('source_logs', []))} logs, "
+            "a part holds exactly one; rebuild it with build_part"
+        )
     fs, path, _ = resolve_fs(location)
     data = fs.cat_file(f"{path}/{manifest['index']['path']}")
     if hashlib.sha256(data).hexdigest() != manifest["index"]["sha256"]:
-        raise BuildError(f"part {location}/{INDEX_NAME} differs from its manifest's sha256 "
-                         "(corrupt or replaced); delete the part folder and rebuild it")
+        raise BuildError(
+            f"part {location}/{INDEX_NAME} differs from its manifest's sha256 "
+            "(corrupt or replaced); delete the part folder and rebuild it"
+        )
     return manifest, read_index(io.BytesIO(data), where=f"{location}/{INDEX_NAME}").to_pylist()
 
 
-def merge_parts(parts: Sequence[str], output_dir: str | Path, config: BuildConfig, *,
-                source: str) -> Manifest:
+def merge_parts(
+    parts: Sequence[str], output_dir: str | Path, config: BuildConfig, *, source: str
+) -> Manifest:
     """Publish a dataset at `output_dir` over the shards of `parts` without copying them.
 
     Args:
@@ -201,22 +247,28 @@ def merge_parts(parts: Sequence[str], output_dir: str | Path, config: BuildConfi
         raise BuildError("no parts to merge: the raw-log location holds no logs")
     output = Path(output_dir).absolute()
     _check_output(output, config.overwrite)
-    loaded = sorted((_read_part(p) + (p,) for p in parts),
-                    key=lambda t: t[0]["source_logs"][0]["log_id"])
+    loaded = sorted(
+        (_read_part(p) + (p,) for p in parts), key=lambda t: t[0]["source_logs"][0]["log_id"]
+    )
     seen: dict[str, str] = {}
     for manifest, _, where in loaded:
         log_id = manifest["source_logs"][0]["log_id"]
         if log_id in seen:
-            raise BuildError(f"parts {seen[log_id]} and {where} both hold log {log_id!r}; "
-                             "pass each raw log once")
+            raise BuildError(
+                f"parts {seen[log_id]} and {where} both hold log {log_id!r}; pass each raw log once"
+            )
         seen[log_id] = where
         if manifest["source"] != source:
-            raise BuildError(f"part {where} was built from source {manifest['source']!r}, "
-                             f"not {source!r}; rebuild it")
+            raise BuildError(
+                f"part {where} was built from source {manifest['source']!r}, "
+                f"not {source!r}; rebuild it"
+            )
         if manifest["build_config"]["shard_size_mb"] != config.shard_size_mb:
-            raise BuildError(f"part {where} has shard_size_mb "
-                             f"{manifest['build_config']['shard_size_mb']}, the merge "
-                             f"{config.shard_size_mb}; rebuild the part")
+            raise BuildError(
+                f"part {where} has shard_size_mb "
+                f"{manifest['build_config']['shard_size_mb']}, the merge "
+                f"{config.shard_size_mb}; rebuild the part"
+            )
     first = loaded[0][0]
     rows: list[dict[str, Any]] = []
     shards: list[dict[str, Any]] = []
@@ -225,19 +277,33 @@ def merge_parts(parts: Sequence[str], output_dir: str | Path, config: BuildConfi
             raise BuildError(
                 f"log {manifest['source_logs'][0]['log_id']} has cameras "
                 f"{manifest['sensors']['cameras']}, log {first['source_logs'][0]['log_id']} "
-                f"has {first['sensors']['cameras']}; every log needs the same camera rig")
+                f"has {first['sensors']['cameras']}; every log needs the same camera rig"
+            )
         base = len(shards)
         for entry in manifest["shards"]:
-            shards.append({**entry, "path": f"shards/shard-{len(shards):06d}.tar",
-                           "location": _relative_location(f"{where}/{entry['path']}", output)})
+            shards.append(
+                {
+                    **entry,
+                    "path": f"shards/shard-{len(shards):06d}.tar",
+                    "location": _relative_location(f"{where}/{entry['path']}", output),
+                }
+            )
         for row in part_rows:
-            rows.append({**row, "shard_id": base + row["shard_id"],
-                         "shard": shards[base + row["shard_id"]]["path"]})
+            rows.append(
+                {
+                    **row,
+                    "shard_id": base + row["shard_id"],
+                    "shard": shards[base + row["shard_id"]]["path"],
+                }
+            )
     try:
         splits, split_record = assign_splits(
-            [(r["log_id"], r["frame_index"]) for r in rows], method=config.split,
-            val_fraction=config.val_fraction, val_logs=config.val_logs,
-            val_frames_per_log=config.val_frames_per_log)
+            [(r["log_id"], r["frame_index"]) for r in rows],
+            method=config.split,
+            val_fraction=config.val_fraction,
+            val_logs=config.val_logs,
+            val_frames_per_log=config.val_frames_per_log,
+        )
     except ValueError as exc:
         raise BuildError(f"cannot assign splits over the parts: {exc}; fix the split") from exc
     for row, split in zip(rows, splits, strict=True):
@@ -248,27 +314,37 @@ def merge_parts(parts: Sequence[str], output_dir: str | Path, config: BuildConfi
     staging.mkdir()
     try:
         index_sha, index_bytes = write_index(rows, staging / INDEX_NAME)
-        merged = Manifest.from_dict({
-            "format_version": FORMAT_VERSION,
-            "builder_version": builder_version(),
-            "dataset_hash": compute_dataset_hash(index_sha, shards),
-            "source": source,
-            "num_samples": len(rows),
-            "num_shards": len(shards),
-            "total_bytes": index_bytes + sum(s["bytes"] for s in shards),
-            "sensors": {"cameras": first["sensors"]["cameras"], "lidar": True,
-                        "lidar_seg": any(m["sensors"]["lidar_seg"] for m, _, _ in loaded),
-                        "radar": any(m["sensors"]["radar"] for m, _, _ in loaded)},
-            "shards": shards,
-            "index": {"path": INDEX_NAME, "sha256": index_sha, "bytes": index_bytes},
-            "source_logs": [m["source_logs"][0] for m, _, _ in loaded],
-            "splits": split_record,
-            "class_counts": {g: sum(m["class_counts"][g] for m, _, _ in loaded)
-                             for g in (*CLASS_GROUPS, "other")},
-            "quarantine": sorted((q for m, _, _ in loaded for q in m["quarantine"]),
-                                 key=lambda q: (q["key"], q["reason"])),
-            "build_config": {**config.recorded(), "parts": "per-log"},
-        }, where=f"{output}/manifest.json")
+        merged = Manifest.from_dict(
+            {
+                "format_version": FORMAT_VERSION,
+                "builder_version": builder_version(),
+                "dataset_hash": compute_dataset_hash(index_sha, shards),
+                "source": source,
+                "num_samples": len(rows),
+                "num_shards": len(shards),
+                "total_bytes": index_bytes + sum(s["bytes"] for s in shards),
+                "sensors": {
+                    "cameras": first["sensors"]["cameras"],
+                    "lidar": True,
+                    "lidar_seg": any(m["sensors"]["lidar_seg"] for m, _, _ in loaded),
+                    "radar": any(m["sensors"]["radar"] for m, _, _ in loaded),
+                },
+                "shards": shards,
+                "index": {"path": INDEX_NAME, "sha256": index_sha, "bytes": index_bytes},
+                "source_logs": [m["source_logs"][0] for m, _, _ in loaded],
+                "splits": split_record,
+                "class_counts": {
+                    g: sum(m["class_counts"][g] for m, _, _ in loaded)
+                    for g in (*CLASS_GROUPS, "other")
+                },
+                "quarantine": sorted(
+                    (q for m, _, _ in loaded for q in m["quarantine"]),
+                    key=lambda q: (q["key"], q["reason"]),
+                ),
+                "build_config": {**config.recorded(), "parts": "per-log"},
+            },
+            where=f"{output}/manifest.json",
+        )
         fsync_dir(staging)
         write_manifest(staging, merged)
         _publish(staging, output, config.overwrite)

@@ -56,9 +56,13 @@ def prepare_frame(item: Frame | FrameError) -> PreparedFrame | FrameError:
         exc.key = _key_of(item)  # type: ignore[attr-defined]  # read back by the builder
         return exc
     return PreparedFrame(
-        key=item.key, log_id=item.log_id, frame_index=item.frame_index,
-        members=encode_frame(item), summary=summarize_frame(item),
-        cameras=tuple(sorted(item.cameras)), has_seg=item.lidar_seg is not None,
+        key=item.key,
+        log_id=item.log_id,
+        frame_index=item.frame_index,
+        members=encode_frame(item),
+        summary=summarize_frame(item),
+        cameras=tuple(sorted(item.cameras)),
+        has_seg=item.lidar_seg is not None,
         has_radar=item.radar is not None,
     )
 

@@ -27,8 +27,9 @@ from platform_lib.storage import resolve_fs
 __all__ = ["DatasetReader", "iter_tar_samples", "open_dataset"]
 
 
-def iter_tar_samples(fileobj: IO[bytes], *, shard: str,
-                     expected_keys: Sequence[str] | None = None) -> Iterator[dict[str, Any]]:
+def iter_tar_samples(
+    fileobj: IO[bytes], *, shard: str, expected_keys: Sequence[str] | None = None
+) -> Iterator[dict[str, Any]]:
     """Scan a shard stream sequentially and yield one WebDataset-style dict per sample.
 
     Args:
@@ -50,12 +51,16 @@ def iter_tar_samples(fileobj: IO[bytes], *, shard: str,
 
     def check_next(sample: dict[str, Any], offset: int) -> dict[str, Any]:
         nonlocal yielded
-        if expected_keys is not None and (yielded >= len(expected_keys)
-                                          or expected_keys[yielded] != sample["__key__"]):
+        if expected_keys is not None and (
+            yielded >= len(expected_keys) or expected_keys[yielded] != sample["__key__"]
+        ):
             want = expected_keys[yielded] if yielded < len(expected_keys) else "no more samples"
-            raise ShardFormatError(f"sample {sample['__key__']} found where the index expects "
-                                   f"{want}; run `drivetrain data validate` and rebuild",
-                                   shard=shard, offset=offset)
+            raise ShardFormatError(
+                f"sample {sample['__key__']} found where the index expects "
+                f"{want}; run `drivetrain data validate` and rebuild",
+                shard=shard,
+                offset=offset,
+            )
         yielded += 1
         return sample
 
@@ -69,18 +74,30 @@ def iter_tar_samples(fileobj: IO[bytes], *, shard: str,
             if current is not None:  # what was read before the damage
                 yield check_next(current, current_offset)
             missing = expected_keys[yielded] if yielded < len(expected_keys) else "none"
-            raise ShardFormatError(f"{exc.reason}; the scan stops after {yielded} of "
-                                   f"{len(expected_keys)} samples, first missing sample {missing}",
-                                   shard=exc.shard, member=exc.member, offset=exc.offset) from exc
+            raise ShardFormatError(
+                f"{exc.reason}; the scan stops after {yielded} of "
+                f"{len(expected_keys)} samples, first missing sample {missing}",
+                shard=exc.shard,
+                member=exc.member,
+                offset=exc.offset,
+            ) from exc
         if member is None:
             break
         problem = check_member_name(member.name)
         if problem:
-            raise ShardFormatError(f"{problem}; refusing to read this shard, rebuild it",
-                                   shard=shard, member=member.name, offset=member.header_offset)
+            raise ShardFormatError(
+                f"{problem}; refusing to read this shard, rebuild it",
+                shard=shard,
+                member=member.name,
+                offset=member.header_offset,
+            )
         if not member.is_regular:
-            raise ShardFormatError("member is not a regular file; rebuild the shard",
-                                   shard=shard, member=member.name, offset=member.header_offset)
+            raise ShardFormatError(
+                "member is not a regular file; rebuild the shard",
+                shard=shard,
+                member=member.name,
+                offset=member.header_offset,
+            )
         key, ext = split_member_name(member.name)
         if current is not None and current["__key__"] != key:
             yield check_next(current, current_offset)
@@ -88,17 +105,24 @@ def iter_tar_samples(fileobj: IO[bytes], *, shard: str,
         if current is None:
             current, current_offset = {"__key__": key, "__shard__": shard}, member.header_offset
         if ext in current:
-            raise ShardFormatError(f"duplicate member {ext!r} in sample {key}", shard=shard,
-                                   member=member.name, offset=member.header_offset)
+            raise ShardFormatError(
+                f"duplicate member {ext!r} in sample {key}",
+                shard=shard,
+                member=member.name,
+                offset=member.header_offset,
+            )
         current[ext] = bytes(member.data or b"")
         end_offset = member.data_offset + member.size
     if current is not None:
         yield check_next(current, current_offset)
     if expected_keys is not None and yielded < len(expected_keys):
-        raise ShardFormatError(f"tar ends after {yielded} of {len(expected_keys)} samples; first "
-                               f"missing sample {expected_keys[yielded]}; run `drivetrain data "
-                               "validate` and rebuild or re-download the shard", shard=shard,
-                               offset=end_offset)
+        raise ShardFormatError(
+            f"tar ends after {yielded} of {len(expected_keys)} samples; first "
+            f"missing sample {expected_keys[yielded]}; run `drivetrain data "
+            "validate` and rebuild or re-download the shard",
+            shard=shard,
+            offset=end_offset,
+        )
 
 
 class DatasetReader:
@@ -119,10 +143,17 @@ class DatasetReader:
         with self._fs.open(f"{self._path}/{INDEX_NAME}", "rb") as f:
             self.index: pa.Table = read_index(f, where=f"{self.root}/{INDEX_NAME}")
         self.view: DatasetView = view_from_table(
-            self.index, self.manifest, url=self.root, root=self._path,
-            is_local=is_local, storage_options=options)
-        self._files = {e.path: resolve_fs(shard_location(self.root, e), options)[:2]
-                       for e in self.manifest.shards}  # path -> (filesystem, file); merged: parts
+            self.index,
+            self.manifest,
+            url=self.root,
+            root=self._path,
+            is_local=is_local,
+            storage_options=options,
+        )
+        self._files = {
+            e.path: resolve_fs(shard_location(self.root, e), options)[:2]
+            for e in self.manifest.shards
+        }  # path -> (filesystem, file); merged: parts
 
     def __len__(self) -> int:
         return len(self.view)
@@ -147,20 +178,25 @@ class DatasetReader:
         fs, path = self._files[shard]
         data = fs.cat_file(path, start=start, end=start + size)
         if len(data) != size:
-            raise ShardFormatError(f"truncated shard: the data ends at byte {start + len(data)}, "
-                                   f"inside sample {self.view.key(i)}; run `drivetrain data "
-                                   "validate` and rebuild or re-download it", shard=shard,
-                                   offset=start + len(data))
+            raise ShardFormatError(
+                f"truncated shard: the data ends at byte {start + len(data)}, "
+                f"inside sample {self.view.key(i)}; run `drivetrain data "
+                "validate` and rebuild or re-download it",
+                shard=shard,
+                offset=start + len(data),
+            )
         return data
 
     def _check(self, data: bytes | memoryview, i: int, m: int) -> None:
         if hashlib.sha256(data).digest() != self.view.member_sha256[m].tobytes():
             key = self.view.key(i)
-            raise SampleIntegrityError(f"sample {key}: member bytes do not match the index sha256 "
-                                       "(corrupt shard); run `drivetrain data validate`",
-                                       shard=self.view.shard_path(i),
-                                       member=f"{key}.{self.view.member_name(m)}",
-                                       offset=int(self.view.member_offset[m]))
+            raise SampleIntegrityError(
+                f"sample {key}: member bytes do not match the index sha256 "
+                "(corrupt shard); run `drivetrain data validate`",
+                shard=self.view.shard_path(i),
+                member=f"{key}.{self.view.member_name(m)}",
+                offset=int(self.view.member_offset[m]),
+            )
 
     def read_member(self, key: str, name: str, *, verify: bool = False) -> bytes:
         """Return the bytes of member `name` (e.g. "front_camera.jpg") of sample `key`.
@@ -178,7 +214,9 @@ class DatasetReader:
         i = self.view.row_of(key)
         for m in self.view.members_of(i):
             if self.view.member_name(m) == name:
-                data = self._read_range(i, int(self.view.member_offset[m]), int(self.view.member_size[m]))
+                data = self._read_range(
+                    i, int(self.view.member_offset[m]), int(self.view.member_size[m])
+                )
                 if verify:
                     self._check(data, i, m)
                 return data
@@ -203,7 +241,7 @@ class DatasetReader:
         sample: dict[str, Any] = {"__key__": key, "__shard__": self.view.shard_path(i)}
         for m in self.view.members_of(i):
             begin = int(self.view.member_offset[m]) - start
-            data = blob[begin:begin + int(self.view.member_size[m])]
+            data = blob[begin : begin + int(self.view.member_size[m])]
             if verify:
                 self._check(data, i, m)
             sample[self.view.member_name(m)] = bytes(data)
@@ -218,7 +256,9 @@ class DatasetReader:
         """
         path = self.shard_paths[shard] if isinstance(shard, int) else shard
         if path not in self.shard_paths:
-            raise KeyError(f"{path!r} is not a shard of {self.root}; shards: {self.shard_paths[:5]}...")
+            raise KeyError(
+                f"{path!r} is not a shard of {self.root}; shards: {self.shard_paths[:5]}..."
+            )
         sid = self.shard_paths.index(path)
         rows = (self.view.shard_id == sid).nonzero()[0]
         keys = [self.view.key(int(i)) for i in rows]
@@ -232,7 +272,9 @@ class DatasetReader:
             yield from self.iter_shard_samples(path)
 
 
-def open_dataset(root: str | Path, *, storage_options: dict[str, Any] | None = None) -> DatasetReader:
+def open_dataset(
+    root: str | Path, *, storage_options: dict[str, Any] | None = None
+) -> DatasetReader:
     """Open the dataset at `root` (local path or fsspec URL).
 
     Raises:

@@ -18,6 +18,7 @@ from platform_lib.sources import SOURCE_NAMES, Frame, FrameError, hash_raw_log
 
 __all__ = ["SOURCE_NAMES", "hash_logs", "iter_log", "list_logs", "open_source"]
 
+
 def iter_log(source: str, log_dir: Path) -> Iterator[Frame | FrameError]:
     """Yield the frames of one raw log of `source`; a log-level FrameError is yielded last."""
     try:
@@ -47,8 +48,9 @@ def hash_logs(log_dirs: list[Path]) -> list[dict[str, Any]]:
     return [{"log_id": p.name, "content_hash": hash_raw_log(p)} for p in log_dirs]
 
 
-def open_source(source: str, input_path: Path) -> tuple[Iterator[Frame | FrameError],
-                                                        list[dict[str, Any]], int | None]:
+def open_source(
+    source: str, input_path: Path
+) -> tuple[Iterator[Frame | FrameError], list[dict[str, Any]], int | None]:
     """Return (frames of every log in order, [{"log_id", "content_hash"}], total or None).
 
     Raises:

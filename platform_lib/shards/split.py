@@ -30,9 +30,14 @@ def _choose_val_logs(logs: list[str], val_fraction: float) -> list[str]:
     return sorted(ranked[:count])
 
 
-def assign_splits(samples: list[tuple[str, int]], *, method: str, val_fraction: float = 0.0,
-                  val_logs: tuple[str, ...] = (), val_frames_per_log: int = 0
-                  ) -> tuple[list[str], dict[str, Any]]:
+def assign_splits(
+    samples: list[tuple[str, int]],
+    *,
+    method: str,
+    val_fraction: float = 0.0,
+    val_logs: tuple[str, ...] = (),
+    val_frames_per_log: int = 0,
+) -> tuple[list[str], dict[str, Any]]:
     """Assign "train"/"val" to each (log_id, frame_index) sample.
 
     Returns:
@@ -60,7 +65,11 @@ def assign_splits(samples: list[tuple[str, int]], *, method: str, val_fraction: 
         for log, frame in samples:
             frames_of.setdefault(log, []).append(frame)
         first_val = {
-            log: (sorted(frames)[-min(val_frames_per_log, len(frames))] if val_frames_per_log else None)
+            log: (
+                sorted(frames)[-min(val_frames_per_log, len(frames))]
+                if val_frames_per_log
+                else None
+            )
             for log, frames in frames_of.items()
         }
         splits = [

@@ -129,8 +129,12 @@ def _octal(field: bytes, *, shard: str | None, offset: int) -> int:
     try:
         return int(field.rstrip(b"\0 ").lstrip(b" ") or b"0", 8)
     except ValueError:
-        raise ShardFormatError(f"corrupt tar header: numeric field {field!r} is not octal; "
-                               "rebuild or re-download the shard", shard=shard, offset=offset) from None
+        raise ShardFormatError(
+            f"corrupt tar header: numeric field {field!r} is not octal; "
+            "rebuild or re-download the shard",
+            shard=shard,
+            offset=offset,
+        ) from None
 
 
 def _pax_path(records: bytes | memoryview) -> bytes | None:
@@ -139,7 +143,7 @@ def _pax_path(records: bytes | memoryview) -> bytes | None:
     while pos < len(buf) and buf[pos] != 0:
         space = buf.index(b" ", pos)
         length = int(buf[pos:space])
-        key, _, value = buf[space + 1:pos + length - 1].partition(b"=")
+        key, _, value = buf[space + 1 : pos + length - 1].partition(b"=")
         if key == b"path":
             path = value
         pos += length
@@ -153,7 +157,7 @@ class _Buffer:
         self._view, self._pos = memoryview(data).cast("B"), 0
 
     def read(self, size: int) -> memoryview:
-        chunk = self._view[self._pos:self._pos + size]
+        chunk = self._view[self._pos : self._pos + size]
         self._pos += len(chunk)
         return chunk
 
@@ -181,8 +185,13 @@ class _Stream:
         return len(self.read(size))
 
 
-def iter_tar_members(source: bytes | memoryview | IO[bytes], *, base_offset: int = 0,
-                     shard: str | None = None, read_data: bool = True) -> Iterator[TarMember]:
+def iter_tar_members(
+    source: bytes | memoryview | IO[bytes],
+    *,
+    base_offset: int = 0,
+    shard: str | None = None,
+    read_data: bool = True,
+) -> Iterator[TarMember]:
     """Yield the entries of a tar archive (or of a sample's byte range) in order.
 
     Args:
@@ -201,7 +210,9 @@ def iter_tar_members(source: bytes | memoryview | IO[bytes], *, base_offset: int
             not UTF-8, or member data cut short (truncated shard: the offset is where the data
             ends); names shard, member and byte offset.
     """
-    reader = _Buffer(source) if isinstance(source, bytes | bytearray | memoryview) else _Stream(source)
+    reader = (
+        _Buffer(source) if isinstance(source, bytes | bytearray | memoryview) else _Stream(source)
+    )
     pos, pax_name, pax_start = base_offset, None, None
     while True:
         header = reader.read(BLOCK_SIZE)
@@ -210,16 +221,22 @@ def iter_tar_members(source: bytes | memoryview | IO[bytes], *, base_offset: int
         header = bytes(header)
         stored = _octal(header[148:156], shard=shard, offset=pos)
         if stored != sum(header[:148]) + 256 + sum(header[156:]):
-            raise ShardFormatError("corrupt tar header (checksum mismatch); rebuild or "
-                                   "re-download the shard", shard=shard, offset=pos)
+            raise ShardFormatError(
+                "corrupt tar header (checksum mismatch); rebuild or re-download the shard",
+                shard=shard,
+                offset=pos,
+            )
         size, kind = _octal(header[124:136], shard=shard, offset=pos), header[156:157]
         data_offset = pos + BLOCK_SIZE
         if kind in _PAX:
             records = reader.read(size)
             if len(records) < size:
-                raise ShardFormatError(f"tar data ends at byte {data_offset + len(records)} inside "
-                                       "a PAX header (truncated shard); rebuild or re-download it",
-                                       shard=shard, offset=data_offset + len(records))
+                raise ShardFormatError(
+                    f"tar data ends at byte {data_offset + len(records)} inside "
+                    "a PAX header (truncated shard); rebuild or re-download it",
+                    shard=shard,
+                    offset=data_offset + len(records),
+                )
             reader.skip(padded_size(size) - size)
             pax_name = _pax_path(records) or pax_name
             pax_start = pos if pax_start is None else pax_start
@@ -233,10 +250,13 @@ def iter_tar_members(source: bytes | memoryview | IO[bytes], *, base_offset: int
         try:
             name: str = raw.decode("utf-8")
         except UnicodeDecodeError:
-            raise ShardFormatError(f"the tar member name {raw!r} is not valid UTF-8; rebuild the "
-                                   "shard with `drivetrain data build` (keys are ASCII)",
-                                   shard=shard, member=raw.decode("utf-8", "replace"),
-                                   offset=data_offset) from None
+            raise ShardFormatError(
+                f"the tar member name {raw!r} is not valid UTF-8; rebuild the "
+                "shard with `drivetrain data build` (keys are ASCII)",
+                shard=shard,
+                member=raw.decode("utf-8", "replace"),
+                offset=data_offset,
+            ) from None
         data = None
         if read_data:
             data = reader.read(size)
@@ -244,10 +264,20 @@ def iter_tar_members(source: bytes | memoryview | IO[bytes], *, base_offset: int
         else:
             got = reader.skip(size)
         if got < size:
-            raise ShardFormatError(f"truncated shard: the data ends at byte {data_offset + got}, "
-                                   f"inside this member's {size} bytes; rebuild or re-download it",
-                                   shard=shard, member=name, offset=data_offset + got)
+            raise ShardFormatError(
+                f"truncated shard: the data ends at byte {data_offset + got}, "
+                f"inside this member's {size} bytes; rebuild or re-download it",
+                shard=shard,
+                member=name,
+                offset=data_offset + got,
+            )
         reader.skip(padded_size(size) - size)
-        yield TarMember(name=name, kind=kind, header_offset=pax_start if pax_start is not None else pos,
-                        data_offset=data_offset, size=size, data=data)
+        yield TarMember(
+            name=name,
+            kind=kind,
+            header_offset=pax_start if pax_start is not None else pos,
+            data_offset=data_offset,
+            size=size,
+            data=data,
+        )
         pos, pax_name, pax_start = data_offset + padded_size(size), None, None

@@ -50,9 +50,15 @@ class Problem:
     """byte offset in the shard (header or data start), or None"""
 
     def __str__(self) -> str:
-        where = [p for p in (self.shard and f"shard {self.shard}",
-                             self.member and f"member {self.member!r}",
-                             self.offset is not None and f"byte offset {self.offset}") if p]
+        where = [
+            p
+            for p in (
+                self.shard and f"shard {self.shard}",
+                self.member and f"member {self.member!r}",
+                self.offset is not None and f"byte offset {self.offset}",
+            )
+            if p
+        ]
         return f"{', '.join(where)}: {self.message}" if where else self.message
 
 
@@ -79,8 +85,10 @@ class ValidationReport:
     def describe(self) -> str:
         """Return a human summary listing every problem."""
         if self.ok:
-            return (f"OK {self.root}: {self.num_samples} samples in {self.num_shards} shards, "
-                    f"dataset_hash {self.dataset_hash}")
+            return (
+                f"OK {self.root}: {self.num_samples} samples in {self.num_shards} shards, "
+                f"dataset_hash {self.dataset_hash}"
+            )
         lines = [f"INVALID {self.root}: {len(self.problems)} problem(s)"]
         lines += [f"  {p}" for p in self.problems]
         lines.append("Rebuild the dataset (or re-download the named shards) and validate again.")
@@ -96,31 +104,63 @@ def _scan_shard(data: bytes, shard: str, problems: list[Problem]) -> dict[str, d
         for info in iter_tar_members(view, shard=shard):
             problem = check_member_name(info.name)
             if problem:
-                problems.append(Problem(message=f"{problem}; refuse this shard", shard=shard,
-                                        member=info.name, offset=info.header_offset))
+                problems.append(
+                    Problem(
+                        message=f"{problem}; refuse this shard",
+                        shard=shard,
+                        member=info.name,
+                        offset=info.header_offset,
+                    )
+                )
             elif not info.is_regular:
-                problems.append(Problem(message="member is not a regular file", shard=shard,
-                                        member=info.name, offset=info.header_offset))
+                problems.append(
+                    Problem(
+                        message="member is not a regular file",
+                        shard=shard,
+                        member=info.name,
+                        offset=info.header_offset,
+                    )
+                )
             stop = info.data_offset + info.size
-            padding = view[stop:info.data_offset + padded_size(info.size)]
+            padding = view[stop : info.data_offset + padded_size(info.size)]
             if any(padding):
-                problems.append(Problem(message="non-zero bytes in member padding (tampered)",
-                                        shard=shard, member=info.name, offset=stop))
-            found[info.name] = {"header": info.header_offset, "offset": info.data_offset,
-                                "size": info.size, "sha256": hashlib.sha256(info.data or b"").hexdigest()}
+                problems.append(
+                    Problem(
+                        message="non-zero bytes in member padding (tampered)",
+                        shard=shard,
+                        member=info.name,
+                        offset=stop,
+                    )
+                )
+            found[info.name] = {
+                "header": info.header_offset,
+                "offset": info.data_offset,
+                "size": info.size,
+                "sha256": hashlib.sha256(info.data or b"").hexdigest(),
+            }
             end = info.data_offset + padded_size(info.size)
     except ShardFormatError as exc:
-        problems.append(Problem(message=exc.reason, shard=shard, member=exc.member, offset=exc.offset))
+        problems.append(
+            Problem(message=exc.reason, shard=shard, member=exc.member, offset=exc.offset)
+        )
         return found
     tail = view[end:]
     if len(tail) < 2 * BLOCK_SIZE:
-        problems.append(Problem(message=f"shard ends {len(tail)} bytes after the last member, "
-                                "before the end-of-archive blocks (truncated)", shard=shard,
-                                offset=len(data)))
+        problems.append(
+            Problem(
+                message=f"shard ends {len(tail)} bytes after the last member, "
+                "before the end-of-archive blocks (truncated)",
+                shard=shard,
+                offset=len(data),
+            )
+        )
     elif any(tail):
         first = end + next(i for i, b in enumerate(tail) if b)
-        problems.append(Problem(message="non-zero bytes after the end of the archive", shard=shard,
-                                offset=first))
+        problems.append(
+            Problem(
+                message="non-zero bytes after the end of the archive", shard=shard, offset=first
+            )
+        )
     return found
 
 
@@ -134,12 +174,20 @@ def _check_index_rows(rows: list[dict[str, Any]], problems: list[Problem]) -> No
         for m in row["members"]:
             digest.update(f"{m['name']}\0{m['sha256']}\n".encode())
         if digest.hexdigest() != row["content_hash"]:
-            problems.append(Problem(message=f"sample {key}: content_hash does not match its "
-                                    "member hashes", shard=row["shard"]))
+            problems.append(
+                Problem(
+                    message=f"sample {key}: content_hash does not match its member hashes",
+                    shard=row["shard"],
+                )
+            )
 
 
-def _compare_shard(shard: str, found: dict[str, dict[str, Any]], rows: list[dict[str, Any]],
-                   problems: list[Problem]) -> None:
+def _compare_shard(
+    shard: str,
+    found: dict[str, dict[str, Any]],
+    rows: list[dict[str, Any]],
+    problems: list[Problem],
+) -> None:
     expected_names = set()
     for row in rows:
         key = row["key"]
@@ -150,34 +198,63 @@ def _compare_shard(shard: str, found: dict[str, dict[str, Any]], rows: list[dict
             expected_names.add(name)
             actual = found.get(name)
             if actual is None:
-                problems.append(Problem(message=f"index row {key} lists this member, the tar "
-                                        "scan did not find it", shard=shard, member=name,
-                                        offset=m["offset"]))
+                problems.append(
+                    Problem(
+                        message=f"index row {key} lists this member, the tar scan did not find it",
+                        shard=shard,
+                        member=name,
+                        offset=m["offset"],
+                    )
+                )
                 continue
             start = actual["header"] if start is None else start
             last_end = actual["offset"] + padded_size(actual["size"])
             for field_name in ("offset", "size"):
                 if actual[field_name] != m[field_name]:
-                    problems.append(Problem(
-                        message=f"index says {field_name} {m[field_name]}, tar has "
-                        f"{actual[field_name]}", shard=shard, member=name, offset=m["offset"]))
+                    problems.append(
+                        Problem(
+                            message=f"index says {field_name} {m[field_name]}, tar has "
+                            f"{actual[field_name]}",
+                            shard=shard,
+                            member=name,
+                            offset=m["offset"],
+                        )
+                    )
             if actual["sha256"] != m["sha256"]:
-                problems.append(Problem(
-                    message=f"sha256 of member data [{actual['offset']}, "
-                    f"{actual['offset'] + actual['size']}) differs from the index (tampered or "
-                    "corrupt bytes)", shard=shard, member=name, offset=actual["offset"]))
-        if start is not None and (start != row["sample_offset"]
-                                  or last_end - start != row["sample_size"]):
-            problems.append(Problem(message=f"sample {key}: index range [{row['sample_offset']}, "
-                                    f"+{row['sample_size']}) != tar range [{start}, "
-                                    f"+{last_end - start})", shard=shard, offset=start))
+                problems.append(
+                    Problem(
+                        message=f"sha256 of member data [{actual['offset']}, "
+                        f"{actual['offset'] + actual['size']}) differs from the index (tampered or "
+                        "corrupt bytes)",
+                        shard=shard,
+                        member=name,
+                        offset=actual["offset"],
+                    )
+                )
+        if start is not None and (
+            start != row["sample_offset"] or last_end - start != row["sample_size"]
+        ):
+            problems.append(
+                Problem(
+                    message=f"sample {key}: index range [{row['sample_offset']}, "
+                    f"+{row['sample_size']}) != tar range [{start}, "
+                    f"+{last_end - start})",
+                    shard=shard,
+                    offset=start,
+                )
+            )
     for name in sorted(set(found) - expected_names):
-        problems.append(Problem(message="tar member is not in the index", shard=shard,
-                                member=name, offset=found[name]["header"]))
+        problems.append(
+            Problem(
+                message="tar member is not in the index",
+                shard=shard,
+                member=name,
+                offset=found[name]["header"],
+            )
+        )
 
 
-def _check_summary(manifest: Manifest, rows: list[dict[str, Any]],
-                   problems: list[Problem]) -> None:
+def _check_summary(manifest: Manifest, rows: list[dict[str, Any]], problems: list[Problem]) -> None:
     """The manifest's split and class counts (what `data inspect` shows) must match the index."""
     splits = {"train": 0, "val": 0}
     classes = dict.fromkeys(("vehicle", "pedestrian", "cyclist", "other"), 0)
@@ -190,16 +267,25 @@ def _check_summary(manifest: Manifest, rows: list[dict[str, Any]],
         classes["other"] += row["num_cuboids"] - named
     recorded = manifest.splits.counts
     if recorded != splits:
-        problems.append(Problem(message=f"manifest splits.counts {recorded} != {splits} "
-                                "counted in the index (manifest edited?)"))
+        problems.append(
+            Problem(
+                message=f"manifest splits.counts {recorded} != {splits} "
+                "counted in the index (manifest edited?)"
+            )
+        )
     recorded = manifest.class_counts
     if recorded != classes:
-        problems.append(Problem(message=f"manifest class_counts {recorded} != {classes} "
-                                "counted in the index (manifest edited?)"))
+        problems.append(
+            Problem(
+                message=f"manifest class_counts {recorded} != {classes} "
+                "counted in the index (manifest edited?)"
+            )
+        )
 
 
-def validate_dataset(root: str, *, progress: bool | None = None,
-                     read_shards: bool = True) -> ValidationReport:
+def validate_dataset(
+    root: str, *, progress: bool | None = None, read_shards: bool = True
+) -> ValidationReport:
     """Check the dataset at `root` (local path or fsspec URL) against docs/format.md.
 
     Args:
@@ -226,20 +312,33 @@ def validate_dataset(root: str, *, progress: bool | None = None,
     shards = manifest.shards
     index_entry = manifest.index
     if compute_dataset_hash(index_entry.sha256, list(shards)) != manifest.dataset_hash:
-        problems.append(Problem(message="manifest dataset_hash does not match its index and "
-                                "shard hashes (manifest edited?)"))
+        problems.append(
+            Problem(
+                message="manifest dataset_hash does not match its index and "
+                "shard hashes (manifest edited?)"
+            )
+        )
     if manifest.num_shards != len(shards):
-        problems.append(Problem(message=f"manifest num_shards {manifest.num_shards} != "
-                                f"{len(shards)} shard entries"))
+        problems.append(
+            Problem(
+                message=f"manifest num_shards {manifest.num_shards} != {len(shards)} shard entries"
+            )
+        )
     try:
         index_bytes = fs.cat_file(f"{base}/{INDEX_NAME}")
     except FileNotFoundError:
         problems.append(Problem(message=f"{INDEX_NAME} is missing; rebuild the dataset"))
         return report
-    if (hashlib.sha256(index_bytes).hexdigest() != index_entry.sha256
-            or len(index_bytes) != index_entry.bytes):
-        problems.append(Problem(message=f"{INDEX_NAME} sha256/size differ from the manifest "
-                                "(replaced or corrupt); rebuild the dataset"))
+    if (
+        hashlib.sha256(index_bytes).hexdigest() != index_entry.sha256
+        or len(index_bytes) != index_entry.bytes
+    ):
+        problems.append(
+            Problem(
+                message=f"{INDEX_NAME} sha256/size differ from the manifest "
+                "(replaced or corrupt); rebuild the dataset"
+            )
+        )
     try:
         table = read_index(io.BytesIO(index_bytes), where=f"{root}/{INDEX_NAME}")
     except Exception as exc:  # pyarrow raises several types for corrupt Parquet
@@ -250,21 +349,36 @@ def validate_dataset(root: str, *, progress: bool | None = None,
     except SchemaErrors as exc:
         cases = exc.failure_cases.head(_MAX_SCHEMA_LINES)
         for case in cases.itertuples():
-            problems.append(Problem(message=f"{INDEX_NAME} column {case.column}: check "
-                                    f"{case.check} fails at row {case.index} "
-                                    f"(value {case.failure_case!r})"))
+            problems.append(
+                Problem(
+                    message=f"{INDEX_NAME} column {case.column}: check "
+                    f"{case.check} fails at row {case.index} "
+                    f"(value {case.failure_case!r})"
+                )
+            )
     rows = table.to_pylist()
     report.num_samples = len(rows)
     if manifest.num_samples != len(rows):
-        problems.append(Problem(message=f"manifest num_samples {manifest.num_samples} != "
-                                f"{len(rows)} index rows"))
+        problems.append(
+            Problem(
+                message=f"manifest num_samples {manifest.num_samples} != {len(rows)} index rows"
+            )
+        )
     _check_summary(manifest, rows, problems)
     _check_index_rows(rows, problems)
     try:  # the loader's row checks (shard ids, required members, byte ranges), all reported
-        checked = view_from_table(table, manifest, url=root, root=base, is_local=True,
-                                  storage_options={}, error_policy="skip")
-        problems.extend(Problem(message=f"{INDEX_NAME} {reason} (key {key})")
-                        for key, reason in checked.skipped)
+        checked = view_from_table(
+            table,
+            manifest,
+            url=root,
+            root=base,
+            is_local=True,
+            storage_options={},
+            error_policy="skip",
+        )
+        problems.extend(
+            Problem(message=f"{INDEX_NAME} {reason} (key {key})") for key, reason in checked.skipped
+        )
     except DatasetError as exc:
         problems.append(Problem(message=str(exc)))
     rows_of: dict[str, list[dict[str, Any]]] = {}
@@ -276,27 +390,43 @@ def validate_dataset(root: str, *, progress: bool | None = None,
         report.num_shards += 1
         shard_rows = rows_of.get(path, [])
         if len(shard_rows) != entry.num_samples:
-            problems.append(Problem(message=f"index has {len(shard_rows)} samples in this "
-                                    f"shard, manifest says {entry.num_samples}", shard=path))
+            problems.append(
+                Problem(
+                    message=f"index has {len(shard_rows)} samples in this "
+                    f"shard, manifest says {entry.num_samples}",
+                    shard=path,
+                )
+            )
         if not read_shards:
             continue
         try:
             shard_fs, shard_file = fsspec.core.url_to_fs(shard_location(root, entry))
             data = shard_fs.cat_file(shard_file)
         except FileNotFoundError:
-            problems.append(Problem(message="shard file is missing; rebuild or re-download it",
-                                    shard=path))
+            problems.append(
+                Problem(message="shard file is missing; rebuild or re-download it", shard=path)
+            )
             continue
         if len(data) != entry.bytes:
-            problems.append(Problem(message=f"shard has {len(data)} bytes, manifest says "
-                                    f"{entry.bytes} (truncated or extended)", shard=path,
-                                    offset=min(len(data), entry.bytes)))
+            problems.append(
+                Problem(
+                    message=f"shard has {len(data)} bytes, manifest says "
+                    f"{entry.bytes} (truncated or extended)",
+                    shard=path,
+                    offset=min(len(data), entry.bytes),
+                )
+            )
         if hashlib.sha256(data).hexdigest() != entry.sha256:
-            problems.append(Problem(message="shard sha256 differs from the manifest (corrupt "
-                                    "or tampered bytes)", shard=path))
+            problems.append(
+                Problem(
+                    message="shard sha256 differs from the manifest (corrupt or tampered bytes)",
+                    shard=path,
+                )
+            )
         found = _scan_shard(data, path, problems)
         _compare_shard(path, found, shard_rows, problems)
     for path in sorted(set(rows_of) - {s.path for s in shards}):
-        problems.append(Problem(message="index rows point to a shard the manifest does not list",
-                                shard=path))
+        problems.append(
+            Problem(message="index rows point to a shard the manifest does not list", shard=path)
+        )
     return report

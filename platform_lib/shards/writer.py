@@ -52,9 +52,14 @@ class SampleLocation:
 
     def as_row(self) -> dict[str, Any]:
         """Return the index columns of this location (shallow; members list shared)."""
-        return {"shard": self.shard, "shard_id": self.shard_id,
-                "sample_offset": self.sample_offset, "sample_size": self.sample_size,
-                "members": self.members, "content_hash": self.content_hash}
+        return {
+            "shard": self.shard,
+            "shard_id": self.shard_id,
+            "sample_offset": self.sample_offset,
+            "sample_size": self.sample_size,
+            "members": self.members,
+            "content_hash": self.content_hash,
+        }
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -118,8 +123,10 @@ def _encoded_size(key: str, members: list[tuple[str, bytes]]) -> int:
         if full.isascii() and len(full) < _USTAR_NAME_MAX and len(data) < _USTAR_SIZE_MAX:
             header_size = BLOCK_SIZE  # fits a plain ustar header: no PAX extension block
         else:
-            header_size = len(make_tarinfo(full, len(data)).tobuf(TAR_FORMAT, "utf-8",  # type: ignore[arg-type]
-                                                                  "surrogateescape"))  # typeshed: format is an int constant
+            header_size = len(
+                # typeshed types `format` as Literal[0, 1, 2]; TAR_FORMAT is tarfile's int constant
+                make_tarinfo(full, len(data)).tobuf(TAR_FORMAT, "utf-8", "surrogateescape")  # type: ignore[arg-type]
+            )
         total += header_size + padded_size(len(data))
     return total
 
@@ -169,8 +176,11 @@ class ShardWriter:
         sha256, size = self._file.close()
         final = self.root / self._shard_rel
         os.replace(self._tmp_path, final)
-        self.shards.append(ShardInfo(path=self._shard_rel, sha256=sha256, bytes=size,
-                                     num_samples=self._num_samples))
+        self.shards.append(
+            ShardInfo(
+                path=self._shard_rel, sha256=sha256, bytes=size, num_samples=self._num_samples
+            )
+        )
         self._tar = self._file = self._tmp_path = None
 
     def add(self, key: str, members: list[tuple[str, bytes]]) -> SampleLocation:
@@ -184,8 +194,11 @@ class ShardWriter:
             if problem:
                 raise ValueError(f"sample {key}: member {key}.{name}: {problem}")
         size = _encoded_size(key, members)
-        if (self._tar is not None and self._num_samples > 0
-                and self._tar.offset + size + END_OF_ARCHIVE_SIZE > self.target_bytes):
+        if (
+            self._tar is not None
+            and self._num_samples > 0
+            and self._tar.offset + size + END_OF_ARCHIVE_SIZE > self.target_bytes
+        ):
             self._close_shard()
         if self._tar is None:
             self._open()
@@ -196,14 +209,25 @@ class ShardWriter:
         for name, data in members:
             _, data_offset = write_member(self._tar, f"{key}.{name}", data)
             member_sha = hashlib.sha256(data).hexdigest()
-            records.append({"name": name, "offset": data_offset, "size": len(data),
-                            "sha256": member_sha, "xxh3_64": xxhash.xxh3_64_intdigest(data)})
+            records.append(
+                {
+                    "name": name,
+                    "offset": data_offset,
+                    "size": len(data),
+                    "sha256": member_sha,
+                    "xxh3_64": xxhash.xxh3_64_intdigest(data),
+                }
+            )
             digest.update(f"{name}\0{member_sha}\n".encode())
         self._num_samples += 1
-        return SampleLocation(shard=self._shard_rel, shard_id=len(self.shards),
-                              sample_offset=sample_offset,
-                              sample_size=self._tar.offset - sample_offset,
-                              members=records, content_hash=digest.hexdigest())
+        return SampleLocation(
+            shard=self._shard_rel,
+            shard_id=len(self.shards),
+            sample_offset=sample_offset,
+            sample_size=self._tar.offset - sample_offset,
+            members=records,
+            content_hash=digest.hexdigest(),
+        )
 
     def close(self) -> list[ShardInfo]:
         """Close and publish the open shard; return every shard written, in order."""

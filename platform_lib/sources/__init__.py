@@ -49,12 +49,15 @@ def check_source(source: str, *, culprit: str = "source") -> str:
         UserError: naming `culprit` and the known formats.
     """
     if source not in SOURCE_NAMES:
-        raise UserError(f"unknown raw-log format {source!r}", culprit, f"use one of {', '.join(SOURCE_NAMES)}")
+        raise UserError(
+            f"unknown raw-log format {source!r}", culprit, f"use one of {', '.join(SOURCE_NAMES)}"
+        )
     return source
 
 
-def _resolve(source: str) -> tuple[Callable[[Path], list[Path]],
-                                   Callable[[Path], Iterator[Frame | FrameError]]]:
+def _resolve(
+    source: str,
+) -> tuple[Callable[[Path], list[Path]], Callable[[Path], Iterator[Frame | FrameError]]]:
     if source == "pandaset":
         from platform_lib.sources.pandaset import iter_pandaset_frames, list_pandaset_logs
 
@@ -99,19 +102,31 @@ def list_log_urls(source: str, location: str) -> list[str]:
     check_source(source)
     fs, root, local = resolve_fs(location)
     if not call_with_retries(lambda: fs.isdir(root), what="listing", url=location):
-        raise UserError("raw-log folder does not exist or is not a folder", location,
-                        "pass raw_logs a folder of raw logs (local path or object-storage URL)")
+        raise UserError(
+            "raw-log folder does not exist or is not a folder",
+            location,
+            "pass raw_logs a folder of raw logs (local path or object-storage URL)",
+        )
     if local:
         try:
             return [str(p) for p in list_logs(source, root)]
         except (FileNotFoundError, NotADirectoryError) as exc:
             detail, _, fix = str(exc).split(": ", 1)[-1].rpartition("; ")
-            raise UserError(f"no {source} logs found" + (f" ({detail})" if detail else ""), location,
-                            fix or f"pass raw_logs a folder of {source} logs or one log folder") from None
+            raise UserError(
+                f"no {source} logs found" + (f" ({detail})" if detail else ""),
+                location,
+                fix or f"pass raw_logs a folder of {source} logs or one log folder",
+            ) from None
     scheme = location.split("://", 1)[0]
     entries = call_with_retries(lambda: fs.ls(root, detail=True), what="listing", url=location)
-    logs = sorted(e["name"].rstrip("/") for e in entries
-                  if e.get("type") == "directory" and not e["name"].rstrip("/").rsplit("/", 1)[-1].startswith("."))
+    logs = sorted(
+        e["name"].rstrip("/")
+        for e in entries
+        if e.get("type") == "directory"
+        and not e["name"].rstrip("/").rsplit("/", 1)[-1].startswith(".")
+    )
     if not logs:
-        raise UserError("no log folders found", location, f"pass raw_logs a folder of {source} log folders")
+        raise UserError(
+            "no log folders found", location, f"pass raw_logs a folder of {source} log folders"
+        )
     return [f"{scheme}://{p}" for p in logs]

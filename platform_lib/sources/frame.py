@@ -88,12 +88,15 @@ def sample_key(log_id: str, frame_index: int) -> str:
     if not LOG_ID_PATTERN.match(log_id):
         raise FrameError(
             f"log id {log_id!r} is not usable in a shard key: use 1-64 characters of [A-Za-z0-9-]",
-            reason="bad_log_id", log_id=log_id,
+            reason="bad_log_id",
+            log_id=log_id,
         )
     if frame_index < 0:
         raise FrameError(
             f"frame index {frame_index} of log {log_id!r} is negative",
-            reason="bad_frame_index", log_id=log_id, frame_index=frame_index,
+            reason="bad_frame_index",
+            log_id=log_id,
+            frame_index=frame_index,
         )
     return f"{log_id}_{frame_index:06d}"
 
@@ -145,8 +148,12 @@ class Cuboids:
     def empty(cls) -> Cuboids:
         """Return zero boxes (K = 0)."""
         return cls(
-            label=[], class_group=[], center=np.zeros((0, 3)), size=np.zeros((0, 3)),
-            yaw=np.zeros((0,)), track_id=[],
+            label=[],
+            class_group=[],
+            center=np.zeros((0, 3)),
+            size=np.zeros((0, 3)),
+            yaw=np.zeros((0,)),
+            track_id=[],
         )
 
 

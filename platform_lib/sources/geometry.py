@@ -75,8 +75,9 @@ def transform_points(transform: np.ndarray, points: np.ndarray) -> np.ndarray:
     x, y, z = points[:, 0], points[:, 1], points[:, 2]
     out = np.empty_like(points)
     for i in range(3):  # elementwise: avoids BLAS thread start-up on (N, 3) @ (3, 3)
-        out[:, i] = transform[i, 0] * x + transform[i, 1] * y + transform[i, 2] * z \
-            + transform[i, 3]
+        out[:, i] = (
+            transform[i, 0] * x + transform[i, 1] * y + transform[i, 2] * z + transform[i, 3]
+        )
     return out
 
 
@@ -113,8 +114,9 @@ def project_points(
     return uv, depth
 
 
-def _points_inside_each(points: np.ndarray, center: np.ndarray, size: np.ndarray,
-                        yaw: np.ndarray, margin: float) -> list[np.ndarray]:
+def _points_inside_each(
+    points: np.ndarray, center: np.ndarray, size: np.ndarray, yaw: np.ndarray, margin: float
+) -> list[np.ndarray]:
     """Return, per cuboid, the sorted indices of `points` inside it (KD-tree prefiltered)."""
     from scipy.spatial import cKDTree
 

@@ -95,11 +95,16 @@ def hash_raw_location(location: str) -> str:
     """
     fs, root, local = resolve_fs(location)
     if not call_with_retries(lambda: fs.isdir(root), what="listing", url=location):
-        raise UserError("raw-log folder does not exist or is not a folder", location,
-                        "pass raw_logs a folder of raw logs (local path or object-storage URL)")
+        raise UserError(
+            "raw-log folder does not exist or is not a folder",
+            location,
+            "pass raw_logs a folder of raw logs (local path or object-storage URL)",
+        )
     if local:
         if not list_raw_files(root):
-            raise UserError("raw-log folder is empty", location, "pass raw_logs a folder holding raw logs")
+            raise UserError(
+                "raw-log folder is empty", location, "pass raw_logs a folder holding raw logs"
+            )
         return hash_raw_log(root)
     lines = []
     listing = call_with_retries(lambda: fs.find(root, detail=True), what="listing", url=location)
@@ -107,13 +112,20 @@ def hash_raw_location(location: str) -> str:
         rel = os.path.relpath(path, root).replace(os.sep, "/")
         if rel.startswith(".") or "/." in rel:
             continue  # hidden tool state, skipped like `list_raw_files` does
-        key = info.get("VersionId") or info.get("version_id") or info.get("ETag") or info.get("etag")
+        key = (
+            info.get("VersionId") or info.get("version_id") or info.get("ETag") or info.get("etag")
+        )
         if not key:
-            raise UserError(f"object {path!r} has no ETag or version id", location,
-                            "use a store that reports one or copy the logs to a local folder")
+            raise UserError(
+                f"object {path!r} has no ETag or version id",
+                location,
+                "use a store that reports one or copy the logs to a local folder",
+            )
         lines.append(f"{rel}\0{str(key).strip(chr(34))}\n")
     if not lines:
-        raise UserError("raw-log folder is empty", location, "pass raw_logs a folder holding raw logs")
+        raise UserError(
+            "raw-log folder is empty", location, "pass raw_logs a folder holding raw logs"
+        )
     return hashlib.sha256("".join(lines).encode()).hexdigest()
 
 
@@ -127,5 +139,6 @@ def check_raw_logs_unchanged(location: str, expected_hash: str) -> None:
     if now != expected_hash:
         raise UserError(
             f"raw logs changed while the dataset was built (content hash {expected_hash[:12]} -> {now[:12]})",
-            location, "stop writing to the raw-log folder and re-run",
+            location,
+            "stop writing to the raw-log folder and re-run",
         )

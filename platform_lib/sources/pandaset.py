@@ -61,7 +61,11 @@ __all__ = [
 
 #: The six PandaSet cameras, sorted by name (the member order of the shards).
 CAMERA_NAMES: tuple[str, ...] = (
-    "back_camera", "front_camera", "front_left_camera", "front_right_camera", "left_camera",
+    "back_camera",
+    "front_camera",
+    "front_left_camera",
+    "front_right_camera",
+    "left_camera",
     "right_camera",
 )
 _LIDAR_COLUMNS = ("x", "y", "z", "i")
@@ -103,8 +107,11 @@ def list_pandaset_logs(root: str | os.PathLike[str]) -> list[Path]:
     root = Path(root)
     if (root / "lidar" / "poses.json").is_file():
         return [root]
-    logs = sorted(p for p in root.iterdir() if (p / "lidar" / "poses.json").is_file()) \
-        if root.is_dir() else []
+    logs = (
+        sorted(p for p in root.iterdir() if (p / "lidar" / "poses.json").is_file())
+        if root.is_dir()
+        else []
+    )
     if not logs:
         raise FileNotFoundError(
             f"{root}: no PandaSet sequence found (expected <root>/<seq>/lidar/poses.json or "
@@ -130,28 +137,39 @@ def load_pandaset_log(log_dir: str | os.PathLike[str]) -> PandasetLog:
         if not folder.is_dir():
             raise FrameError(
                 f"{folder}: camera folder is missing; a PandaSet sequence has all of "
-                f"{list(CAMERA_NAMES)}: re-copy the sequence", path=folder,
-                reason="missing_camera", log_id=log_id,
+                f"{list(CAMERA_NAMES)}: re-copy the sequence",
+                path=folder,
+                reason="missing_camera",
+                log_id=log_id,
             )
         intr_path = folder / "intrinsics.json"
         intr = load_json(intr_path, log_id=log_id)
         try:
-            k = np.array([[intr["fx"], 0.0, intr["cx"]], [0.0, intr["fy"], intr["cy"]],
-                          [0.0, 0.0, 1.0]], dtype=np.float64)
+            k = np.array(
+                [[intr["fx"], 0.0, intr["cx"]], [0.0, intr["fy"], intr["cy"]], [0.0, 0.0, 1.0]],
+                dtype=np.float64,
+            )
         except (KeyError, TypeError, ValueError) as exc:
-            raise FrameError(f"{intr_path}: expected {{fx, fy, cx, cy}} ({exc!r})", path=intr_path,
-                             reason="bad_calibration", log_id=log_id) from exc
+            raise FrameError(
+                f"{intr_path}: expected {{fx, fy, cx, cy}} ({exc!r})",
+                path=intr_path,
+                reason="bad_calibration",
+                log_id=log_id,
+            ) from exc
         files = index_numbered_files(folder, ".jpg")
         indices |= set(files)
         cameras[name] = {
-            "intrinsics": k, "files": files, "folder": folder,
+            "intrinsics": k,
+            "files": files,
+            "folder": folder,
             "poses": load_json(folder / "poses.json", log_id=log_id),
             "timestamps": load_json(folder / "timestamps.json", log_id=log_id),
         }
     for sub in ("cuboids", "semseg"):
         indices |= set(index_numbered_files(log_dir / "annotations" / sub, ".pkl.gz"))
     return PandasetLog(
-        log_dir=log_dir, log_id=log_id,
+        log_dir=log_dir,
+        log_id=log_id,
         frame_indices=tuple(range(max(indices) + 1)) if indices else (),
         lidar_poses=load_json(log_dir / "lidar" / "poses.json", log_id=log_id),
         lidar_timestamps=load_json(log_dir / "lidar" / "timestamps.json", log_id=log_id),
@@ -162,8 +180,9 @@ def load_pandaset_log(log_dir: str | os.PathLike[str]) -> PandasetLog:
     )
 
 
-def _read_camera(log: PandasetLog, name: str, i: int,
-                 ego_from_world: np.ndarray) -> tuple[CameraImage, Path]:
+def _read_camera(
+    log: PandasetLog, name: str, i: int, ego_from_world: np.ndarray
+) -> tuple[CameraImage, Path]:
     cam = log.cameras[name]
     path = cam["folder"] / f"{i:02d}.jpg"
     if not path.is_file():
@@ -171,7 +190,10 @@ def _read_camera(log: PandasetLog, name: str, i: int,
             f"{path}: camera image of frame {i} is missing (camera folder {cam['folder']} holds "
             f"{len(cam['files'])} images, lidar folder {log.log_dir / 'lidar'} holds "
             f"{log.num_lidar_files} sweeps); re-copy the image from the original download or quarantine the frame",
-            path=path, reason="missing_camera", log_id=log.log_id, frame_index=i,
+            path=path,
+            reason="missing_camera",
+            log_id=log.log_id,
+            frame_index=i,
         )
     data = path.read_bytes()
     check_jpeg_bytes(data, str(path), log_id=log.log_id, frame_index=i)
@@ -179,19 +201,32 @@ def _read_camera(log: PandasetLog, name: str, i: int,
         with Image.open(io.BytesIO(data)) as img:  # parses the header only, no pixel decode
             width, height = img.size
     except (UnidentifiedImageError, OSError, SyntaxError) as exc:
-        raise FrameError(f"{path}: unreadable JPEG header ({exc}); re-copy the image",
-                         path=path, reason="corrupt_camera", log_id=log.log_id,
-                         frame_index=i) from exc
-    world_from_camera = parse_pose(cam["poses"], i, cam["folder"] / "poses.json",
-                                   log_id=log.log_id, frame_index=i)
+        raise FrameError(
+            f"{path}: unreadable JPEG header ({exc}); re-copy the image",
+            path=path,
+            reason="corrupt_camera",
+            log_id=log.log_id,
+            frame_index=i,
+        ) from exc
+    world_from_camera = parse_pose(
+        cam["poses"], i, cam["folder"] / "poses.json", log_id=log.log_id, frame_index=i
+    )
     stamps = cam["timestamps"]
     if not isinstance(stamps, list) or i >= len(stamps):
-        raise FrameError(f"{cam['folder'] / 'timestamps.json'}: no timestamp for frame {i}",
-                         path=cam["folder"] / "timestamps.json", reason="count_mismatch",
-                         log_id=log.log_id, frame_index=i)
+        raise FrameError(
+            f"{cam['folder'] / 'timestamps.json'}: no timestamp for frame {i}",
+            path=cam["folder"] / "timestamps.json",
+            reason="count_mismatch",
+            log_id=log.log_id,
+            frame_index=i,
+        )
     image = CameraImage(
-        jpeg=data, width=int(width), height=int(height), intrinsics=cam["intrinsics"].copy(),
-        extrinsics=ego_from_world @ world_from_camera, timestamp=float(stamps[i]),
+        jpeg=data,
+        width=int(width),
+        height=int(height),
+        intrinsics=cam["intrinsics"].copy(),
+        extrinsics=ego_from_world @ world_from_camera,
+        timestamp=float(stamps[i]),
     )
     return image, path
 
@@ -214,18 +249,27 @@ def read_pandaset_frame(log: PandasetLog, frame_index: int) -> Frame:
     lidar_path = lidar_dir / f"{i:02d}.pkl.gz"
     df = load_pickled_frame(lidar_path, reason="corrupt_lidar", log_id=log_id, frame_index=i)
     require_columns(df, _LIDAR_COLUMNS, lidar_path, log_id=log_id, frame_index=i)
-    world_from_ego = parse_pose(log.lidar_poses, i, lidar_dir / "poses.json", log_id=log_id,
-                                frame_index=i) @ _LIDAR_FROM_EGO
+    world_from_ego = (
+        parse_pose(log.lidar_poses, i, lidar_dir / "poses.json", log_id=log_id, frame_index=i)
+        @ _LIDAR_FROM_EGO
+    )
     ego_from_world = invert_transform(world_from_ego)
     if not isinstance(log.lidar_timestamps, list) or i >= len(log.lidar_timestamps):
-        raise FrameError(f"{lidar_dir / 'timestamps.json'}: no timestamp for frame {i}",
-                         path=lidar_dir / "timestamps.json", reason="count_mismatch",
-                         log_id=log_id, frame_index=i)
+        raise FrameError(
+            f"{lidar_dir / 'timestamps.json'}: no timestamp for frame {i}",
+            path=lidar_dir / "timestamps.json",
+            reason="count_mismatch",
+            log_id=log_id,
+            frame_index=i,
+        )
     points = np.empty((len(df), 4), dtype=np.float32)
     points[:, :3] = transform_points(ego_from_world, df[["x", "y", "z"]].to_numpy(np.float64))
     points[:, 3] = df["i"].to_numpy(np.float64)
-    files = {"lidar": str(lidar_path), "lidar_pose": str(lidar_dir / "poses.json"),
-             "timestamps": str(lidar_dir / "timestamps.json")}
+    files = {
+        "lidar": str(lidar_path),
+        "lidar_pose": str(lidar_dir / "poses.json"),
+        "timestamps": str(lidar_dir / "timestamps.json"),
+    }
     lidar_seg = None
     if log.has_semseg:
         seg_path = log.log_dir / "annotations" / "semseg" / f"{i:02d}.pkl.gz"
@@ -243,9 +287,16 @@ def read_pandaset_frame(log: PandasetLog, frame_index: int) -> Frame:
         cameras[name], cam_path = _read_camera(log, name, i, ego_from_world)
         files[f"camera/{name}"] = str(cam_path)
     frame = Frame(
-        log_id=log_id, frame_index=i, timestamp=float(log.lidar_timestamps[i]),
-        ego_pose=world_from_ego, cameras=cameras, lidar=points, lidar_seg=lidar_seg,
-        radar=None, cuboids=cuboids, source_files=files,
+        log_id=log_id,
+        frame_index=i,
+        timestamp=float(log.lidar_timestamps[i]),
+        ego_pose=world_from_ego,
+        cameras=cameras,
+        lidar=points,
+        lidar_seg=lidar_seg,
+        radar=None,
+        cuboids=cuboids,
+        source_files=files,
     )
     return validate_frame(frame)
 

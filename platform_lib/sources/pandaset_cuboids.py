@@ -19,12 +19,28 @@ from platform_lib.sources.pandaset_files import load_pickled_frame, require_colu
 
 __all__ = ["map_pandaset_label", "read_pandaset_cuboids", "select_cuboid_rows"]
 
-_VEHICLE = {"Car", "Pickup Truck", "Medium-sized Truck", "Semi-truck", "Bus", "Emergency Vehicle",
-            "Towed Object"}
+_VEHICLE = {
+    "Car",
+    "Pickup Truck",
+    "Medium-sized Truck",
+    "Semi-truck",
+    "Bus",
+    "Emergency Vehicle",
+    "Towed Object",
+}
 _PEDESTRIAN = {"Pedestrian", "Pedestrian with Object"}
 _CYCLIST = {"Bicycle", "Motorcycle", "Motorized Scooter", "Personal Mobility Device"}
-_CUBOID_COLUMNS = ("uuid", "label", "yaw", "position.x", "position.y", "position.z",
-                   "dimensions.x", "dimensions.y", "dimensions.z")
+_CUBOID_COLUMNS = (
+    "uuid",
+    "label",
+    "yaw",
+    "position.x",
+    "position.y",
+    "position.z",
+    "dimensions.x",
+    "dimensions.y",
+    "dimensions.z",
+)
 
 
 def map_pandaset_label(label: str) -> str:
@@ -74,7 +90,8 @@ def read_pandaset_cuboids(path: Path, log_id: str, i: int, ego_from_world: np.nd
     direction_e = direction_w @ ego_from_world[:3, :3].T
     labels = [str(x) for x in df["label"]]
     return Cuboids(
-        label=labels, class_group=[map_pandaset_label(x) for x in labels],
+        label=labels,
+        class_group=[map_pandaset_label(x) for x in labels],
         center=transform_points(ego_from_world, center_w),
         size=df[["dimensions.y", "dimensions.x", "dimensions.z"]].to_numpy(np.float64),
         yaw=np.arctan2(direction_e[:, 1], direction_e[:, 0]),

@@ -54,19 +54,30 @@ def load_json(path: Path, *, log_id: str | None = None):
     if not path.is_file():
         raise FrameError(
             f"{path}: required PandaSet metadata file is missing; re-copy the sequence folder "
-            "from the original download", path=path, reason="missing_file", log_id=log_id,
+            "from the original download",
+            path=path,
+            reason="missing_file",
+            log_id=log_id,
         )
     try:
         return json.loads(path.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise FrameError(
             f"{path}: not valid JSON ({exc}); re-copy it from the original download",
-            path=path, reason="corrupt_metadata", log_id=log_id,
+            path=path,
+            reason="corrupt_metadata",
+            log_id=log_id,
         ) from exc
 
 
-def parse_pose(poses: list, index: int, path: Path, *, log_id: str | None = None,
-               frame_index: int | None = None) -> np.ndarray:
+def parse_pose(
+    poses: list,
+    index: int,
+    path: Path,
+    *,
+    log_id: str | None = None,
+    frame_index: int | None = None,
+) -> np.ndarray:
     """Return the (4, 4) world_from_sensor transform of entry `index` of a poses.json list.
 
     Raises:
@@ -77,7 +88,10 @@ def parse_pose(poses: list, index: int, path: Path, *, log_id: str | None = None
         raise FrameError(
             f"{path}: holds {count} poses but frame {index} needs one; the poses file and the "
             "sensor data disagree on the number of frames: re-export the sequence or quarantine "
-            "the frame", path=path, reason="count_mismatch", log_id=log_id,
+            "the frame",
+            path=path,
+            reason="count_mismatch",
+            log_id=log_id,
             frame_index=frame_index,
         )
     try:
@@ -87,12 +101,20 @@ def parse_pose(poses: list, index: int, path: Path, *, log_id: str | None = None
     except (KeyError, TypeError, ValueError) as exc:
         raise FrameError(
             f"{path}: pose {index} is malformed ({exc!r}); expected "
-            '{"position": {x,y,z}, "heading": {w,x,y,z}}', path=path, reason="bad_pose",
-            log_id=log_id, frame_index=frame_index,
+            '{"position": {x,y,z}, "heading": {w,x,y,z}}',
+            path=path,
+            reason="bad_pose",
+            log_id=log_id,
+            frame_index=frame_index,
         ) from exc
     if not np.all(np.isfinite(translation)):
-        raise FrameError(f"{path}: pose {index} has a non-finite position", path=path,
-                         reason="bad_pose", log_id=log_id, frame_index=frame_index)
+        raise FrameError(
+            f"{path}: pose {index} has a non-finite position",
+            path=path,
+            reason="bad_pose",
+            log_id=log_id,
+            frame_index=frame_index,
+        )
     return make_transform(rotation, translation)
 
 
@@ -109,33 +131,55 @@ def load_pickled_frame(path: Path, *, reason: str, log_id: str, frame_index: int
         what = reason.removeprefix("corrupt_")
         raise FrameError(
             f"{path}: {what} file of frame {frame_index} is missing; re-copy it from the original "
-            "download or quarantine the frame", path=path, reason=f"missing_{what}",
-            log_id=log_id, frame_index=frame_index,
+            "download or quarantine the frame",
+            path=path,
+            reason=f"missing_{what}",
+            log_id=log_id,
+            frame_index=frame_index,
         )
     try:
         df = pd.read_pickle(path, compression="gzip")  # pandas' compat unpickler for old files
-    except (EOFError, OSError, zlib.error, pickle.UnpicklingError, AttributeError, ImportError,
-            IndexError, TypeError, ValueError) as exc:
+    except (
+        EOFError,
+        OSError,
+        zlib.error,
+        pickle.UnpicklingError,
+        AttributeError,
+        ImportError,
+        IndexError,
+        TypeError,
+        ValueError,
+    ) as exc:
         raise FrameError(
             f"{path}: cannot decompress/unpickle ({type(exc).__name__}: {exc}); the file is "
             "truncated or corrupt: re-copy it from the original download or quarantine the frame",
-            path=path, reason=reason, log_id=log_id, frame_index=frame_index,
+            path=path,
+            reason=reason,
+            log_id=log_id,
+            frame_index=frame_index,
         ) from exc
     if not isinstance(df, pd.DataFrame):
         raise FrameError(
             f"{path}: holds a {type(df).__name__}, expected a pandas DataFrame; re-copy it",
-            path=path, reason=reason, log_id=log_id, frame_index=frame_index,
+            path=path,
+            reason=reason,
+            log_id=log_id,
+            frame_index=frame_index,
         )
     return df
 
 
-def require_columns(df: pd.DataFrame, columns: tuple[str, ...], path: Path, *, log_id: str,
-                    frame_index: int) -> None:
+def require_columns(
+    df: pd.DataFrame, columns: tuple[str, ...], path: Path, *, log_id: str, frame_index: int
+) -> None:
     """Raise `FrameError` (reason "missing_column") naming the first absent column and the file."""
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise FrameError(
             f"{path}: missing column(s) {missing} (has {list(df.columns)}); the file does not "
-            "follow the PandaSet schema: re-export it or quarantine the frame", path=path,
-            reason="missing_column", log_id=log_id, frame_index=frame_index,
+            "follow the PandaSet schema: re-export it or quarantine the frame",
+            path=path,
+            reason="missing_column",
+            log_id=log_id,
+            frame_index=frame_index,
         )

@@ -83,20 +83,37 @@ def _write_log_files(config: SyntheticConfig, log_index: int, folder: Path) -> N
     names = sorted(RIG)
     for sub in ["lidar", "lidar_seg", "radar", "cuboids"] + [f"camera/{n}" for n in names]:
         (folder / sub).mkdir(parents=True)
-    _dump_json(folder / "meta.json", {
-        "format": FORMAT, "log_id": log_id, "log_index": log_index,
-        "num_frames": config.frames_per_log, "cameras": names,
-        "config": dataclasses.asdict(config),
-    })
-    _dump_json(folder / "calib.json", {"cameras": {n: {
-        "width": config.image_width, "height": config.image_height,
-        "intrinsics": rig[n]["intrinsics"].tolist(), "extrinsics": rig[n]["extrinsics"].tolist(),
-    } for n in names}})
+    _dump_json(
+        folder / "meta.json",
+        {
+            "format": FORMAT,
+            "log_id": log_id,
+            "log_index": log_index,
+            "num_frames": config.frames_per_log,
+            "cameras": names,
+            "config": dataclasses.asdict(config),
+        },
+    )
+    _dump_json(
+        folder / "calib.json",
+        {
+            "cameras": {
+                n: {
+                    "width": config.image_width,
+                    "height": config.image_height,
+                    "intrinsics": rig[n]["intrinsics"].tolist(),
+                    "extrinsics": rig[n]["extrinsics"].tolist(),
+                }
+                for n in names
+            }
+        },
+    )
     _dump_json(folder / "poses.json", scene.ego_pose.tolist())
     _dump_json(folder / "timestamps.json", scene.timestamps.tolist())
     labels = [CLASS_SPECS[g][0] for g in scene.class_group]
-    rays = {n: prepare_camera_rays(config, rig[n]["intrinsics"], rig[n]["extrinsics"])
-            for n in names}
+    rays = {
+        n: prepare_camera_rays(config, rig[n]["intrinsics"], rig[n]["extrinsics"]) for n in names
+    }
     for f in range(config.frames_per_log):
         rng = np.random.default_rng([config.seed, log_index, 1, f])
         world_from_ego = scene.ego_pose[f]
@@ -106,25 +123,43 @@ def _write_log_files(config: SyntheticConfig, log_index: int, folder: Path) -> N
         yaw = np.arctan2(np.sin(relative), np.cos(relative))  # wrapped to (-pi, pi]
         velocity = scene.velocity @ rot_t.T
         points, seg = simulate_lidar(config, scene.class_group, center, scene.size, yaw, rng)
-        radar = simulate_radar(config, scene.class_group, center, scene.size, yaw, velocity,
-                               scene.ego_speed, scene.ego_yaw_rate, rng)
+        radar = simulate_radar(
+            config,
+            scene.class_group,
+            center,
+            scene.size,
+            yaw,
+            velocity,
+            scene.ego_speed,
+            scene.ego_yaw_rate,
+            rng,
+        )
         stem = f"{f:06d}"
         _save_npy(folder / "lidar" / f"{stem}.npy", points)
         _save_npy(folder / "lidar_seg" / f"{stem}.npy", seg)
         _save_npy(folder / "radar" / f"{stem}.npy", radar)
-        _dump_json(folder / "cuboids" / f"{stem}.json", {
-            "label": labels, "class_group": list(scene.class_group), "center": center.tolist(),
-            "size": scene.size.tolist(), "yaw": yaw.tolist(), "track_id": list(scene.track_id),
-            "velocity": velocity.tolist(),
-        })
+        _dump_json(
+            folder / "cuboids" / f"{stem}.json",
+            {
+                "label": labels,
+                "class_group": list(scene.class_group),
+                "center": center.tolist(),
+                "size": scene.size.tolist(),
+                "yaw": yaw.tolist(),
+                "track_id": list(scene.track_id),
+                "velocity": velocity.tolist(),
+            },
+        )
         for n in names:
-            jpeg = render_camera(config, rays[n], scene.class_group, center, scene.size, yaw,
-                                 world_from_ego)
+            jpeg = render_camera(
+                config, rays[n], scene.class_group, center, scene.size, yaw, world_from_ego
+            )
             (folder / "camera" / n / f"{stem}.jpg").write_bytes(jpeg)
 
 
-def write_synthetic_log(config: SyntheticConfig, log_index: int,
-                        out_dir: str | os.PathLike[str]) -> Path:
+def write_synthetic_log(
+    config: SyntheticConfig, log_index: int, out_dir: str | os.PathLike[str]
+) -> Path:
     """Generate log `log_index` of `config` into `out_dir/synth-NNNN/` atomically.
 
     An existing folder of the same name is replaced. Returns the log folder.
@@ -148,8 +183,13 @@ def write_synthetic_log(config: SyntheticConfig, log_index: int,
     return final
 
 
-def write_synthetic_logs(config: SyntheticConfig, out_dir: str | os.PathLike[str],
-                         *, progress: bool | None = None, workers: int = 1) -> list[Path]:
+def write_synthetic_logs(
+    config: SyntheticConfig,
+    out_dir: str | os.PathLike[str],
+    *,
+    progress: bool | None = None,
+    workers: int = 1,
+) -> list[Path]:
     """Generate all `config.num_logs` logs into `out_dir`; returns their folders, sorted.
 
     Same config -> byte-identical files, whatever `workers` is (each log has its own seeded
@@ -190,8 +230,13 @@ def list_synthetic_logs(root: str | os.PathLike[str]) -> list[Path]:
     root = Path(root)
     if (root / "meta.json").is_file():
         return [root]
-    logs = sorted(p for p in root.iterdir() if not p.name.startswith(".")
-                  and (p / "meta.json").is_file()) if root.is_dir() else []
+    logs = (
+        sorted(
+            p for p in root.iterdir() if not p.name.startswith(".") and (p / "meta.json").is_file()
+        )
+        if root.is_dir()
+        else []
+    )
     if not logs:
         raise FileNotFoundError(
             f"{root}: no synthetic log found (expected <root>/synth-NNNN/meta.json); generate "

@@ -40,18 +40,32 @@ class SyntheticLog:
     """F floats, s"""
 
 
-def _load_json(path: Path, log_id: str | None, frame_index: int | None = None,
-               missing: str = "missing_file", corrupt: str = "corrupt_metadata"):
+def _load_json(
+    path: Path,
+    log_id: str | None,
+    frame_index: int | None = None,
+    missing: str = "missing_file",
+    corrupt: str = "corrupt_metadata",
+):
     if not path.is_file():
-        raise FrameError(f"{path}: file is missing; regenerate the synthetic log "
-                         "(write_synthetic_logs) or quarantine the frame", path=path,
-                         reason=missing, log_id=log_id, frame_index=frame_index)
+        raise FrameError(
+            f"{path}: file is missing; regenerate the synthetic log "
+            "(write_synthetic_logs) or quarantine the frame",
+            path=path,
+            reason=missing,
+            log_id=log_id,
+            frame_index=frame_index,
+        )
     try:
         return json.loads(path.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise FrameError(f"{path}: not valid JSON ({exc}); regenerate the synthetic log",
-                         path=path, reason=corrupt, log_id=log_id,
-                         frame_index=frame_index) from exc
+        raise FrameError(
+            f"{path}: not valid JSON ({exc}); regenerate the synthetic log",
+            path=path,
+            reason=corrupt,
+            log_id=log_id,
+            frame_index=frame_index,
+        ) from exc
 
 
 def load_synthetic_log(log_dir: str | os.PathLike[str]) -> SyntheticLog:
@@ -64,21 +78,31 @@ def load_synthetic_log(log_dir: str | os.PathLike[str]) -> SyntheticLog:
     meta = _load_json(log_dir / "meta.json", None)
     if not isinstance(meta, dict) or meta.get("format") != "drivetrain-synthetic-v1":
         found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
-        raise FrameError(f"{log_dir / 'meta.json'}: format is {found!r}, expected "
-                         "'drivetrain-synthetic-v1'; regenerate the log with write_synthetic_logs",
-                         path=log_dir / "meta.json", reason="corrupt_metadata")
+        raise FrameError(
+            f"{log_dir / 'meta.json'}: format is {found!r}, expected "
+            "'drivetrain-synthetic-v1'; regenerate the log with write_synthetic_logs",
+            path=log_dir / "meta.json",
+            reason="corrupt_metadata",
+        )
     log_id = str(meta.get("log_id", log_dir.name))
     try:
         num_frames = int(meta["num_frames"])
         calib = {
-            name: {"width": int(c["width"]), "height": int(c["height"]),
-                   "intrinsics": np.array(c["intrinsics"], dtype=np.float64),
-                   "extrinsics": np.array(c["extrinsics"], dtype=np.float64)}
+            name: {
+                "width": int(c["width"]),
+                "height": int(c["height"]),
+                "intrinsics": np.array(c["intrinsics"], dtype=np.float64),
+                "extrinsics": np.array(c["extrinsics"], dtype=np.float64),
+            }
             for name, c in _load_json(log_dir / "calib.json", log_id)["cameras"].items()
         }
     except (KeyError, TypeError, ValueError) as exc:
-        raise FrameError(f"{log_dir}: meta.json/calib.json malformed ({exc!r}); regenerate the "
-                         "log", path=log_dir, reason="corrupt_metadata", log_id=log_id) from exc
+        raise FrameError(
+            f"{log_dir}: meta.json/calib.json malformed ({exc!r}); regenerate the log",
+            path=log_dir,
+            reason="corrupt_metadata",
+            log_id=log_id,
+        ) from exc
     poses = _load_json(log_dir / "poses.json", log_id)
     timestamps = _load_json(log_dir / "timestamps.json", log_id)
     for name, values in (("poses.json", poses), ("timestamps.json", timestamps)):
@@ -86,23 +110,42 @@ def load_synthetic_log(log_dir: str | os.PathLike[str]) -> SyntheticLog:
             raise FrameError(
                 f"{log_dir / name}: holds {len(values) if isinstance(values, list) else 'no'} "
                 f"entries but {log_dir / 'meta.json'} says {num_frames} frames; regenerate the log",
-                path=log_dir / name, reason="count_mismatch", log_id=log_id)
-    return SyntheticLog(log_dir=log_dir, log_id=log_id, num_frames=num_frames, calib=calib,
-                        poses=poses, timestamps=timestamps)
+                path=log_dir / name,
+                reason="count_mismatch",
+                log_id=log_id,
+            )
+    return SyntheticLog(
+        log_dir=log_dir,
+        log_id=log_id,
+        num_frames=num_frames,
+        calib=calib,
+        poses=poses,
+        timestamps=timestamps,
+    )
 
 
 def _load_npy(path: Path, what: str, log_id: str, i: int) -> np.ndarray:
     if not path.is_file():
-        raise FrameError(f"{path}: {what} file of frame {i} is missing; regenerate the log or "
-                         "quarantine the frame", path=path, reason=f"missing_{what}",
-                         log_id=log_id, frame_index=i)
+        raise FrameError(
+            f"{path}: {what} file of frame {i} is missing; regenerate the log or "
+            "quarantine the frame",
+            path=path,
+            reason=f"missing_{what}",
+            log_id=log_id,
+            frame_index=i,
+        )
     try:
         with open(path, "rb") as fh:
             return np.load(fh, allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
-        raise FrameError(f"{path}: unreadable .npy ({exc}); the file is truncated or corrupt: "
-                         "regenerate the log or quarantine the frame", path=path,
-                         reason=f"corrupt_{what}", log_id=log_id, frame_index=i) from exc
+        raise FrameError(
+            f"{path}: unreadable .npy ({exc}); the file is truncated or corrupt: "
+            "regenerate the log or quarantine the frame",
+            path=path,
+            reason=f"corrupt_{what}",
+            log_id=log_id,
+            frame_index=i,
+        ) from exc
 
 
 def read_synthetic_frame(log: SyntheticLog, frame_index: int) -> Frame:
@@ -115,23 +158,31 @@ def read_synthetic_frame(log: SyntheticLog, frame_index: int) -> Frame:
     """
     i, log_id, root = frame_index, log.log_id, log.log_dir
     stem = f"{i:06d}"
-    files = {"lidar": str(root / "lidar" / f"{stem}.npy"),
-             "lidar_seg": str(root / "lidar_seg" / f"{stem}.npy"),
-             "radar": str(root / "radar" / f"{stem}.npy"),
-             "cuboids": str(root / "cuboids" / f"{stem}.json"),
-             "lidar_pose": str(root / "poses.json"), "timestamps": str(root / "timestamps.json")}
+    files = {
+        "lidar": str(root / "lidar" / f"{stem}.npy"),
+        "lidar_seg": str(root / "lidar_seg" / f"{stem}.npy"),
+        "radar": str(root / "radar" / f"{stem}.npy"),
+        "cuboids": str(root / "cuboids" / f"{stem}.json"),
+        "lidar_pose": str(root / "poses.json"),
+        "timestamps": str(root / "timestamps.json"),
+    }
     lidar = _load_npy(Path(files["lidar"]), "lidar", log_id, i)
     seg = _load_npy(Path(files["lidar_seg"]), "lidar_seg", log_id, i)
     radar = _load_npy(Path(files["radar"]), "radar", log_id, i)
     raw = _load_json(Path(files["cuboids"]), log_id, i, "missing_cuboids", "corrupt_cuboids")
     missing = [k for k in _CUBOID_KEYS if not isinstance(raw, dict) or k not in raw]
     if missing:
-        raise FrameError(f"{files['cuboids']}: missing field(s) {missing}; regenerate the log",
-                         path=files["cuboids"], reason="missing_column", log_id=log_id,
-                         frame_index=i)
+        raise FrameError(
+            f"{files['cuboids']}: missing field(s) {missing}; regenerate the log",
+            path=files["cuboids"],
+            reason="missing_column",
+            log_id=log_id,
+            frame_index=i,
+        )
     try:
         cuboids = Cuboids(
-            label=[str(x) for x in raw["label"]], class_group=[str(x) for x in raw["class_group"]],
+            label=[str(x) for x in raw["label"]],
+            class_group=[str(x) for x in raw["class_group"]],
             center=np.array(raw["center"], dtype=np.float64).reshape(-1, 3),
             size=np.array(raw["size"], dtype=np.float64).reshape(-1, 3),
             yaw=np.array(raw["yaw"], dtype=np.float64).reshape(-1),
@@ -139,35 +190,68 @@ def read_synthetic_frame(log: SyntheticLog, frame_index: int) -> Frame:
         )
         ego_pose = np.array(log.poses[i], dtype=np.float64)
     except (TypeError, ValueError) as exc:
-        raise FrameError(f"{files['cuboids']}: malformed cuboids ({exc}); regenerate the log",
-                         path=files["cuboids"], reason="bad_cuboid", log_id=log_id,
-                         frame_index=i) from exc
+        raise FrameError(
+            f"{files['cuboids']}: malformed cuboids ({exc}); regenerate the log",
+            path=files["cuboids"],
+            reason="bad_cuboid",
+            log_id=log_id,
+            frame_index=i,
+        ) from exc
     timestamp = float(log.timestamps[i])
     cameras = {}
     for name in sorted(log.calib):
         path = root / "camera" / name / f"{stem}.jpg"
         if not path.is_file():
-            raise FrameError(f"{path}: camera image of frame {i} is missing; regenerate the log or "
-                             "quarantine the frame", path=path, reason="missing_camera",
-                             log_id=log_id, frame_index=i)
+            raise FrameError(
+                f"{path}: camera image of frame {i} is missing; regenerate the log or "
+                "quarantine the frame",
+                path=path,
+                reason="missing_camera",
+                log_id=log_id,
+                frame_index=i,
+            )
         data = path.read_bytes()
         check_jpeg_bytes(data, str(path), log_id=log_id, frame_index=i)
         try:
             with Image.open(io.BytesIO(data)) as img:
                 size = img.size
         except (UnidentifiedImageError, OSError, SyntaxError) as exc:
-            raise FrameError(f"{path}: unreadable JPEG header ({exc})", path=path,
-                             reason="corrupt_camera", log_id=log_id, frame_index=i) from exc
+            raise FrameError(
+                f"{path}: unreadable JPEG header ({exc})",
+                path=path,
+                reason="corrupt_camera",
+                log_id=log_id,
+                frame_index=i,
+            ) from exc
         cal = log.calib[name]
         if size != (cal["width"], cal["height"]):
-            raise FrameError(f"{path}: image is {size[0]}x{size[1]} but calib.json says "
-                             f"{cal['width']}x{cal['height']}; regenerate the log", path=path,
-                             reason="bad_calibration", log_id=log_id, frame_index=i)
-        cameras[name] = CameraImage(jpeg=data, width=size[0], height=size[1],
-                                    intrinsics=cal["intrinsics"].copy(),
-                                    extrinsics=cal["extrinsics"].copy(), timestamp=timestamp)
+            raise FrameError(
+                f"{path}: image is {size[0]}x{size[1]} but calib.json says "
+                f"{cal['width']}x{cal['height']}; regenerate the log",
+                path=path,
+                reason="bad_calibration",
+                log_id=log_id,
+                frame_index=i,
+            )
+        cameras[name] = CameraImage(
+            jpeg=data,
+            width=size[0],
+            height=size[1],
+            intrinsics=cal["intrinsics"].copy(),
+            extrinsics=cal["extrinsics"].copy(),
+            timestamp=timestamp,
+        )
         files[f"camera/{name}"] = str(path)
-    frame = Frame(log_id=log_id, frame_index=i, timestamp=timestamp, ego_pose=ego_pose,
-                  cameras=cameras, lidar=lidar, lidar_seg=seg, radar=radar, cuboids=cuboids,
-                  source_files=files)
+    frame = Frame(
+        log_id=log_id,
+        frame_index=i,
+        timestamp=timestamp,
+        ego_pose=ego_pose,
+        cameras=cameras,
+        lidar=lidar,
+        lidar_seg=seg,
+        radar=radar,
+        cuboids=cuboids,
+        source_files=files,
+    )
     return validate_frame(frame)

@@ -33,9 +33,16 @@ _SKY_LOW = np.array([170.0, 200.0, 235.0])
 _SKY_HIGH = np.array([60.0, 110.0, 200.0])
 
 
-def cast_rays(origin: np.ndarray, dirs: np.ndarray, center: np.ndarray, size: np.ndarray,
-              yaw: np.ndarray, ground_z: float | None, max_range: float,
-              columns: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def cast_rays(
+    origin: np.ndarray,
+    dirs: np.ndarray,
+    center: np.ndarray,
+    size: np.ndarray,
+    yaw: np.ndarray,
+    ground_z: float | None,
+    max_range: float,
+    columns: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Intersect rays from `origin` (3,) with the ground plane z = ground_z and oriented boxes.
 
     Uses the slab method in each box's local frame; rays starting inside a box ignore it.
@@ -60,14 +67,17 @@ def cast_rays(origin: np.ndarray, dirs: np.ndarray, center: np.ndarray, size: np
     rel = center - origin[None, :]
     dist = np.maximum(np.linalg.norm(rel, axis=1), 1e-9)
     radius = 0.5 * np.linalg.norm(size, axis=1)
-    cos_limit = np.where(dist > radius, np.sqrt(np.clip(1.0 - (radius / dist) ** 2, 0.0, 1.0)),
-                         -2.0)
+    cos_limit = np.where(
+        dist > radius, np.sqrt(np.clip(1.0 - (radius / dist) ** 2, 0.0, 1.0)), -2.0
+    )
     unit = rel / dist[:, None]
     if columns is None:
         columns = np.ascontiguousarray(dirs.T)  # (3, R): contiguous per component
     cos, sin = np.cos(yaw), np.sin(yaw)
-    local_origin = np.stack([-(cos * rel[:, 0] + sin * rel[:, 1]),
-                             -(-sin * rel[:, 0] + cos * rel[:, 1]), -rel[:, 2]], axis=1)
+    local_origin = np.stack(
+        [-(cos * rel[:, 0] + sin * rel[:, 1]), -(-sin * rel[:, 0] + cos * rel[:, 1]), -rel[:, 2]],
+        axis=1,
+    )
     half = size / 2.0
     for b in range(k):  # ascending: on exact ties the lower box index wins
         if dist[b] - radius[b] > max_range:
@@ -98,14 +108,19 @@ def cast_rays(origin: np.ndarray, dirs: np.ndarray, center: np.ndarray, size: np
 
 
 def _lidar_dirs(config: SyntheticConfig) -> np.ndarray:
-    elev = np.radians(np.linspace(config.lidar_fov_down_deg, config.lidar_fov_up_deg,
-                                  config.lidar_beams))
+    elev = np.radians(
+        np.linspace(config.lidar_fov_down_deg, config.lidar_fov_up_deg, config.lidar_beams)
+    )
     azim = np.linspace(0.0, 2 * np.pi, config.lidar_azimuth_bins, endpoint=False)
     el, az = np.meshgrid(elev, azim, indexing="ij")
-    return np.stack([np.cos(el) * np.cos(az), np.cos(el) * np.sin(az), np.sin(el)], -1).reshape(-1, 3)
+    return np.stack([np.cos(el) * np.cos(az), np.cos(el) * np.sin(az), np.sin(el)], -1).reshape(
+        -1, 3
+    )
 
 
-def _box_normals(dirs: np.ndarray, hit: np.ndarray, axis: np.ndarray, yaw: np.ndarray) -> np.ndarray:
+def _box_normals(
+    dirs: np.ndarray, hit: np.ndarray, axis: np.ndarray, yaw: np.ndarray
+) -> np.ndarray:
     """Unit surface normals (R, 3) facing the ray origin, for ground (z) and box faces."""
     normal = np.zeros_like(dirs)
     normal[:, 2] = 1.0
@@ -121,9 +136,14 @@ def _box_normals(dirs: np.ndarray, hit: np.ndarray, axis: np.ndarray, yaw: np.nd
     return normal
 
 
-def simulate_lidar(config: SyntheticConfig, groups: list[str], center: np.ndarray,
-                   size: np.ndarray, yaw: np.ndarray, rng: np.random.Generator
-                   ) -> tuple[np.ndarray, np.ndarray]:
+def simulate_lidar(
+    config: SyntheticConfig,
+    groups: list[str],
+    center: np.ndarray,
+    size: np.ndarray,
+    yaw: np.ndarray,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray]:
     """Cast one 360 degree sweep from the ego origin.
 
     Returns:
@@ -132,8 +152,9 @@ def simulate_lidar(config: SyntheticConfig, groups: list[str], center: np.ndarra
         seg: (N,) int32 PandaSet class id (Road 7, Car 13, Pedestrian 30, Bicycle 26).
     """
     dirs = _lidar_dirs(config)
-    hit, t, axis = cast_rays(np.zeros(3), dirs, center, size, yaw, -config.lidar_height_m,
-                             config.lidar_max_range_m)
+    hit, t, axis = cast_rays(
+        np.zeros(3), dirs, center, size, yaw, -config.lidar_height_m, config.lidar_max_range_m
+    )
     keep = hit > -2
     dirs, hit, t, axis = dirs[keep], hit[keep], t[keep], axis[keep]
     t_noisy = t + rng.normal(0.0, config.range_noise_m, size=len(t))
@@ -150,9 +171,17 @@ def simulate_lidar(config: SyntheticConfig, groups: list[str], center: np.ndarra
 _RADAR_POSITION = np.array([2.0, 0.0, -1.2])  # front bumper, relative to the LiDAR, m
 
 
-def simulate_radar(config: SyntheticConfig, groups: list[str], center: np.ndarray,
-                   size: np.ndarray, yaw: np.ndarray, velocity_ego: np.ndarray,
-                   ego_speed: float, ego_yaw_rate: float, rng: np.random.Generator) -> np.ndarray:
+def simulate_radar(
+    config: SyntheticConfig,
+    groups: list[str],
+    center: np.ndarray,
+    size: np.ndarray,
+    yaw: np.ndarray,
+    velocity_ego: np.ndarray,
+    ego_speed: float,
+    ego_yaw_rate: float,
+    rng: np.random.Generator,
+) -> np.ndarray:
     """Simulate a front radar (+-60 deg azimuth) at the bumper; returns from cuboid faces only.
 
     Args:
@@ -173,15 +202,18 @@ def simulate_radar(config: SyntheticConfig, groups: list[str], center: np.ndarra
     elev = np.radians([-1.0, 1.0, 3.0])
     azim = np.radians(np.linspace(-60.0, 60.0, 121))
     el, az = np.meshgrid(elev, azim, indexing="ij")
-    dirs = np.stack([np.cos(el) * np.cos(az), np.cos(el) * np.sin(az), np.sin(el)], -1).reshape(-1, 3)
+    dirs = np.stack([np.cos(el) * np.cos(az), np.cos(el) * np.sin(az), np.sin(el)], -1).reshape(
+        -1, 3
+    )
     hit, t, _ = cast_rays(_RADAR_POSITION, dirs, center, size, yaw, None, config.radar_max_range_m)
     box = hit >= 0
     if not box.any():
         return np.zeros((0, 5), dtype=np.float32)
     dirs, hit, t = dirs[box], hit[box], t[box]
     points = _RADAR_POSITION + dirs * t[:, None]
-    radar_velocity = np.array([ego_speed - ego_yaw_rate * _RADAR_POSITION[1],
-                               ego_yaw_rate * _RADAR_POSITION[0], 0.0])
+    radar_velocity = np.array(
+        [ego_speed - ego_yaw_rate * _RADAR_POSITION[1], ego_yaw_rate * _RADAR_POSITION[0], 0.0]
+    )
     v_r = np.sum((velocity_ego[hit] - radar_velocity) * dirs, axis=1)
     rcs = np.array([CLASS_SPECS[g][6] for g in groups])[hit]
     out = np.empty((len(t), 5), dtype=np.float32)
@@ -219,35 +251,61 @@ class CameraRays:
     """(3, H*W) `dirs` transposed, contiguous (what `cast_rays` scans)"""
 
 
-def prepare_camera_rays(config: SyntheticConfig, intrinsics: np.ndarray,
-                        extrinsics: np.ndarray) -> CameraRays:
+def prepare_camera_rays(
+    config: SyntheticConfig, intrinsics: np.ndarray, extrinsics: np.ndarray
+) -> CameraRays:
     """Precompute the rays of one camera (pinhole `intrinsics`, `extrinsics` ego_from_camera)."""
     w, h = config.image_width, config.image_height
     u, v = np.meshgrid(np.arange(w) + 0.5, np.arange(h) + 0.5)
     k_inv = np.linalg.inv(intrinsics)
     ray_cam = [k_inv[i, 0] * u.ravel() + k_inv[i, 1] * v.ravel() + k_inv[i, 2] for i in range(3)]
     rot = extrinsics[:3, :3]  # elementwise instead of (R,3)@(3,3): far faster on loaded CPUs
-    dirs = np.stack([rot[i, 0] * ray_cam[0] + rot[i, 1] * ray_cam[1] + rot[i, 2] * ray_cam[2]
-                     for i in range(3)], axis=1)
+    dirs = np.stack(
+        [
+            rot[i, 0] * ray_cam[0] + rot[i, 1] * ray_cam[1] + rot[i, 2] * ray_cam[2]
+            for i in range(3)
+        ],
+        axis=1,
+    )
     dirs /= np.linalg.norm(dirs, axis=1, keepdims=True)
     origin = np.asarray(extrinsics[:3, 3], dtype=np.float64)
-    hit, t, _ = cast_rays(origin, dirs, np.zeros((0, 3)), np.zeros((0, 3)), np.zeros(0),
-                          -config.lidar_height_m, _CAMERA_RANGE)
+    hit, t, _ = cast_rays(
+        origin,
+        dirs,
+        np.zeros((0, 3)),
+        np.zeros((0, 3)),
+        np.zeros(0),
+        -config.lidar_height_m,
+        _CAMERA_RANGE,
+    )
     ground = hit == -1
     elevation = np.clip(dirs[:, 2], 0.0, 1.0)[:, None]
     background = (1 - elevation) * _SKY_LOW + elevation * _SKY_HIGH
     background[ground] = np.clip(t[ground] / _CAMERA_RANGE, 0.0, 1.0)[:, None] * _SKY_LOW
-    return CameraRays(width=w, height=h, origin=origin, dirs=dirs, ground=ground,
-                      ground_t=np.where(ground, t, np.inf),
-                      ground_xy=(origin + dirs[ground] * t[ground, None])[:, :2],
-                      background=background, ground_index=np.flatnonzero(ground),
-                      ground_weight=1.0 - np.clip(t[ground] / _CAMERA_RANGE, 0.0, 1.0),
-                      columns=np.ascontiguousarray(dirs.T))
+    return CameraRays(
+        width=w,
+        height=h,
+        origin=origin,
+        dirs=dirs,
+        ground=ground,
+        ground_t=np.where(ground, t, np.inf),
+        ground_xy=(origin + dirs[ground] * t[ground, None])[:, :2],
+        background=background,
+        ground_index=np.flatnonzero(ground),
+        ground_weight=1.0 - np.clip(t[ground] / _CAMERA_RANGE, 0.0, 1.0),
+        columns=np.ascontiguousarray(dirs.T),
+    )
 
 
-def render_camera(config: SyntheticConfig, cam: CameraRays, groups: list[str],
-                  center: np.ndarray, size: np.ndarray, yaw: np.ndarray,
-                  world_from_ego: np.ndarray) -> bytes:
+def render_camera(
+    config: SyntheticConfig,
+    cam: CameraRays,
+    groups: list[str],
+    center: np.ndarray,
+    size: np.ndarray,
+    yaw: np.ndarray,
+    world_from_ego: np.ndarray,
+) -> bytes:
     """Ray-trace one pinhole image.
 
     Sky gradient, world-fixed 2 m checkered ground with haze, and cuboids filled with their
@@ -262,13 +320,19 @@ def render_camera(config: SyntheticConfig, cam: CameraRays, groups: list[str],
     y_world = rot[1, 0] * gx + rot[1, 1] * gy + rot[1, 3]
     checker = (np.floor(x_world / 2.0) + np.floor(y_world / 2.0)) % 2
     rgb[cam.ground_index] += (cam.ground_weight * (85.0 + 25.0 * checker))[:, None]
-    hit, t, axis = cast_rays(cam.origin, cam.dirs, center, size, yaw, None, _CAMERA_RANGE,
-                             columns=cam.columns)
+    hit, t, axis = cast_rays(
+        cam.origin, cam.dirs, center, size, yaw, None, _CAMERA_RANGE, columns=cam.columns
+    )
     box = (hit >= 0) & (t < cam.ground_t)
     if box.any():
         colour = np.array([CLASS_SPECS[g][7] for g in groups], dtype=np.float64)[hit[box]]
         shade = np.array([1.0, 0.75, 1.2])[axis[box]]
         rgb[box] = np.clip(colour * shade[:, None], 0, 255)
     image = np.round(rgb).astype(np.uint8).reshape(cam.height, cam.width, 3)
-    return simplejpeg.encode_jpeg(np.ascontiguousarray(image), quality=config.jpeg_quality,
-                                  colorspace="RGB", colorsubsampling="420", fastdct=False)
+    return simplejpeg.encode_jpeg(
+        np.ascontiguousarray(image),
+        quality=config.jpeg_quality,
+        colorspace="RGB",
+        colorsubsampling="420",
+        fastdct=False,
+    )

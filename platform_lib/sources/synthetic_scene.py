@@ -80,9 +80,19 @@ class SyntheticConfig:
     """seed of every random draw"""
 
     def __post_init__(self) -> None:
-        positive = ("num_logs", "frames_per_log", "image_width", "image_height", "lidar_beams",
-                    "lidar_azimuth_bins", "lidar_max_range_m", "lidar_height_m",
-                    "scene_radius_m", "frame_rate_hz", "radar_max_range_m")
+        positive = (
+            "num_logs",
+            "frames_per_log",
+            "image_width",
+            "image_height",
+            "lidar_beams",
+            "lidar_azimuth_bins",
+            "lidar_max_range_m",
+            "lidar_height_m",
+            "scene_radius_m",
+            "frame_rate_hz",
+            "radar_max_range_m",
+        )
         for name in positive:
             if not getattr(self, name) > 0:
                 raise ValueError(f"SyntheticConfig.{name} must be > 0, got {getattr(self, name)}")
@@ -195,8 +205,11 @@ def sample_scene(config: SyntheticConfig, log_index: int) -> Scene:
     vels: list[Any] = []
     paths: list[Any] = []
     radii: list[Any] = []
-    counts = {"vehicle": config.num_vehicles, "pedestrian": config.num_pedestrians,
-              "cyclist": config.num_cyclists}
+    counts = {
+        "vehicle": config.num_vehicles,
+        "pedestrian": config.num_pedestrians,
+        "cyclist": config.num_cyclists,
+    }
     for group, (lo, hi) in counts.items():
         _, _, base, speed_range, p_static, *_ = CLASS_SPECS[group]
         for _ in range(int(rng.integers(lo, hi + 1))):
@@ -204,8 +217,9 @@ def sample_scene(config: SyntheticConfig, log_index: int) -> Scene:
                 size = np.array(base) * rng.uniform(0.9, 1.1, size=3)
                 r = float(rng.uniform(4.0, config.scene_radius_m))
                 # half of the objects ahead of the ego (front camera), the rest all around
-                bearing = float(rng.normal(0.0, 0.35) if rng.uniform() < 0.5
-                                else rng.uniform(-np.pi, np.pi))
+                bearing = float(
+                    rng.normal(0.0, 0.35) if rng.uniform() < 0.5 else rng.uniform(-np.pi, np.pi)
+                )
                 yaw = float(rng.uniform(-np.pi, np.pi))
                 v = 0.0 if rng.uniform() < p_static else float(rng.uniform(*speed_range))
                 vel = v * np.array([np.cos(yaw), np.sin(yaw), 0.0])
@@ -214,8 +228,10 @@ def sample_scene(config: SyntheticConfig, log_index: int) -> Scene:
                 radius = 0.5 * float(np.hypot(size[0], size[1]))
                 if np.min(np.linalg.norm(path - ego_xy, axis=1)) < radius + 3.5:
                     continue
-                if any(np.min(np.linalg.norm(path - p, axis=1)) < radius + q + 0.5
-                       for p, q in zip(paths, radii, strict=True)):
+                if any(
+                    np.min(np.linalg.norm(path - p, axis=1)) < radius + q + 0.5
+                    for p, q in zip(paths, radii, strict=True)
+                ):
                     continue
                 groups.append(group)
                 sizes.append(size)
@@ -231,8 +247,13 @@ def sample_scene(config: SyntheticConfig, log_index: int) -> Scene:
         center[:, :, 2] = np.array(sizes)[:, 2] / 2.0
     return Scene(
         timestamps=config.start_timestamp_s + 1000.0 * log_index + t,
-        ego_pose=ego_pose, ego_speed=speed, ego_yaw_rate=yaw_rate, class_group=groups,
+        ego_pose=ego_pose,
+        ego_speed=speed,
+        ego_yaw_rate=yaw_rate,
+        class_group=groups,
         track_id=[f"{g}-{j:03d}" for j, g in enumerate(groups)],
-        size=np.array(sizes).reshape(k, 3), yaw=np.array(yaws), velocity=np.array(vels).reshape(k, 3),
+        size=np.array(sizes).reshape(k, 3),
+        yaw=np.array(yaws),
+        velocity=np.array(vels).reshape(k, 3),
         center=center,
     )

@@ -23,8 +23,9 @@ _JPEG_SOI = b"\xff\xd8"
 _JPEG_EOI = b"\xff\xd9"
 
 
-def check_jpeg_bytes(data: bytes, path: str, *, log_id: str | None = None,
-                     frame_index: int | None = None) -> None:
+def check_jpeg_bytes(
+    data: bytes, path: str, *, log_id: str | None = None, frame_index: int | None = None
+) -> None:
     """Raise `FrameError` (reason "corrupt_camera") unless `data` starts with SOI and holds EOI.
 
     The end-of-image marker is searched in the last 64 bytes, so a truncated file is caught
@@ -34,20 +35,29 @@ def check_jpeg_bytes(data: bytes, path: str, *, log_id: str | None = None,
         raise FrameError(
             f"{path}: not a JPEG (first bytes {data[:4].hex() or 'empty'}, expected ffd8); "
             "restore the camera image from the original log or quarantine the frame",
-            path=path, reason="corrupt_camera", log_id=log_id, frame_index=frame_index,
+            path=path,
+            reason="corrupt_camera",
+            log_id=log_id,
+            frame_index=frame_index,
         )
     if _JPEG_EOI not in data[-64:]:
         raise FrameError(
             f"{path}: JPEG is truncated ({len(data)} bytes, no end-of-image marker); "
             "re-copy the camera image from the original log or quarantine the frame",
-            path=path, reason="corrupt_camera", log_id=log_id, frame_index=frame_index,
+            path=path,
+            reason="corrupt_camera",
+            log_id=log_id,
+            frame_index=frame_index,
         )
 
 
 def _fail(frame: Frame, role: str, message: str, reason: str) -> FrameError:
     path = frame.source_files.get(role, f"<{role} of {frame.log_id} frame {frame.frame_index}>")
     return FrameError(
-        f"{path}: {message}", path=path, reason=reason, log_id=frame.log_id,
+        f"{path}: {message}",
+        path=path,
+        reason=reason,
+        log_id=frame.log_id,
         frame_index=frame.frame_index,
     )
 
@@ -56,21 +66,39 @@ def _check_matrix(frame: Frame, role: str, name: str, value: np.ndarray, shape: 
     value = np.asarray(value)
     reason = "bad_calibration" if role.startswith("camera") else "bad_pose"
     if value.shape != shape or not np.all(np.isfinite(value)):
-        raise _fail(frame, role, f"{name} must be a finite {shape} matrix, got shape "
-                    f"{value.shape}; fix the calibration/pose file of the log", reason)
+        raise _fail(
+            frame,
+            role,
+            f"{name} must be a finite {shape} matrix, got shape "
+            f"{value.shape}; fix the calibration/pose file of the log",
+            reason,
+        )
     if shape == (4, 4):
         rot = value[:3, :3]
-        if not (np.allclose(rot.T @ rot, np.eye(3), atol=1e-4)
-                and np.allclose(value[3], [0, 0, 0, 1]) and np.linalg.det(rot) > 0):
-            raise _fail(frame, role, f"{name} is not a rigid transform (rotation not orthonormal "
-                        "or last row not [0, 0, 0, 1]); fix the calibration/pose file", reason)
+        if not (
+            np.allclose(rot.T @ rot, np.eye(3), atol=1e-4)
+            and np.allclose(value[3], [0, 0, 0, 1])
+            and np.linalg.det(rot) > 0
+        ):
+            raise _fail(
+                frame,
+                role,
+                f"{name} is not a rigid transform (rotation not orthonormal "
+                "or last row not [0, 0, 0, 1]); fix the calibration/pose file",
+                reason,
+            )
 
 
 def _check_points(frame: Frame, role: str, points: np.ndarray, columns: int) -> None:
-    if not isinstance(points, np.ndarray) or points.dtype != np.float32 or points.ndim != 2 \
-            or points.shape[1] != columns:
+    if (
+        not isinstance(points, np.ndarray)
+        or points.dtype != np.float32
+        or points.ndim != 2
+        or points.shape[1] != columns
+    ):
         raise _fail(
-            frame, role,
+            frame,
+            role,
             f"expected (N, {columns}) float32 points, got "
             f"{getattr(points, 'shape', None)} {getattr(points, 'dtype', type(points).__name__)}; "
             "this is a reader bug, report it with the file",
@@ -79,7 +107,8 @@ def _check_points(frame: Frame, role: str, points: np.ndarray, columns: int) -> 
     bad = ~np.isfinite(points).all(axis=1)
     if bad.any():
         raise _fail(
-            frame, role,
+            frame,
+            role,
             f"{int(bad.sum())} of {len(points)} points hold NaN/inf (first at row "
             f"{int(np.flatnonzero(bad)[0])}); drop those points in the source log or quarantine "
             "the frame",
@@ -103,8 +132,12 @@ def validate_frame(frame: Frame) -> Frame:
         role = f"camera/{name}"
         if not CAMERA_NAME_PATTERN.match(name):
             raise _fail(frame, role, f"camera name {name!r} is not [a-z0-9_]+", "bad_calibration")
-        check_jpeg_bytes(cam.jpeg, frame.source_files.get(role, role),
-                         log_id=frame.log_id, frame_index=frame.frame_index)
+        check_jpeg_bytes(
+            cam.jpeg,
+            frame.source_files.get(role, role),
+            log_id=frame.log_id,
+            frame_index=frame.frame_index,
+        )
         if cam.width <= 0 or cam.height <= 0:
             raise _fail(frame, role, f"image size {cam.width}x{cam.height}", "corrupt_camera")
         _check_matrix(frame, role, "intrinsics", cam.intrinsics, (3, 3))
@@ -112,15 +145,21 @@ def validate_frame(frame: Frame) -> Frame:
     _check_points(frame, "lidar", frame.lidar, 4)
     if frame.lidar_seg is not None:
         seg = frame.lidar_seg
-        if not isinstance(seg, np.ndarray) or seg.dtype != np.int32 or seg.shape != (len(frame.lidar),):
+        if (
+            not isinstance(seg, np.ndarray)
+            or seg.dtype != np.int32
+            or seg.shape != (len(frame.lidar),)
+        ):
             raise FrameError(
                 f"{frame.source_files.get('lidar_seg', 'lidar_seg')}: holds "
                 f"{getattr(seg, 'shape', None)} labels but "
                 f"{frame.source_files.get('lidar', 'lidar')} holds {len(frame.lidar)} points; "
                 "the semantic labels must have one row per LiDAR point: re-export the pair or "
                 "quarantine the frame",
-                path=frame.source_files.get("lidar_seg"), reason="count_mismatch",
-                log_id=frame.log_id, frame_index=frame.frame_index,
+                path=frame.source_files.get("lidar_seg"),
+                reason="count_mismatch",
+                log_id=frame.log_id,
+                frame_index=frame.frame_index,
             )
     if frame.radar is not None:
         _check_points(frame, "radar", frame.radar, 5)
@@ -132,24 +171,38 @@ def _validate_cuboids(frame: Frame) -> None:
     cub = frame.cuboids
     k = len(cub.label)
     lengths = {
-        "class_group": len(cub.class_group), "center": len(cub.center), "size": len(cub.size),
-        "yaw": len(cub.yaw), "track_id": len(cub.track_id),
+        "class_group": len(cub.class_group),
+        "center": len(cub.center),
+        "size": len(cub.size),
+        "yaw": len(cub.yaw),
+        "track_id": len(cub.track_id),
     }
     if any(n != k for n in lengths.values()):
-        raise _fail(frame, "cuboids", f"cuboid fields disagree on count: label={k} {lengths}",
-                    "count_mismatch")
+        raise _fail(
+            frame,
+            "cuboids",
+            f"cuboid fields disagree on count: label={k} {lengths}",
+            "count_mismatch",
+        )
     if k == 0:
         return
     center, size, yaw = (np.asarray(a, dtype=np.float64) for a in (cub.center, cub.size, cub.yaw))
     if center.shape != (k, 3) or size.shape != (k, 3) or yaw.shape != (k,):
-        raise _fail(frame, "cuboids", f"cuboid arrays have shapes {center.shape}, {size.shape}, "
-                    f"{yaw.shape}; expected ({k}, 3), ({k}, 3), ({k},)", "bad_cuboid")
-    bad = ~(np.isfinite(center).all(1) & np.isfinite(yaw) & np.isfinite(size).all(1)
-            & (size > 0).all(1))
+        raise _fail(
+            frame,
+            "cuboids",
+            f"cuboid arrays have shapes {center.shape}, {size.shape}, "
+            f"{yaw.shape}; expected ({k}, 3), ({k}, 3), ({k},)",
+            "bad_cuboid",
+        )
+    bad = ~(
+        np.isfinite(center).all(1) & np.isfinite(yaw) & np.isfinite(size).all(1) & (size > 0).all(1)
+    )
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise _fail(
-            frame, "cuboids",
+            frame,
+            "cuboids",
             f"{int(bad.sum())} cuboid(s) have non-positive or non-finite size/centre/yaw, first "
             f"row {i} (track {cub.track_id[i]!r}, label {cub.label[i]!r}, size "
             f"{size[i].tolist()}); fix the annotation or quarantine the frame",

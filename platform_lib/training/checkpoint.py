@@ -134,11 +134,18 @@ def find_latest_checkpoint(folder: str | os.PathLike[str]) -> str | None:
 
 def capture_rng_state() -> dict[str, Any]:
     """Return this process's torch (CPU and CUDA), numpy and `random` generator states."""
-    mt, keys, pos, has_gauss, gauss = cast(tuple[str, np.ndarray, int, int, float], np.random.get_state())
+    mt, keys, pos, has_gauss, gauss = cast(
+        tuple[str, np.ndarray, int, int, float], np.random.get_state()
+    )
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),
-        "numpy": {"name": mt, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
-                  "has_gauss": int(has_gauss), "gauss": float(gauss)},
+        "numpy": {
+            "name": mt,
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "gauss": float(gauss),
+        },
         "python": [random.getstate()[0], list(random.getstate()[1]), random.getstate()[2]],
     }
     if torch.cuda.is_available():
@@ -150,7 +157,9 @@ def restore_rng_state(state: dict[str, Any]) -> None:
     """Set the generator states saved by `capture_rng_state`."""
     torch.set_rng_state(state["torch"])
     n = state["numpy"]
-    np.random.set_state((n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
+    np.random.set_state(
+        (n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"])
+    )
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
     if "cuda" in state and torch.cuda.is_available():
@@ -191,19 +200,34 @@ class Checkpointer:
         ValueError: if `keep` < 1 or `retries` < 1.
     """
 
-    def __init__(self, folder: str | os.PathLike[str], *, keep: int = 2, async_save: bool = False,
-                 retries: int = 3, retry_backoff_s: float = 1.0, storage_hook: StorageHook | None = None) -> None:
+    def __init__(
+        self,
+        folder: str | os.PathLike[str],
+        *,
+        keep: int = 2,
+        async_save: bool = False,
+        retries: int = 3,
+        retry_backoff_s: float = 1.0,
+        storage_hook: StorageHook | None = None,
+    ) -> None:
         if keep < 1 or retries < 1:
             raise ValueError(f"keep and retries must be >= 1, got keep={keep}, retries={retries}")
         self.folder = os.fspath(folder).rstrip("/")
-        self.keep, self.async_save, self.retries, self.storage_hook = keep, async_save, retries, storage_hook
+        self.keep, self.async_save, self.retries, self.storage_hook = (
+            keep,
+            async_save,
+            retries,
+            storage_hook,
+        )
         self.retry_backoff_s = retry_backoff_s
         self.rank = dist.get_rank()
         self.saves: list[SaveResult] = []
         """every save of this process, in order"""
         self.failed_saves: list[tuple[int, str]] = []
         """(step, error) of async saves that failed transiently and were skipped"""
-        self._pending: tuple[int, str, Any] | None = None  # (step, path, Future or AsyncSaveResponse)
+        self._pending: tuple[int, str, Any] | None = (
+            None  # (step, path, Future or AsyncSaveResponse)
+        )
         self._group = None
         self._stager: DefaultStager | None = None
         if async_save:
@@ -211,10 +235,14 @@ class Checkpointer:
             # group from a second thread would interleave collectives differently per rank.
             self._group = dist.new_group(backend="gloo")
             cuda = torch.cuda.is_available()
-            self._stager = DefaultStager(StagingOptions(
-                use_pinned_memory=cuda, use_shared_memory=False, use_async_staging=False,
-                use_non_blocking_copy=cuda,
-            ))
+            self._stager = DefaultStager(
+                StagingOptions(
+                    use_pinned_memory=cuda,
+                    use_shared_memory=False,
+                    use_async_staging=False,
+                    use_non_blocking_copy=cuda,
+                )
+            )
 
     def _writer(self, path: str, step: int) -> FileSystemWriter:
         writer = FsspecWriter(path) if _is_remote(path) else FileSystemWriter(path)
@@ -228,8 +256,13 @@ class Checkpointer:
         """Return the newest complete checkpoint folder, or None (see `find_latest_checkpoint`)."""
         return find_latest_checkpoint(self.folder)
 
-    def save(self, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
-             rank_state: dict[str, Any]) -> SaveResult:
+    def save(
+        self,
+        step: int,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        rank_state: dict[str, Any],
+    ) -> SaveResult:
         """Checkpoint model, optimizer and this rank's `rank_state` as `step-NNNNNN`; collective.
 
         Waits for the previous async save first. A synchronous save is complete on return;
@@ -258,23 +291,41 @@ class Checkpointer:
                 fs.rm(root, recursive=True)
         dist.barrier(group=group)
         model_sd, optim_sd = get_state_dict(model, optimizer)
-        state = {"model": model_sd, "optim": optim_sd, _RANK_KEY.format(self.rank): _encode(rank_state)}
+        state = {
+            "model": model_sd,
+            "optim": optim_sd,
+            _RANK_KEY.format(self.rank): _encode(rank_state),
+        }
         if self.async_save:
-            future = dcp.async_save(state, storage_writer=self._writer(path, step), process_group=group,
-                                    async_stager=self._stager)
+            future = dcp.async_save(
+                state,
+                storage_writer=self._writer(path, step),
+                process_group=group,
+                async_stager=self._stager,
+            )
             self._pending = (step, path, future)
         else:
             self._save_sync(state, path, step)
             self._retain()
-        result = SaveResult(step=step, path=path, blocking_s=time.perf_counter() - start,
-                            asynchronous=self.async_save)
+        result = SaveResult(
+            step=step,
+            path=path,
+            blocking_s=time.perf_counter() - start,
+            asynchronous=self.async_save,
+        )
         self.saves.append(result)
         return result
 
     def _save_sync(self, state: dict[str, Any], path: str, step: int) -> None:
         try:
-            for attempt in Retrying(stop=stop_after_attempt(self.retries), wait=wait_exponential(multiplier=self.retry_backoff_s / 2, max=8 * self.retry_backoff_s),
-                                    retry=retry_if_exception(_is_transient), reraise=True):
+            for attempt in Retrying(
+                stop=stop_after_attempt(self.retries),
+                wait=wait_exponential(
+                    multiplier=self.retry_backoff_s / 2, max=8 * self.retry_backoff_s
+                ),
+                retry=retry_if_exception(_is_transient),
+                reraise=True,
+            ):
                 with attempt:
                     dcp.save(state, storage_writer=self._writer(path, step))
         except CheckpointException as error:
@@ -314,8 +365,11 @@ class Checkpointer:
                     f"checkpoint is kept: free space or fix access to {self.folder}, then restart"
                 ) from error.failures[min(error.failures)][0]
             self.failed_saves.append((step, _failure_summary(error)))
-            warnings.warn(f"async checkpoint step {step} skipped after a transient storage error "
-                          f"({_failure_summary(error)}); the next save tries again", stacklevel=2)
+            warnings.warn(
+                f"async checkpoint step {step} skipped after a transient storage error "
+                f"({_failure_summary(error)}); the next save tries again",
+                stacklevel=2,
+            )
         else:
             self._retain()
         return time.perf_counter() - start
@@ -329,7 +383,9 @@ class Checkpointer:
         if not complete:
             return
         newest = complete[-1][0]
-        doomed = [p for _, p in complete[: -self.keep]] + [p for s, p, done in found if not done and s < newest]
+        doomed = [p for _, p in complete[: -self.keep]] + [
+            p for s, p, done in found if not done and s < newest
+        ]
         for path in doomed:
             fs, root = fsspec.core.url_to_fs(path)
             fs.rm(root, recursive=True)
@@ -346,7 +402,9 @@ class Checkpointer:
         """
         fs, root = fsspec.core.url_to_fs(path)
         if not fs.exists(f"{root}/{METADATA_FILE}"):
-            raise FileNotFoundError(f"{path} is not a complete checkpoint (no {METADATA_FILE} from DCP)")
+            raise FileNotFoundError(
+                f"{path} is not a complete checkpoint (no {METADATA_FILE} from DCP)"
+            )
         key = _RANK_KEY.format(self.rank)
         saved_keys = self._reader(path).read_metadata().state_dict_metadata
         model_sd, optim_sd = get_state_dict(model, optimizer)
@@ -354,7 +412,9 @@ class Checkpointer:
         if key in saved_keys:
             state[key] = b""
         dcp.load(state, storage_reader=self._reader(path))
-        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        set_state_dict(
+            model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
+        )
         if key in state:
             return torch.load(io.BytesIO(state[key]), weights_only=True)
         match = _STEP_DIR.match(path.rstrip("/").rsplit("/", 1)[-1])

@@ -70,8 +70,15 @@ def build_eval_loader(
     """
     split_keys(open_dataset(Path(dataset_dir)), split)  # fail fast, naming the split
     return build_loader(
-        os.fspath(dataset_dir), rank=0, world_size=1, batch_size=batch_size, num_workers=0,
-        seed=0, shuffle=False, decode="none", split=split,
+        os.fspath(dataset_dir),
+        rank=0,
+        world_size=1,
+        batch_size=batch_size,
+        num_workers=0,
+        seed=0,
+        shuffle=False,
+        decode="none",
+        split=split,
         config=LoaderConfig(sample_transform=transform),
     )
 
@@ -97,7 +104,9 @@ def iterate_epochs(loader: Any, batch_delay_s: float = 0.0) -> Iterator[Any]:
         epoch += 1
 
 
-def warn_if_batch_exceeds_split(batch_size: int, world_size: int, split: str, num_samples: int) -> bool:
+def warn_if_batch_exceeds_split(
+    batch_size: int, world_size: int, split: str, num_samples: int
+) -> bool:
     """Warn (one line, naming `data.batch_size`) when one global batch holds more samples than the split.
 
     The loader still works (its pad policy repeats samples), but every step then sees some
@@ -109,7 +118,8 @@ def warn_if_batch_exceeds_split(batch_size: int, world_size: int, split: str, nu
         f"batch of {batch_size} x world size {world_size} is larger than split {split!r} "
         f"({num_samples} samples): every step repeats samples (data.batch_size): lower "
         f"batch_size to at most {max(1, num_samples // world_size)}",
-        UserWarning, stacklevel=3,
+        UserWarning,
+        stacklevel=3,
     )
     return True
 
@@ -117,8 +127,10 @@ def warn_if_batch_exceeds_split(batch_size: int, world_size: int, split: str, nu
 def loader_config(data: DataConfig, transform: Transform) -> LoaderConfig:
     """Return the loader options of the data section, with the model's sample transform."""
     return LoaderConfig(
-        sample_transform=transform, multiprocessing_context=_WORKER_START,
-        prefetch_depth=data.prefetch_depth, shuffle_buffer=data.shuffle_buffer,
+        sample_transform=transform,
+        multiprocessing_context=_WORKER_START,
+        prefetch_depth=data.prefetch_depth,
+        shuffle_buffer=data.shuffle_buffer,
     )
 
 
@@ -140,10 +152,19 @@ def build_train_loader(
     Raises:
         ValueError: if the split is empty; loader errors for a missing or damaged dataset.
     """
-    keys = split_keys(open_dataset(Path(dataset_dir)), data.train_split)  # fail fast, naming the split
+    keys = split_keys(
+        open_dataset(Path(dataset_dir)), data.train_split
+    )  # fail fast, naming the split
     warn_if_batch_exceeds_split(data.batch_size, world_size, data.train_split, len(keys))
     return build_loader(
-        os.fspath(dataset_dir), rank=rank, world_size=world_size, batch_size=data.batch_size,
-        num_workers=data.num_workers, seed=seed, shuffle=True, decode="none", split=data.train_split,
+        os.fspath(dataset_dir),
+        rank=rank,
+        world_size=world_size,
+        batch_size=data.batch_size,
+        num_workers=data.num_workers,
+        seed=seed,
+        shuffle=True,
+        decode="none",
+        split=data.train_split,
         config=loader_config(data, transform),
     )

@@ -86,8 +86,11 @@ def init_distributed(backend: str = "auto", timeout_s: float | None = None) -> D
     if dist.is_initialized():
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         return DistContext(
-            rank=dist.get_rank(), local_rank=local_rank, world_size=dist.get_world_size(),
-            backend=dist.get_backend(), device=resolve_device(dist.get_backend(), local_rank),
+            rank=dist.get_rank(),
+            local_rank=local_rank,
+            world_size=dist.get_world_size(),
+            backend=dist.get_backend(),
+            device=resolve_device(dist.get_backend(), local_rank),
             owns_group=False,
         )
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
@@ -95,7 +98,9 @@ def init_distributed(backend: str = "auto", timeout_s: float | None = None) -> D
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         device = resolve_device(name, local_rank)
         dist.init_process_group(
-            name, rank=rank, world_size=world_size,
+            name,
+            rank=rank,
+            world_size=world_size,
             device_id=device if device.type == "cuda" else None,
             timeout=None if timeout_s is None else timedelta(seconds=timeout_s),
         )
@@ -104,7 +109,11 @@ def init_distributed(backend: str = "auto", timeout_s: float | None = None) -> D
         device = resolve_device(name, local_rank)
         dist.init_process_group(name, store=dist.HashStore(), rank=0, world_size=1)
     return DistContext(
-        rank=rank, local_rank=local_rank, world_size=world_size, backend=name, device=device,
+        rank=rank,
+        local_rank=local_rank,
+        world_size=world_size,
+        backend=name,
+        device=device,
         owns_group=True,
     )
 

@@ -78,13 +78,17 @@ def _mean(values: list[float | None]) -> float:
     return sum(present) / len(present) if present else math.nan
 
 
-def compute_prior(dataset_dir: str | os.PathLike[str], split: str, grid) -> tuple[np.ndarray, dict[str, float]]:
+def compute_prior(
+    dataset_dir: str | os.PathLike[str], split: str, grid
+) -> tuple[np.ndarray, dict[str, float]]:
     """Return the (3, H, W) mean occupancy over `split` and the per-class IoU-maximising thresholds."""
     reader = open_dataset(Path(dataset_dir))
-    targets = np.stack([
-        rasterise_cuboids(json.loads(reader.read_member(key, "cuboids.json")), grid)
-        for key in split_keys(reader, split)
-    ])
+    targets = np.stack(
+        [
+            rasterise_cuboids(json.loads(reader.read_member(key, "cuboids.json")), grid)
+            for key in split_keys(reader, split)
+        ]
+    )
     prior = targets.mean(axis=0)
     thresholds = {}
     for c, name in enumerate(CLASS_GROUPS):
@@ -132,7 +136,9 @@ def evaluate(
     prior_pred = np.stack([prior[c] >= thresholds[g] for c, g in enumerate(CLASS_GROUPS)])
     count = 0
     try:
-        loader = build_eval_loader(dataset_dir, split, build_model_transform(model_cfg), batch_size=cfg.data.batch_size)
+        loader = build_eval_loader(
+            dataset_dir, split, build_model_transform(model_cfg), batch_size=cfg.data.batch_size
+        )
         seen: set[str] = set()
         with torch.no_grad():
             for batch in loader:
@@ -153,10 +159,15 @@ def evaluate(
     out = Path(output_dir) if output_dir else Path(weights_path).parent
     out.mkdir(parents=True, exist_ok=True)
     result = EvalResult(
-        split=split, num_samples=count, iou=dict(zip(CLASS_GROUPS, iou, strict=True)),
-        mean_iou=_mean(iou), baseline_iou=dict(zip(CLASS_GROUPS, b_iou, strict=True)),
-        baseline_mean_iou=_mean(b_iou), baseline_thresholds=thresholds,
-        metrics_json=str(out / "eval_metrics.json"), metrics_csv=str(out / "eval_metrics.csv"),
+        split=split,
+        num_samples=count,
+        iou=dict(zip(CLASS_GROUPS, iou, strict=True)),
+        mean_iou=_mean(iou),
+        baseline_iou=dict(zip(CLASS_GROUPS, b_iou, strict=True)),
+        baseline_mean_iou=_mean(b_iou),
+        baseline_thresholds=thresholds,
+        metrics_json=str(out / "eval_metrics.json"),
+        metrics_csv=str(out / "eval_metrics.csv"),
     )
     _write_table(result, inter, union, b_inter, b_union)
     return result
@@ -164,9 +175,16 @@ def evaluate(
 
 def _write_table(result: EvalResult, inter, union, b_inter, b_union) -> None:
     rows = [
-        {"class": g, "iou": result.iou[g], "baseline_iou": result.baseline_iou[g],
-         "baseline_threshold": result.baseline_thresholds[g], "intersection": int(inter[c]),
-         "union": int(union[c]), "baseline_intersection": int(b_inter[c]), "baseline_union": int(b_union[c])}
+        {
+            "class": g,
+            "iou": result.iou[g],
+            "baseline_iou": result.baseline_iou[g],
+            "baseline_threshold": result.baseline_thresholds[g],
+            "intersection": int(inter[c]),
+            "union": int(union[c]),
+            "baseline_intersection": int(b_inter[c]),
+            "baseline_union": int(b_union[c]),
+        }
         for c, g in enumerate(CLASS_GROUPS)
     ]
     rows.append({"class": "mean", "iou": result.mean_iou, "baseline_iou": result.baseline_mean_iou})

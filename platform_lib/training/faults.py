@@ -130,10 +130,15 @@ class _FaultyFileSystem:
                     self._plan.announce(fault, f"SIGKILL while writing {os.fspath(path)}")
                     os.kill(os.getpid(), signal.SIGKILL)
             if fault.kind == "storage_error" and self._plan.consume(fault):
-                raise ConnectionResetError(errno.ECONNRESET, "Connection reset by peer (injected storage_error)",
-                                           os.fspath(path))
+                raise ConnectionResetError(
+                    errno.ECONNRESET,
+                    "Connection reset by peer (injected storage_error)",
+                    os.fspath(path),
+                )
             if fault.kind == "disk_full":
-                self._plan.announce(fault, f"ENOSPC after {fault.after_bytes} bytes of {os.fspath(path)}")
+                self._plan.announce(
+                    fault, f"ENOSPC after {fault.after_bytes} bytes of {os.fspath(path)}"
+                )
                 with self._fs.create_stream(path, mode) as stream:
                     yield _FaultyStream(stream, fault.after_bytes, os.fspath(path))
                 return
@@ -173,14 +178,18 @@ class FaultPlan:
         try:
             items = json.loads(text)
         except json.JSONDecodeError as error:
-            raise ValueError(f"{ENV_VAR} is not JSON ({error}); expected e.g. "
-                             '[{"kind": "kill", "rank": 1, "step": 7}]') from error
+            raise ValueError(
+                f"{ENV_VAR} is not JSON ({error}); expected e.g. "
+                '[{"kind": "kill", "rank": 1, "step": 7}]'
+            ) from error
         if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
             raise ValueError(f"{ENV_VAR} must be a JSON list of objects, got {text!r}")
         known = {f.name for f in dataclasses.fields(FaultSpec)}
         for item in items:
             if unknown := sorted(set(item) - known):
-                raise ValueError(f"{ENV_VAR}: unknown fault field(s) {unknown}; known: {sorted(known)}")
+                raise ValueError(
+                    f"{ENV_VAR}: unknown fault field(s) {unknown}; known: {sorted(known)}"
+                )
         return cls([FaultSpec(**item) for item in items], rank=rank)
 
     def __bool__(self) -> bool:
@@ -188,8 +197,10 @@ class FaultPlan:
 
     def announce(self, fault: FaultSpec, what: str) -> None:
         """Print one line saying which fault fires (the log shows cause next to effect)."""
-        sys.stderr.write(f"[drivetrain fault] rank {self.rank} pid {os.getpid()} step {fault.step}: injecting "
-                         f"{fault.kind}: {what}\n")  # one write: ranks share the stream
+        sys.stderr.write(
+            f"[drivetrain fault] rank {self.rank} pid {os.getpid()} step {fault.step}: injecting "
+            f"{fault.kind}: {what}\n"
+        )  # one write: ranks share the stream
         sys.stderr.flush()
 
     def consume(self, fault: FaultSpec) -> bool:
@@ -215,15 +226,21 @@ class FaultPlan:
                 agent = fault.target == "agent" and "TORCHELASTIC_RUN_ID" in os.environ
                 os.kill(os.getppid() if agent else os.getpid(), signal.SIGTERM)
             if fault.kind == "hang":
-                while True:  # never joins the next collective; the watchdog sees the others time out
+                while (
+                    True
+                ):  # never joins the next collective; the watchdog sees the others time out
                     time.sleep(3600)
 
     def corrupt_batch(self, step: int, batch: dict[str, Any]) -> dict[str, Any]:
         """Return `batch`, with every float tensor set to NaN when a `nan` fault fires at `step`."""
         for fault in self.faults:
             if fault.kind == "nan" and fault.step == step and self.consume(fault):
-                return {k: torch.full_like(v, float("nan")) if torch.is_tensor(v) and v.is_floating_point() else v
-                        for k, v in batch.items()}
+                return {
+                    k: torch.full_like(v, float("nan"))
+                    if torch.is_tensor(v) and v.is_floating_point()
+                    else v
+                    for k, v in batch.items()
+                }
         return batch
 
     def storage_hook(self, writer: Any, step: int) -> Any:

@@ -26,7 +26,9 @@ def build_golden_dataset(workdir: str | os.PathLike[str]) -> Path:
     write_synthetic_logs(SYNTHETIC, workdir / "raw", progress=False)
     dataset = workdir / "dataset"
     build_dataset(
-        "synthetic", workdir / "raw", dataset,
+        "synthetic",
+        workdir / "raw",
+        dataset,
         BuildConfig(split="by_frame_range", val_frames_per_log=2, progress=False),
     )
     return dataset

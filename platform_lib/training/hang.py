@@ -85,8 +85,14 @@ def _main_stack() -> list[str]:
 
 def dump_rank(rank: int) -> dict[str, Any]:
     """Return this rank's Flight Recorder buffer, main-thread Python stack, pid and host."""
-    return {"rank": rank, "pid": os.getpid(), "host": socket.gethostname(), "time": time.time(),
-            "flight_recorder": json.loads(_dump_fr_trace_json(True, False)), "stack": _main_stack()}
+    return {
+        "rank": rank,
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "time": time.time(),
+        "flight_recorder": json.loads(_dump_fr_trace_json(True, False)),
+        "stack": _main_stack(),
+    }
 
 
 def analyze_dumps(dumps: dict[int, dict[str, Any]], world_size: int) -> dict[str, Any]:
@@ -104,24 +110,45 @@ def analyze_dumps(dumps: dict[int, dict[str, Any]], world_size: int) -> dict[str
         the first rank that entered it enqueued it, in s) and who entered it.
     """
     groups: list[dict[str, Any]] = []
-    pg_ids = sorted({pg for d in dumps.values() for pg in d["flight_recorder"].get("pg_status", {})})
+    pg_ids = sorted(
+        {pg for d in dumps.values() for pg in d["flight_recorder"].get("pg_status", {})}
+    )
     for pg in pg_ids:
-        last = {r: int(d["flight_recorder"]["pg_status"][pg]["last_enqueued_collective"])
-                for r, d in dumps.items() if pg in d["flight_recorder"].get("pg_status", {})}
+        last = {
+            r: int(d["flight_recorder"]["pg_status"][pg]["last_enqueued_collective"])
+            for r, d in dumps.items()
+            if pg in d["flight_recorder"].get("pg_status", {})
+        }
         newest = max(last.values())
         if min(last.values()) == newest:
             continue
         entered = sorted(r for r, seq in last.items() if seq == newest)
-        entry: dict[str, Any] = next((e for e in dumps[entered[0]]["flight_recorder"].get("entries", [])
-                      if str(e.get("pg_id")) == pg and e.get("collective_seq_id") == newest), {})
-        groups.append({"pg": pg, "name": (entry.get("process_group") or ["", ""])[-1],
-                       "collective": entry.get("profiling_name", "?"), "seq": newest,
-                       "enqueued_at": entry.get("time_created_ns", 0) / 1e9,
-                       "input_sizes": entry.get("input_sizes"), "entered": entered,
-                       "missing": sorted(r for r, seq in last.items() if seq < newest)})
+        entry: dict[str, Any] = next(
+            (
+                e
+                for e in dumps[entered[0]]["flight_recorder"].get("entries", [])
+                if str(e.get("pg_id")) == pg and e.get("collective_seq_id") == newest
+            ),
+            {},
+        )
+        groups.append(
+            {
+                "pg": pg,
+                "name": (entry.get("process_group") or ["", ""])[-1],
+                "collective": entry.get("profiling_name", "?"),
+                "seq": newest,
+                "enqueued_at": entry.get("time_created_ns", 0) / 1e9,
+                "input_sizes": entry.get("input_sizes"),
+                "entered": entered,
+                "missing": sorted(r for r, seq in last.items() if seq < newest),
+            }
+        )
     never_joined = sorted({r for g in groups for r in g["missing"]})
-    return {"never_joined": never_joined, "no_dump": sorted(set(range(world_size)) - set(dumps)),
-            "groups": groups}
+    return {
+        "never_joined": never_joined,
+        "no_dump": sorted(set(range(world_size)) - set(dumps)),
+        "groups": groups,
+    }
 
 
 def _store_client(timeout_s: float) -> dist.Store | None:
@@ -146,10 +173,24 @@ class HangWatchdog:
     A world of one rank (or no job store) needs no watchdog: the thread is not started.
     """
 
-    def __init__(self, run_dir: str | os.PathLike[str], *, rank: int, world_size: int, timeout_s: float,
-                 wait_s: float = 10.0, poll_s: float = 0.5) -> None:
+    def __init__(
+        self,
+        run_dir: str | os.PathLike[str],
+        *,
+        rank: int,
+        world_size: int,
+        timeout_s: float,
+        wait_s: float = 10.0,
+        poll_s: float = 0.5,
+    ) -> None:
         self.dir = Path(run_dir) / "hang"
-        self.rank, self.world_size, self.timeout_s, self.wait_s, self.poll_s = rank, world_size, timeout_s, wait_s, poll_s
+        self.rank, self.world_size, self.timeout_s, self.wait_s, self.poll_s = (
+            rank,
+            world_size,
+            timeout_s,
+            wait_s,
+            poll_s,
+        )
         attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
         self.prefix = f"drivetrain/hang/{os.environ.get('TORCHELASTIC_RUN_ID', 'run')}/{attempt}/"
         self._stop = threading.Event()
@@ -157,12 +198,16 @@ class HangWatchdog:
         self._store = _store_client(max(30.0, wait_s)) if world_size > 1 else None
         self._thread: threading.Thread | None = None
         if self._store is not None:
-            self._thread = threading.Thread(target=self._poll, name="drivetrain-hang-watchdog", daemon=True)
+            self._thread = threading.Thread(
+                target=self._poll, name="drivetrain-hang-watchdog", daemon=True
+            )
             self._thread.start()
 
     def _poll(self) -> None:
         try:
-            store = _store_client(max(30.0, self.wait_s))  # own connection: the main thread uses its own
+            store = _store_client(
+                max(30.0, self.wait_s)
+            )  # own connection: the main thread uses its own
             if store is None:  # no job store (not under torchrun / elastic): nothing to answer
                 return
             while not self._stop.wait(self.poll_s):
@@ -180,8 +225,10 @@ class HangWatchdog:
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / f"rank-{self.rank:05d}.json").write_text(json.dumps(dump, indent=1))
         store.set(self.prefix + f"dump/{self.rank}", json.dumps(dump))
-        sys.stderr.write(f"[drivetrain hang] rank {self.rank} pid {os.getpid()}: dumped Flight Recorder "
-                         f"({len(dump['flight_recorder'].get('entries', []))} entries) to {self.dir}\n")
+        sys.stderr.write(
+            f"[drivetrain hang] rank {self.rank} pid {os.getpid()}: dumped Flight Recorder "
+            f"({len(dump['flight_recorder'].get('entries', []))} entries) to {self.dir}\n"
+        )
         sys.stderr.flush()
 
     def diagnose(self, error: BaseException) -> CollectiveHangError:
@@ -199,10 +246,18 @@ class HangWatchdog:
             deadline = time.monotonic() + self.wait_s
             while time.monotonic() < deadline and not all(self._store.check([k]) for k in keys):
                 time.sleep(0.1)
-            dumps = {r: json.loads(self._store.get(k)) for r, k in enumerate(keys) if self._store.check([k])}
+            dumps = {
+                r: json.loads(self._store.get(k))
+                for r, k in enumerate(keys)
+                if self._store.check([k])
+            }
         report = analyze_dumps(dumps, self.world_size)
-        report.update(detected_by=self.rank, detected_at=detected_at, timeout_s=self.timeout_s,
-                      error=str(error)[:2000])
+        report.update(
+            detected_by=self.rank,
+            detected_at=detected_at,
+            timeout_s=self.timeout_s,
+            error=str(error)[:2000],
+        )
         self.dir.mkdir(parents=True, exist_ok=True)
         tmp = self.dir / f"report.json.tmp{self.rank}"
         tmp.write_text(json.dumps({**report, "dumps": dumps}, indent=1))
@@ -212,19 +267,27 @@ class HangWatchdog:
     def _message(self, report: dict[str, Any], dumps: dict[int, dict[str, Any]]) -> str:
         lines = [f"collective timeout ({self.timeout_s:g} s) detected on rank {self.rank}"]
         for g in report["groups"]:
-            lines.append(f"process group {g['pg']} {g['name']!r}: rank(s) {g['missing']} never joined collective "
-                         f"#{g['seq']} {g['collective']} that rank(s) {g['entered']} entered")
+            lines.append(
+                f"process group {g['pg']} {g['name']!r}: rank(s) {g['missing']} never joined collective "
+                f"#{g['seq']} {g['collective']} that rank(s) {g['entered']} entered"
+            )
         for r in report["never_joined"]:
             d = dumps[r]
             where = "".join(d["stack"][-2:]).strip().replace("\n", " | ")
             lines.append(f"hung rank {r} (pid {d['pid']}, host {d['host']}) was at: {where}")
         if report["no_dump"]:
-            lines.append(f"rank(s) {report['no_dump']} did not answer the dump request within {self.wait_s:g} s "
-                         "(dead, or stuck holding the GIL)")
+            lines.append(
+                f"rank(s) {report['no_dump']} did not answer the dump request within {self.wait_s:g} s "
+                "(dead, or stuck holding the GIL)"
+            )
         if dumps and not any(d["flight_recorder"].get("entries") for d in dumps.values()):
-            lines.append("the Flight Recorder was off: set TORCH_FR_BUFFER_SIZE before the process group is created")
+            lines.append(
+                "the Flight Recorder was off: set TORCH_FR_BUFFER_SIZE before the process group is created"
+            )
         elif not report["never_joined"] and not report["no_dump"]:
-            lines.append("every rank entered the same collectives: a slow or stuck transport, not a missing rank")
+            lines.append(
+                "every rank entered the same collectives: a slow or stuck transport, not a missing rank"
+            )
         lines.append(f"Flight Recorder dumps and report: {self.dir}")
         return "\n".join(lines)
 

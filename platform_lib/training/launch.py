@@ -23,8 +23,9 @@ def find_free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch_local(cfg: TrainConfig, dataset_dir: str, output_dir: str, nproc: int = 2,
-                 max_restarts: int = 0) -> TrainResult:
+def launch_local(
+    cfg: TrainConfig, dataset_dir: str, output_dir: str, nproc: int = 2, max_restarts: int = 0
+) -> TrainResult:
     """Train with `nproc` spawned worker processes on this machine (c10d rendezvous on 127.0.0.1).
 
     Workers import `platform_lib` from the installed package (spawn start method), so the
@@ -47,10 +48,17 @@ def launch_local(cfg: TrainConfig, dataset_dir: str, output_dir: str, nproc: int
     if nproc < 1 or max_restarts < 0:
         raise ValueError(f"nproc must be >= 1 and max_restarts >= 0, got {nproc}, {max_restarts}")
     config = LaunchConfig(
-        min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=f"drivetrain-{uuid.uuid4().hex[:8]}",
-        rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{find_free_port()}",
-        rdzv_configs={"timeout": 120}, max_restarts=max_restarts, monitor_interval=0.5,
-        start_method="spawn", shutdown_timeout=int(cfg.checkpoint.preemption_grace_s) + 5,
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=nproc,
+        run_id=f"drivetrain-{uuid.uuid4().hex[:8]}",
+        rdzv_backend="c10d",
+        rdzv_endpoint=f"127.0.0.1:{find_free_port()}",
+        rdzv_configs={"timeout": 120},
+        max_restarts=max_restarts,
+        monitor_interval=0.5,
+        start_method="spawn",
+        shutdown_timeout=int(cfg.checkpoint.preemption_grace_s) + 5,
     )
     with fresh_store_per_restart():
         results = elastic_launch(config, train)(cfg, str(dataset_dir), str(output_dir))

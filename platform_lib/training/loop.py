@@ -44,6 +44,7 @@ __all__ = [
     "seed_everything",
 ]
 
+
 def seed_everything(seed: int) -> None:
     """Seed torch, numpy and random with `seed` (call with the same seed on every rank before init)."""
     torch.manual_seed(seed)
@@ -56,8 +57,13 @@ def build_optimizer(model: nn.Module, cfg: OptimizerConfig) -> torch.optim.Optim
     decay = [p for p in model.parameters() if p.ndim > 1]
     no_decay = [p for p in model.parameters() if p.ndim <= 1]
     return torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.lr, betas=(0.9, 0.95), foreach=False,
+        [
+            {"params": decay, "weight_decay": cfg.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
+        lr=cfg.lr,
+        betas=(0.9, 0.95),
+        foreach=False,
     )
 
 
@@ -73,12 +79,16 @@ def compute_lr(step: int, cfg: OptimizerConfig) -> float:
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress))))
 
 
-def next_batch(batches: Iterator[dict[str, Any]], device: torch.device) -> tuple[dict[str, Any], float]:
+def next_batch(
+    batches: Iterator[dict[str, Any]], device: torch.device
+) -> tuple[dict[str, Any], float]:
     """Return the next batch on `device` and the input wait: seconds blocked on the loader."""
     start = time.perf_counter()
     batch = next(batches)
     wait_s = time.perf_counter() - start
-    moved = {k: v.to(device, non_blocking=True) if torch.is_tensor(v) else v for k, v in batch.items()}
+    moved = {
+        k: v.to(device, non_blocking=True) if torch.is_tensor(v) else v for k, v in batch.items()
+    }
     return moved, wait_s
 
 
@@ -111,7 +121,9 @@ def compute_loss(logits: torch.Tensor, target: torch.Tensor, pos_weight: float) 
         target: (B, C, H, W) float in {0, 1}.
         pos_weight: weight of occupied cells.
     """
-    weight = torch.full((logits.shape[1], 1, 1), pos_weight, dtype=torch.float32, device=logits.device)
+    weight = torch.full(
+        (logits.shape[1], 1, 1), pos_weight, dtype=torch.float32, device=logits.device
+    )
     return F.binary_cross_entropy_with_logits(logits.float(), target.float(), pos_weight=weight)
 
 

@@ -46,9 +46,19 @@ def node_worker(cfg: TrainConfig, dataset_dir: str, output_dir: str) -> dict[str
     Returns:
         {"rank": global rank, "result": TrainResult as a dict on rank 0, else None}.
     """
-    env = {k: os.environ.get(k, "") for k in ("RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE",
-                                              "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                                              "TORCHELASTIC_RESTART_COUNT")}
+    env = {
+        k: os.environ.get(k, "")
+        for k in (
+            "RANK",
+            "LOCAL_RANK",
+            "GROUP_RANK",
+            "WORLD_SIZE",
+            "LOCAL_WORLD_SIZE",
+            "MASTER_ADDR",
+            "MASTER_PORT",
+            "TORCHELASTIC_RESTART_COUNT",
+        )
+    }
     rank, attempt = int(env["RANK"]), int(env["TORCHELASTIC_RESTART_COUNT"] or 0)
     folder = Path(output_dir) / "ranks"
     folder.mkdir(parents=True, exist_ok=True)
@@ -58,10 +68,20 @@ def node_worker(cfg: TrainConfig, dataset_dir: str, output_dir: str) -> dict[str
     return {"rank": rank, "result": dataclasses.asdict(result) if result is not None else None}
 
 
-def run_node(cfg: TrainConfig, dataset_dir: str, output_dir: str, *, nnodes: int,
-             nproc_per_node: int, rdzv_endpoint: str, run_id: str, max_restarts: int,
-             rdzv_host: bool | None = None, local_addr: str | None = None,
-             rdzv_timeout_s: int = 300) -> list[dict[str, Any]]:
+def run_node(
+    cfg: TrainConfig,
+    dataset_dir: str,
+    output_dir: str,
+    *,
+    nnodes: int,
+    nproc_per_node: int,
+    rdzv_endpoint: str,
+    run_id: str,
+    max_restarts: int,
+    rdzv_host: bool | None = None,
+    local_addr: str | None = None,
+    rdzv_timeout_s: int = 300,
+) -> list[dict[str, Any]]:
     """Run this host's elastic agent until the job finishes; return its workers' returns.
 
     Args:
@@ -88,11 +108,20 @@ def run_node(cfg: TrainConfig, dataset_dir: str, output_dir: str, *, nnodes: int
             join within `rdzv_timeout_s`.
     """
     config = LaunchConfig(
-        min_nodes=nnodes, max_nodes=nnodes, nproc_per_node=nproc_per_node, run_id=run_id,
-        rdzv_backend="c10d", rdzv_endpoint=rdzv_endpoint,
-        rdzv_configs={"timeout": rdzv_timeout_s, "join_timeout": rdzv_timeout_s,
-                      **({} if rdzv_host is None else {"is_host": rdzv_host})},
-        max_restarts=max_restarts, monitor_interval=0.5, start_method="spawn",
+        min_nodes=nnodes,
+        max_nodes=nnodes,
+        nproc_per_node=nproc_per_node,
+        run_id=run_id,
+        rdzv_backend="c10d",
+        rdzv_endpoint=rdzv_endpoint,
+        rdzv_configs={
+            "timeout": rdzv_timeout_s,
+            "join_timeout": rdzv_timeout_s,
+            **({} if rdzv_host is None else {"is_host": rdzv_host}),
+        },
+        max_restarts=max_restarts,
+        monitor_interval=0.5,
+        start_method="spawn",
         local_addr=local_addr,
     )
     from platform_lib.training import node  # by module name, also under `python -m`
@@ -106,17 +135,25 @@ def run_node(cfg: TrainConfig, dataset_dir: str, output_dir: str, *, nnodes: int
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse the command line (see the module docstring), run the agent, print its JSON line."""
-    parser = argparse.ArgumentParser(prog="python -m platform_lib.training.node",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m platform_lib.training.node", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--nnodes", type=int, required=True, help="hosts in the job")
     parser.add_argument("--nproc-per-node", type=int, default=1, help="workers on this host")
     parser.add_argument("--rdzv-endpoint", required=True, help="HOST:PORT of the c10d store")
     parser.add_argument("--run-id", required=True, help="job id shared by every host")
     parser.add_argument("--max-restarts", type=int, default=1, help="worker-group restarts")
-    parser.add_argument("--rdzv-host", action=argparse.BooleanOptionalAction, default=None,
-                        help="this host serves the c10d store (default: decided by torch)")
-    parser.add_argument("--local-addr", default=None,
-                        help="address other hosts reach this one at (default: its hostname)")
+    parser.add_argument(
+        "--rdzv-host",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="this host serves the c10d store (default: decided by torch)",
+    )
+    parser.add_argument(
+        "--local-addr",
+        default=None,
+        help="address other hosts reach this one at (default: its hostname)",
+    )
     parser.add_argument("--preset", default="small", help="training preset")
     parser.add_argument("--overrides", default="", help="JSON object of config overrides")
     parser.add_argument("--seed", type=int, default=0, help="training seed")
@@ -124,10 +161,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output", required=True, help="this host's run folder")
     args = parser.parse_args(argv)
     cfg = resolve_train_config(args.preset, args.overrides, args.seed)
-    workers = run_node(cfg, args.dataset, args.output, nnodes=args.nnodes,
-                       nproc_per_node=args.nproc_per_node, rdzv_endpoint=args.rdzv_endpoint,
-                       run_id=args.run_id, max_restarts=args.max_restarts,
-                       rdzv_host=args.rdzv_host, local_addr=args.local_addr)
+    workers = run_node(
+        cfg,
+        args.dataset,
+        args.output,
+        nnodes=args.nnodes,
+        nproc_per_node=args.nproc_per_node,
+        rdzv_endpoint=args.rdzv_endpoint,
+        run_id=args.run_id,
+        max_restarts=args.max_restarts,
+        rdzv_host=args.rdzv_host,
+        local_addr=args.local_addr,
+    )
     print(json.dumps({"node": socket.gethostname(), "workers": workers}, sort_keys=True))
     return 0
 

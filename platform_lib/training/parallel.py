@@ -57,6 +57,8 @@ def apply_fsdp(
     """
     for child in model.children():
         if any(True for _ in child.parameters()):
-            fully_shard(child, mesh=mesh, mp_policy=mp_policy, reshard_after_forward=reshard_after_forward)
+            fully_shard(
+                child, mesh=mesh, mp_policy=mp_policy, reshard_after_forward=reshard_after_forward
+            )
     fully_shard(model, mesh=mesh, mp_policy=mp_policy, reshard_after_forward=reshard_after_forward)
     return model

@@ -29,7 +29,9 @@ __all__ = ["PreemptedError", "PreemptionHandler"]
 class PreemptedError(RuntimeError):
     """Training stopped on a termination signal after its final checkpoint; restarting resumes."""
 
-    def __init__(self, message: str, *, step: int, checkpoint: str | None, signal_name: str) -> None:
+    def __init__(
+        self, message: str, *, step: int, checkpoint: str | None, signal_name: str
+    ) -> None:
         super().__init__(message)
         self.step, self.checkpoint, self.signal_name = step, checkpoint, signal_name
 
@@ -53,8 +55,12 @@ class PreemptionHandler:
     previous handlers.
     """
 
-    def __init__(self, grace_s: float, device: torch.device | None = None,
-                 signals: tuple[signal.Signals, ...] = (signal.SIGTERM,)) -> None:
+    def __init__(
+        self,
+        grace_s: float,
+        device: torch.device | None = None,
+        signals: tuple[signal.Signals, ...] = (signal.SIGTERM,),
+    ) -> None:
         self.grace_s, self.device = grace_s, device or torch.device("cpu")
         self.received: signal.Signals | None = None
         self.received_at: float | None = None

@@ -44,7 +44,9 @@ def small() -> TrainConfig:
         parallel=ParallelConfig(mixed_precision=False),
         data=DataConfig(batch_size=2, num_workers=0),
         checkpoint=CheckpointConfig(interval=6),
-        metrics=MetricsConfig(anomaly_min_step_s=0.0),  # CPU steps (~0.2 s) are under the 1 s default
+        metrics=MetricsConfig(
+            anomaly_min_step_s=0.0
+        ),  # CPU steps (~0.2 s) are under the 1 s default
     )
 
 

@@ -121,23 +121,37 @@ def resume_loader(loader: StreamingLoader, state: dict[str, Any]) -> None:
         warnings.warn(f"loader state not restored ({error}); epoch {epoch} restarts", stacklevel=2)
 
 
-def build_run(cfg: TrainConfig, ctx: DistContext, dataset_dir: str) -> tuple[nn.Module, torch.optim.Optimizer, StreamingLoader]:
+def build_run(
+    cfg: TrainConfig, ctx: DistContext, dataset_dir: str
+) -> tuple[nn.Module, torch.optim.Optimizer, StreamingLoader]:
     """Build the FSDP-sharded model (same initial weights on every rank), AdamW and this rank's loader."""
     seed_everything(cfg.seed)
     model_cfg = get_model_config(cfg.model.name)
     model = apply_fsdp(
-        build_model(model_cfg).to(ctx.device), build_mesh(ctx), build_mp_policy(cfg.parallel.mixed_precision),
+        build_model(model_cfg).to(ctx.device),
+        build_mesh(ctx),
+        build_mp_policy(cfg.parallel.mixed_precision),
         reshard_after_forward=cfg.parallel.reshard_after_forward,
     )
     loader = build_train_loader(
-        dataset_dir, cfg.data, build_model_transform(model_cfg), rank=ctx.rank,
-        world_size=ctx.world_size, seed=cfg.seed,
+        dataset_dir,
+        cfg.data,
+        build_model_transform(model_cfg),
+        rank=ctx.rank,
+        world_size=ctx.world_size,
+        seed=cfg.seed,
     )
     return model, build_optimizer(model, cfg.optimizer), loader
 
 
-def restore(checkpointer: Checkpointer, model: nn.Module, optimizer: torch.optim.Optimizer,
-            loader: StreamingLoader, cfg: TrainConfig, ctx: DistContext) -> tuple[int, str | None]:
+def restore(
+    checkpointer: Checkpointer,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loader: StreamingLoader,
+    cfg: TrainConfig,
+    ctx: DistContext,
+) -> tuple[int, str | None]:
     """Load the newest complete checkpoint (partial ones are skipped); return (step, its folder)."""
     latest = checkpointer.latest()
     if latest is None:
@@ -151,7 +165,9 @@ def restore(checkpointer: Checkpointer, model: nn.Module, optimizer: torch.optim
     return int(state["step"]), latest
 
 
-def record_restart(out: Path, step: int, samples: MetricsLog, metrics: MetricsLog, restore_s: float) -> None:
+def record_restart(
+    out: Path, step: int, samples: MetricsLog, metrics: MetricsLog, restore_s: float
+) -> None:
     """Rank 0: append this resume to `restarts.jsonl` when it resumed or threw away work.
 
     Steps lost: steps trained after the restored checkpoint by the failed attempt (from the
@@ -161,18 +177,34 @@ def record_restart(out: Path, step: int, samples: MetricsLog, metrics: MetricsLo
     if not metrics.enabled or (step == 0 and not samples.dropped):
         return
     failed_after = samples.dropped[-1]["step"] if samples.dropped else step
-    row = {"restored_step": step, "failed_after_step": failed_after, "steps_lost": failed_after - step,
-           "lost_step_time_s": sum(r["step_time_s"] for r in metrics.dropped), "restore_s": restore_s,
-           "attempt": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")), "time": time.time()}
+    row = {
+        "restored_step": step,
+        "failed_after_step": failed_after,
+        "steps_lost": failed_after - step,
+        "lost_step_time_s": sum(r["step_time_s"] for r in metrics.dropped),
+        "restore_s": restore_s,
+        "attempt": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
+        "time": time.time(),
+    }
     with (out / "restarts.jsonl").open("a") as f:
         f.write(json.dumps(row, sort_keys=True) + "\n")
-    print(f"[drivetrain train] resumed from step {step}: {row['steps_lost']} steps lost "
-          f"({row['lost_step_time_s']:.2f} s of step time), restore {restore_s:.2f} s", file=sys.stderr, flush=True)
+    print(
+        f"[drivetrain train] resumed from step {step}: {row['steps_lost']} steps lost "
+        f"({row['lost_step_time_s']:.2f} s of step time), restore {restore_s:.2f} s",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
-def maybe_checkpoint(checkpointer: Checkpointer, step: int, model: nn.Module,
-                     optimizer: torch.optim.Optimizer, loader: StreamingLoader, cfg: TrainConfig,
-                     force: bool = False) -> tuple[str | None, float]:
+def maybe_checkpoint(
+    checkpointer: Checkpointer,
+    step: int,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loader: StreamingLoader,
+    cfg: TrainConfig,
+    force: bool = False,
+) -> tuple[str | None, float]:
     """Save a distributed checkpoint every `checkpoint.interval` steps, at the last step and when `force`d.
 
     Returns:
@@ -185,29 +217,49 @@ def maybe_checkpoint(checkpointer: Checkpointer, step: int, model: nn.Module,
     return saved.path, saved.blocking_s
 
 
-def preempt(checkpointer: Checkpointer, preemption: PreemptionHandler, step: int, model: nn.Module,
-            optimizer: torch.optim.Optimizer, loader: StreamingLoader, cfg: TrainConfig,
-            ctx: DistContext) -> PreemptedError:
+def preempt(
+    checkpointer: Checkpointer,
+    preemption: PreemptionHandler,
+    step: int,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loader: StreamingLoader,
+    cfg: TrainConfig,
+    ctx: DistContext,
+) -> PreemptedError:
     """Save the final checkpoint of `step` (if the grace period allows); return the error to raise."""
     already = bool(checkpointer.saves) and checkpointer.saves[-1].step == step
-    budget, needed = preemption.remaining_s(), max((s.blocking_s for s in checkpointer.saves), default=0.0)
+    budget, needed = (
+        preemption.remaining_s(),
+        max((s.blocking_s for s in checkpointer.saves), default=0.0),
+    )
     path: str | None = checkpointer.saves[-1].path if already else None
     if not already and needed <= budget:
         path, _ = maybe_checkpoint(checkpointer, step, model, optimizer, loader, cfg, force=True)
     checkpointer.wait()
     name = preemption.received.name if preemption.received else "signal on another rank"
-    done = (f"final checkpoint {path} complete {preemption.grace_s - preemption.remaining_s():.1f} s after the "
-            f"signal (grace {preemption.grace_s:g} s)" if path else
-            f"no final checkpoint: the last save took {needed:.1f} s, more than the {budget:.1f} s of grace left")
-    message = (f"rank {ctx.rank} pid {os.getpid()}: preempted by {name} after step {step}; {done}; "
-               "restart to resume (recoverable)")
+    done = (
+        f"final checkpoint {path} complete {preemption.grace_s - preemption.remaining_s():.1f} s after the "
+        f"signal (grace {preemption.grace_s:g} s)"
+        if path
+        else f"no final checkpoint: the last save took {needed:.1f} s, more than the {budget:.1f} s of grace left"
+    )
+    message = (
+        f"rank {ctx.rank} pid {os.getpid()}: preempted by {name} after step {step}; {done}; "
+        "restart to resume (recoverable)"
+    )
     sys.stderr.write(f"[drivetrain train] {message}\n")  # one write: ranks share the stream
     sys.stderr.flush()
     return PreemptedError(message, step=step, checkpoint=path, signal_name=name)
 
 
-def step_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, step: int, cfg: TrainConfig,
-                   loss: torch.Tensor) -> tuple[float, float]:
+def step_optimizer(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    step: int,
+    cfg: TrainConfig,
+    loss: torch.Tensor,
+) -> tuple[float, float]:
     """Run `optimizer_step`, naming the ranks with a non-finite local loss when it refuses a step.
 
     When it refuses a non-finite gradient (on every rank alike), one all-gather (on that path
@@ -222,37 +274,73 @@ def step_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, step: int
         raise NonFiniteError(f"{error}; non-finite local loss on rank(s) {ranks}") from None
 
 
-def log_step(metrics: MetricsLog, step: int, loss: torch.Tensor, cfg: TrainConfig, ctx: DistContext,
-             **values: float) -> None:
+def log_step(
+    metrics: MetricsLog,
+    step: int,
+    loss: torch.Tensor,
+    cfg: TrainConfig,
+    ctx: DistContext,
+    **values: float,
+) -> None:
     """Average the loss over ranks and write one metrics line (rank 0, every `log_interval` steps)."""
     mean_loss, max_steps = reduce_mean(loss), cfg.optimizer.max_steps  # collective: every step
     if step % cfg.metrics.log_interval == 0 or step in (1, max_steps):
         samples_per_s = cfg.data.batch_size * ctx.world_size / values["step_time_s"]
-        metrics.log({"step": step, "loss": mean_loss, **values, "samples_per_s": samples_per_s,
-                     "world_size": ctx.world_size})
+        metrics.log(
+            {
+                "step": step,
+                "loss": mean_loss,
+                **values,
+                "samples_per_s": samples_per_s,
+                "world_size": ctx.world_size,
+            }
+        )
     if ctx.is_main and (step in (1, max_steps) or step % max(1, max_steps // 10) == 0):
-        print(f"[drivetrain train] step {step}/{max_steps}  loss {mean_loss:.4f}  "
-              f"step {values['step_time_s'] * 1e3:.0f} ms  input wait {values['input_wait_s'] * 1e3:.1f} ms",
-              file=sys.stderr, flush=True)  # progress on the console; metrics.jsonl is the record
+        print(
+            f"[drivetrain train] step {step}/{max_steps}  loss {mean_loss:.4f}  "
+            f"step {values['step_time_s'] * 1e3:.0f} ms  input wait {values['input_wait_s'] * 1e3:.1f} ms",
+            file=sys.stderr,
+            flush=True,
+        )  # progress on the console; metrics.jsonl is the record
 
 
-def finish(out: Path, model: nn.Module, cfg: TrainConfig, ctx: DistContext, step: int,
-           checkpointer: Checkpointer, metrics: MetricsLog, meter: InputWaitMeter) -> TrainResult | None:
+def finish(
+    out: Path,
+    model: nn.Module,
+    cfg: TrainConfig,
+    ctx: DistContext,
+    step: int,
+    checkpointer: Checkpointer,
+    metrics: MetricsLog,
+    meter: InputWaitMeter,
+) -> TrainResult | None:
     """Export the full weights (collective) and, on rank 0, write and return the TrainResult."""
-    meta = {"model": cfg.model.name,
-            "model_config": json.dumps(asdict(get_model_config(cfg.model.name)), sort_keys=True),
-            "train_config": json.dumps(cfg.to_dict(), sort_keys=True), "step": str(step)}
+    meta = {
+        "model": cfg.model.name,
+        "model_config": json.dumps(asdict(get_model_config(cfg.model.name)), sort_keys=True),
+        "train_config": json.dumps(cfg.to_dict(), sort_keys=True),
+        "step": str(step),
+    }
     weights = export_weights(model, out / "model.safetensors", meta)
     if not ctx.is_main:
         return None
     losses = [r["loss"] for r in metrics.rows]
     tail = losses[-FINAL_LOSS_WINDOW:]
-    restarts = [json.loads(line) for line in (out / "restarts.jsonl").read_text().splitlines()] \
-        if (out / "restarts.jsonl").exists() else []
+    restarts = (
+        [json.loads(line) for line in (out / "restarts.jsonl").read_text().splitlines()]
+        if (out / "restarts.jsonl").exists()
+        else []
+    )
     result = TrainResult(
-        checkpoint_dir=str(checkpointer.latest()), weights_path=str(weights), metrics_path=str(metrics.path),
-        first_loss=losses[0], final_loss=sum(tail) / len(tail), num_steps=step, world_size=ctx.world_size,
-        restarts=len(restarts), steps_lost=sum(r["steps_lost"] for r in restarts),
+        checkpoint_dir=str(checkpointer.latest()),
+        weights_path=str(weights),
+        metrics_path=str(metrics.path),
+        first_loss=losses[0],
+        final_loss=sum(tail) / len(tail),
+        num_steps=step,
+        world_size=ctx.world_size,
+        restarts=len(restarts),
+        steps_lost=sum(r["steps_lost"] for r in restarts),
         restart_badput_s=sum(r["lost_step_time_s"] for r in restarts),
         checkpoint_blocking_s=sum(s.blocking_s for s in checkpointer.saves),
     )
@@ -263,8 +351,9 @@ def finish(out: Path, model: nn.Module, cfg: TrainConfig, ctx: DistContext, step
     return result
 
 
-def train(cfg: TrainConfig, dataset_dir: str, output_dir: str, *,
-          sink: MetricsSink | None = None) -> TrainResult | None:
+def train(
+    cfg: TrainConfig, dataset_dir: str, output_dir: str, *, sink: MetricsSink | None = None
+) -> TrainResult | None:
     """Train `cfg.model.name` on the `cfg.data.train_split` split of the dataset at `dataset_dir`.
 
     Call it on every rank (torchrun / `launch_local`) or directly in one process (world
@@ -285,27 +374,41 @@ def train(cfg: TrainConfig, dataset_dir: str, output_dir: str, *,
         NonFiniteError: NaN/inf gradients. CheckpointSaveError: a save failed (e.g. disk full).
     """
     enable_flight_recorder()  # before the process group exists
-    ctx, out = init_distributed(cfg.parallel.backend, cfg.parallel.collective_timeout_s), Path(output_dir)
+    ctx, out = (
+        init_distributed(cfg.parallel.backend, cfg.parallel.collective_timeout_s),
+        Path(output_dir),
+    )
     threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
     torch.set_num_threads(cfg.parallel.num_threads)
     torch.use_deterministic_algorithms(True, warn_only=True)
     faults = FaultPlan.from_env(rank=ctx.rank)
-    watchdog = HangWatchdog(out, rank=ctx.rank, world_size=ctx.world_size, timeout_s=cfg.parallel.collective_timeout_s)
+    watchdog = HangWatchdog(
+        out, rank=ctx.rank, world_size=ctx.world_size, timeout_s=cfg.parallel.collective_timeout_s
+    )
     preemption = PreemptionHandler(cfg.checkpoint.preemption_grace_s, ctx.device)
     recorder: StepRecorder | None = None
     try:
         recorder = build_recorder(cfg, ctx, out, sink)
         model, optimizer, loader = build_run(cfg, ctx, dataset_dir)
-        checkpointer = Checkpointer(cfg.checkpoint.folder or out / "checkpoints", keep=cfg.checkpoint.keep,
-                                    async_save=cfg.checkpoint.async_save, storage_hook=faults.storage_hook)
+        checkpointer = Checkpointer(
+            cfg.checkpoint.folder or out / "checkpoints",
+            keep=cfg.checkpoint.keep,
+            async_save=cfg.checkpoint.async_save,
+            storage_hook=faults.storage_hook,
+        )
         restore_start = time.perf_counter()
         step, restored = restore(checkpointer, model, optimizer, loader, cfg, ctx)
         if restored is not None:
             recorder.record_restore(step, time.perf_counter() - restore_start, path=str(restored))
         metrics = MetricsLog(out / "metrics.jsonl", enabled=ctx.is_main, resume_step=step)
-        samples = MetricsLog(out / "samples" / f"rank-{ctx.rank:05d}.jsonl", enabled=True, resume_step=step)
+        samples = MetricsLog(
+            out / "samples" / f"rank-{ctx.rank:05d}.jsonl", enabled=True, resume_step=step
+        )
         record_restart(out, step, samples, metrics, time.perf_counter() - restore_start)
-        batches, meter = iterate_epochs(loader, cfg.data.batch_delay_s), InputWaitMeter(skip_first=1)
+        batches, meter = (
+            iterate_epochs(loader, cfg.data.batch_delay_s),
+            InputWaitMeter(skip_first=1),
+        )
         batch = None
         while step < cfg.optimizer.max_steps:
             faults.at_step(step + 1)
@@ -324,8 +427,18 @@ def train(cfg: TrainConfig, dataset_dir: str, output_dir: str, *,
                 recorder.record_checkpoint(step, blocking_s, path=saved)
             step_time_s = time.perf_counter() - start
             meter.record(wait_s=input_wait_s, step_s=step_time_s)
-            log_step(metrics, step, loss, cfg, ctx, lr=lr, grad_norm=grad_norm, input_wait_s=input_wait_s,
-                     step_time_s=step_time_s, checkpoint_blocking_s=blocking_s)
+            log_step(
+                metrics,
+                step,
+                loss,
+                cfg,
+                ctx,
+                lr=lr,
+                grad_norm=grad_norm,
+                input_wait_s=input_wait_s,
+                step_time_s=step_time_s,
+                checkpoint_blocking_s=blocking_s,
+            )
             recorder.end_step()
             if preemption.requested():  # collective: every rank stops after the same step
                 raise preempt(checkpointer, preemption, step, model, optimizer, loader, cfg, ctx)

@@ -25,7 +25,8 @@ def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, s
     elastic run folders), DRIVETRAIN_HOME (MLflow store); MLFLOW_TRACKING_URI cleared.
     """
     env = {
-        "HOME": str(tmp_path / "home"), "TMPDIR": str(tmp_path / "tmp"),
+        "HOME": str(tmp_path / "home"),
+        "TMPDIR": str(tmp_path / "tmp"),
         "DRIVETRAIN_HOME": str(tmp_path / "drivetrain"),
     }
     for value in env.values():
@@ -49,7 +50,8 @@ def local_flyte(isolated_env: dict[str, str], tmp_path: Path, monkeypatch: pytes
     monkeypatch.setattr(local_cache.LocalTaskCache, "_initialized", False)
     monkeypatch.setattr(local_cache.LocalTaskCache, "_cache", None, raising=False)
     access = FileAccessProvider(
-        local_sandbox_dir=str(tmp_path / "flyte-sandbox"), raw_output_prefix=str(tmp_path / "flyte-raw")
+        local_sandbox_dir=str(tmp_path / "flyte-sandbox"),
+        raw_output_prefix=str(tmp_path / "flyte-raw"),
     )
     ctx = FlyteContextManager.current_context()
     with FlyteContextManager.with_context(ctx.with_file_access(access)):

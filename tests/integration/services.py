@@ -36,8 +36,9 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def wait_http(url: str, proc: subprocess.Popen, what: str, timeout: float = 120.0,
-              log: Path | None = None) -> None:
+def wait_http(
+    url: str, proc: subprocess.Popen, what: str, timeout: float = 120.0, log: Path | None = None
+) -> None:
     """Wait until `url` answers (any HTTP status); fail with the process log if it dies."""
     deadline = time.monotonic() + timeout
     while True:
@@ -64,8 +65,9 @@ def stop(proc: subprocess.Popen) -> None:
             proc.wait(timeout=10)
 
 
-def start_moto(log: Path, host: str = "127.0.0.1", port: int | None = None,
-               netns: str | None = None) -> tuple[subprocess.Popen, str]:
+def start_moto(
+    log: Path, host: str = "127.0.0.1", port: int | None = None, netns: str | None = None
+) -> tuple[subprocess.Popen, str]:
     """Start moto's standalone S3 server on host:port (optionally inside network namespace
     `netns`); return (process, endpoint URL)."""
     port = port or free_port(host if netns is None else "127.0.0.1")
@@ -91,13 +93,18 @@ class PgDatabase:
 
     def uri(self, database: str) -> str:
         """SQLAlchemy URI of `database` (psycopg2 driver)."""
-        return (f"postgresql+psycopg2://{self.user}:{self.password}@{self.host}:{self.port}/"
-                f"{database}")
+        return (
+            f"postgresql+psycopg2://{self.user}:{self.password}@{self.host}:{self.port}/{database}"
+        )
 
 
 def _psql_admin(sql: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["runuser", "-u", "postgres", "--", "psql", "-v", "ON_ERROR_STOP=1",
-                           "-q", "-c", sql], capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        ["runuser", "-u", "postgres", "--", "psql", "-v", "ON_ERROR_STOP=1", "-q", "-c", sql],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def _pg_isready() -> str | None:
@@ -109,21 +116,28 @@ def pg_unavailable_reason() -> str | None:
     """Why no local PostgreSQL can be used here, or None when it can."""
     isready = _pg_isready()
     if isready is None:
-        return ("PostgreSQL is not installed (CI installs it: `apt-get install -y postgresql`, "
-                "see .ci/run)")
+        return (
+            "PostgreSQL is not installed (CI installs it: `apt-get install -y postgresql`, "
+            "see .ci/run)"
+        )
     if os.geteuid() != 0 or shutil.which("runuser") is None:
         return "creating a PostgreSQL role needs root (runuser -u postgres psql); CI runs as root"
     if subprocess.run([isready, "-h", "127.0.0.1", "-p", "5432"], capture_output=True).returncode:
-        return ("PostgreSQL is installed but not running on 127.0.0.1:5432 (start it with "
-                "`pg_ctlcluster <version> main start`, as .ci/run does)")
+        return (
+            "PostgreSQL is installed but not running on 127.0.0.1:5432 (start it with "
+            "`pg_ctlcluster <version> main start`, as .ci/run does)"
+        )
     return None
 
 
 def create_pg_database(names: tuple[str, ...]) -> PgDatabase:
     """Create a login role with a random password owning fresh databases `names` (suffixed)."""
     suffix = secrets.token_hex(4)
-    db = PgDatabase(user=f"drivetrain_test_{suffix}", password=secrets.token_urlsafe(24),
-                    databases=tuple(f"{n}_{suffix}" for n in names))
+    db = PgDatabase(
+        user=f"drivetrain_test_{suffix}",
+        password=secrets.token_urlsafe(24),
+        databases=tuple(f"{n}_{suffix}" for n in names),
+    )
     done = _psql_admin(f"CREATE ROLE {db.user} LOGIN PASSWORD '{db.password}'")
     if done.returncode != 0:
         pytest.fail(f"cannot create a PostgreSQL role: {done.stderr.strip()}")
@@ -154,8 +168,9 @@ class MlflowServer:
     db: PgDatabase
 
 
-def start_mlflow(tmp: Path, db: PgDatabase, s3_endpoint: str, bucket: str
-                 ) -> tuple[subprocess.Popen, MlflowServer]:
+def start_mlflow(
+    tmp: Path, db: PgDatabase, s3_endpoint: str, bucket: str
+) -> tuple[subprocess.Popen, MlflowServer]:
     """Start MLflow with auth (NO_PERMISSIONS default) on PostgreSQL, artifacts in S3."""
     admin_password = secrets.token_urlsafe(24)
     config = tmp / "mlflow-auth.ini"
@@ -169,20 +184,47 @@ def start_mlflow(tmp: Path, db: PgDatabase, s3_endpoint: str, bucket: str
         "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
     )
     port = free_port()
-    env = {**os.environ, "MLFLOW_AUTH_CONFIG_PATH": str(config),
-           "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(32),
-           "MLFLOW_S3_ENDPOINT_URL": s3_endpoint, "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+    env = {
+        **os.environ,
+        "MLFLOW_AUTH_CONFIG_PATH": str(config),
+        "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(32),
+        "MLFLOW_S3_ENDPOINT_URL": s3_endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
     for name in ("MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
         env.pop(name, None)
     log = tmp / "mlflow-server.log"
     proc = subprocess.Popen(
-        [str(BIN / "mlflow"), "server", "--app-name", "basic-auth", "--host", "127.0.0.1",
-         "--port", str(port), "--backend-store-uri", db.uri(db.databases[0]),
-         "--artifacts-destination", f"s3://{bucket}/mlartifacts", "--workers", "1"],
-        stdout=log.open("ab"), stderr=subprocess.STDOUT, env=env,
+        [
+            str(BIN / "mlflow"),
+            "server",
+            "--app-name",
+            "basic-auth",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--backend-store-uri",
+            db.uri(db.databases[0]),
+            "--artifacts-destination",
+            f"s3://{bucket}/mlartifacts",
+            "--workers",
+            "1",
+        ],
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        env=env,
     )
     url = f"http://127.0.0.1:{port}"
     wait_http(f"{url}/health", proc, "mlflow server", timeout=180, log=log)
-    return proc, MlflowServer(url=url, admin_user="admin", admin_password=admin_password,
-                              s3_endpoint=s3_endpoint, bucket=bucket, log=log, db=db)
+    return proc, MlflowServer(
+        url=url,
+        admin_user="admin",
+        admin_password=admin_password,
+        s3_endpoint=s3_endpoint,
+        bucket=bucket,
+        log=log,
+        db=db,
+    )

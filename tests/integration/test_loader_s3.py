@@ -42,7 +42,9 @@ class _CountingApp:
 
     def count(self, method: str, suffix: str) -> int:
         with self.lock:
-            return sum(n for (m, k), n in self.requests.items() if m == method and k.endswith(suffix))
+            return sum(
+                n for (m, k), n in self.requests.items() if m == method and k.endswith(suffix)
+            )
 
 
 def _start_server():
@@ -50,8 +52,11 @@ def _start_server():
     from moto.server import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
     from werkzeug.serving import make_server
 
-    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
-                        ("AWS_DEFAULT_REGION", "us-east-1")):
+    for name, value in (
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+    ):
         os.environ.setdefault(name, value)
     app = _CountingApp(DomainDispatcherApplication(create_backend_app))
     server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=MotoRequestHandler)
@@ -69,8 +74,9 @@ def s3_server():
 @pytest.fixture(scope="module")
 def remote(s3_server, tmp_path_factory):
     endpoint, app, _ = s3_server
-    local = write_test_dataset(tmp_path_factory.mktemp("s3src") / "data",
-                               {"loga": 10, "logb": 9, "logc": 9})
+    local = write_test_dataset(
+        tmp_path_factory.mktemp("s3src") / "data", {"loga": 10, "logb": 9, "logc": 9}
+    )
     client = boto3.client("s3", endpoint_url=endpoint)
     client.create_bucket(Bucket=BUCKET)
     for path in sorted(p for p in local.rglob("*") if p.is_file()):
@@ -86,11 +92,19 @@ def _config(endpoint: str, cache_dir: Path, **kwargs) -> LoaderConfig:
 
 
 def _run_ranks_concurrently(url, cfg, *, world=2, workers=2) -> list[list[str]]:
-    loaders = [build_loader(url, rank=r, world_size=world, batch_size=3, num_workers=workers, seed=1, config=cfg)
-               for r in range(world)]
+    loaders = [
+        build_loader(
+            url, rank=r, world_size=world, batch_size=3, num_workers=workers, seed=1, config=cfg
+        )
+        for r in range(world)
+    ]
     keys: list[list[str]] = [[] for _ in range(world)]
-    threads = [threading.Thread(target=lambda r=r: keys[r].extend(k for b in loaders[r] for k in b["__key__"]))
-               for r in range(world)]
+    threads = [
+        threading.Thread(
+            target=lambda r=r: keys[r].extend(k for b in loaders[r] for k in b["__key__"])
+        )
+        for r in range(world)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -116,12 +130,16 @@ def test_one_get_per_shard_per_node_and_none_once_cached(remote, tmp_path):
     assert app.count("GET", ".tar") == 0 and sum(lo.stats.cache_hits for lo in loaders) > 0
 
 
-def test_lru_eviction_keeps_the_cache_under_its_limit_and_never_deletes_the_source(remote, tmp_path):
+def test_lru_eviction_keeps_the_cache_under_its_limit_and_never_deletes_the_source(
+    remote, tmp_path
+):
     url, endpoint, app, shards, sizes, client = remote
     limit = 3 * max(sizes.values())
     cfg = _config(endpoint, tmp_path / "cache", cache_limit_bytes=limit, shuffle_buffer=4)
     app.requests.clear()
-    loader = build_loader(url, rank=0, world_size=1, batch_size=4, num_workers=1, seed=2, config=cfg)
+    loader = build_loader(
+        url, rank=0, world_size=1, batch_size=4, num_workers=1, seed=2, config=cfg
+    )
     keys = [k for b in loader for k in b["__key__"]]
     assert len(set(keys)) == 28
     cached = [p for p in (tmp_path / "cache").rglob("*.tar")]
@@ -139,14 +157,22 @@ def test_lru_eviction_keeps_the_cache_under_its_limit_and_never_deletes_the_sour
 def test_cache_limit_below_one_shard_is_refused(remote, tmp_path):
     url, endpoint, _, _, sizes, _ = remote
     with pytest.raises(CacheFullError, match="cache_limit_bytes=100 is below the largest shard"):
-        build_loader(url, rank=0, world_size=1, batch_size=4, num_workers=0, seed=0,
-                     config=_config(endpoint, tmp_path / "c", cache_limit_bytes=100))
+        build_loader(
+            url,
+            rank=0,
+            world_size=1,
+            batch_size=4,
+            num_workers=0,
+            seed=0,
+            config=_config(endpoint, tmp_path / "c", cache_limit_bytes=100),
+        )
 
 
 def _mount_tiny_tmpfs(path: Path) -> bool:
     path.mkdir(parents=True)
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(path)],
-                            capture_output=True)
+    result = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(path)], capture_output=True
+    )
     return result.returncode == 0
 
 
@@ -154,10 +180,19 @@ def test_cache_folder_on_a_full_disk(remote, tmp_path):
     url, endpoint, _, _, _, _ = remote
     cache = tmp_path / "tiny"
     if not _mount_tiny_tmpfs(cache):
-        pytest.skip("cannot mount a 16 KiB tmpfs here (needs root); see test_full_disk_via_file_size_limit")
+        pytest.skip(
+            "cannot mount a 16 KiB tmpfs here (needs root); see test_full_disk_via_file_size_limit"
+        )
     try:
-        loader = build_loader(url, rank=0, world_size=1, batch_size=4, num_workers=0, seed=0,
-                              config=_config(endpoint, cache))
+        loader = build_loader(
+            url,
+            rank=0,
+            world_size=1,
+            batch_size=4,
+            num_workers=0,
+            seed=0,
+            config=_config(endpoint, cache),
+        )
         with pytest.raises(CacheFullError) as info:
             list(loader)
         assert str(cache) in str(info.value) and "shard-" in str(info.value)
@@ -185,8 +220,20 @@ except CacheFullError as exc:
 def test_full_disk_via_file_size_limit(remote, tmp_path):
     """Real kernel write failure (EFBIG from RLIMIT_FSIZE) in a child process, no root needed."""
     url, endpoint, _, _, _, _ = remote
-    result = subprocess.run([sys.executable, "-c", _FSIZE_CHILD, url, endpoint, str(tmp_path / "c"),
-                             str(Path(__file__).parents[1] / "unit")], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _FSIZE_CHILD,
+            url,
+            endpoint,
+            str(tmp_path / "c"),
+            str(Path(__file__).parents[1] / "unit"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "CACHEFULL" in result.stdout, result.stderr[-2000:]
     assert "File too large" in result.stdout and str(tmp_path / "c") in result.stdout
 
@@ -195,7 +242,9 @@ def test_object_store_outage_mid_epoch_fails_with_bounded_retries(remote, tmp_pa
     url = remote[0]
     endpoint, _, server = _start_server()  # a second endpoint onto the same in-process S3 state
     cfg = _config(endpoint, tmp_path / "cache", max_retries=1, retry_backoff_s=0.1)
-    loader = build_loader(url, rank=0, world_size=1, batch_size=4, num_workers=1, seed=0, config=cfg)
+    loader = build_loader(
+        url, rank=0, world_size=1, batch_size=4, num_workers=1, seed=0, config=cfg
+    )
     server.shutdown()  # the store goes away after the index was read
     server.server_close()
     start = time.monotonic()
@@ -217,8 +266,15 @@ def test_truncated_remote_shard_is_skipped_with_one_request_under_skip_policy(re
         client.put_object(Bucket=BUCKET, Key=item["Key"].replace("data/", "trunc/", 1), Body=body)
     app.requests.clear()
     cfg = _config(endpoint, tmp_path / "cache", error_policy="skip")
-    loader = build_loader(f"s3://{BUCKET}/trunc", rank=0, world_size=1, batch_size=4, num_workers=1,
-                          seed=0, config=cfg)
+    loader = build_loader(
+        f"s3://{BUCKET}/trunc",
+        rank=0,
+        world_size=1,
+        batch_size=4,
+        num_workers=1,
+        seed=0,
+        config=cfg,
+    )
     keys = [k for b in loader for k in b["__key__"]]
     view = loader.views[0]
     lost = {view.key(i) for i in range(len(view)) if view.shard_path(i).endswith(victim)}
@@ -227,17 +283,30 @@ def test_truncated_remote_shard_is_skipped_with_one_request_under_skip_policy(re
     assert "the manifest says" in loader.stats.skipped_samples[0][1]
     assert app.count("GET", victim) == 1  # the bad shard is fetched once, not once per sample
     with pytest.raises(Exception, match=f"{victim}: object has"):
-        list(build_loader(f"s3://{BUCKET}/trunc", rank=0, world_size=1, batch_size=4, num_workers=0, seed=0,
-                          config=_config(endpoint, tmp_path / "cache2")))
+        list(
+            build_loader(
+                f"s3://{BUCKET}/trunc",
+                rank=0,
+                world_size=1,
+                batch_size=4,
+                num_workers=0,
+                seed=0,
+                config=_config(endpoint, tmp_path / "cache2"),
+            )
+        )
 
 
 def test_cache_recovers_from_a_crashed_download_and_a_damaged_cached_shard(remote, tmp_path):
     url, endpoint, app, shards, sizes, _ = remote
     cfg = _config(endpoint, tmp_path / "cache")
-    loader = build_loader(url, rank=0, world_size=1, batch_size=4, num_workers=0, seed=0, config=cfg)
+    loader = build_loader(
+        url, rank=0, world_size=1, batch_size=4, num_workers=0, seed=0, config=cfg
+    )
     folder = tmp_path / "cache" / loader.views[0].dataset_hash[:16] / "shards"
     folder.mkdir(parents=True)
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
     stale = folder / f".{shards[0]}.tmp-{int(dead.stdout)}-deadbeef"
     stale.write_bytes(b"half a shard")  # what a killed download leaves behind
     (folder / shards[1]).write_bytes(b"x" * 100)  # wrong size under the real name

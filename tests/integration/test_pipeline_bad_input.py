@@ -23,8 +23,10 @@ def _registered_versions() -> int:
     if not (resolve_drivetrain_home() / "mlflow.db").exists():
         return 0  # the registration step never even opened the store
     client = configure_mlflow()
-    return sum(len(client.search_model_versions(f"name='{m.name}'"))
-               for m in client.search_registered_models())
+    return sum(
+        len(client.search_model_versions(f"name='{m.name}'"))
+        for m in client.search_registered_models()
+    )
 
 
 def _fails(executions: collections.Counter, match: str, **inputs) -> None:
@@ -39,44 +41,73 @@ def _fails(executions: collections.Counter, match: str, **inputs) -> None:
 
 def test_missing_raw_folder(local_flyte: Path, executions: collections.Counter) -> None:
     missing = local_flyte / "no-such-folder"
-    _fails(executions, r"^error: raw-log folder does not exist or is not a folder \(.*no-such-folder\): "
-           r"pass raw_logs a folder", source="pandaset",
-           raw_logs=str(missing))
+    _fails(
+        executions,
+        r"^error: raw-log folder does not exist or is not a folder \(.*no-such-folder\): "
+        r"pass raw_logs a folder",
+        source="pandaset",
+        raw_logs=str(missing),
+    )
     assert executions["merge_dataset"] == 0
 
 
 def test_empty_raw_folder(local_flyte: Path, executions: collections.Counter) -> None:
     empty = local_flyte / "empty"
     empty.mkdir()
-    _fails(executions, r"^error: raw-log folder is empty \(.*empty\)", source="pandaset",
-           raw_logs=str(empty))
+    _fails(
+        executions,
+        r"^error: raw-log folder is empty \(.*empty\)",
+        source="pandaset",
+        raw_logs=str(empty),
+    )
 
 
 def test_folder_without_logs_of_source(local_flyte: Path, executions: collections.Counter) -> None:
     junk = local_flyte / "junk"
     junk.mkdir()
     (junk / "notes.txt").write_text("not a driving log")
-    _fails(executions, r"^error: no pandaset logs found .*\(.*junk\): pass the PandaSet root or one sequence folder", source="pandaset", raw_logs=str(junk))
+    _fails(
+        executions,
+        r"^error: no pandaset logs found .*\(.*junk\): pass the PandaSet root or one sequence folder",
+        source="pandaset",
+        raw_logs=str(junk),
+    )
 
 
 def test_dataset_with_empty_val_split(local_flyte: Path, executions: collections.Counter) -> None:
     raw = local_flyte / "one-log"
     write_synthetic_logs(SyntheticConfig(num_logs=1, **TINY), raw, progress=False)
-    _fails(executions, r"^error: dataset has no samples in split 'val' \(split by_log, counts \{'train': 2, 'val': 0\}\) "
-           r"\(raw_logs\): pass --split by_frame_range", source="synthetic", raw_logs=str(raw))
+    _fails(
+        executions,
+        r"^error: dataset has no samples in split 'val' \(split by_log, counts \{'train': 2, 'val': 0\}\) "
+        r"\(raw_logs\): pass --split by_frame_range",
+        source="synthetic",
+        raw_logs=str(raw),
+    )
     assert executions["merge_dataset"] == 1
 
 
 @pytest.mark.parametrize(
     ("inputs", "match"),
     [
-        ({"overrides": '{"max_steps": -1}'}, r"^error: optimizer.max_steps=-1 is out of range \(overrides\)"),
-        ({"overrides": '{"max_stepz": 5}'}, r"^error: unknown field 'max_stepz' \(overrides\): use one of"),
+        (
+            {"overrides": '{"max_steps": -1}'},
+            r"^error: optimizer.max_steps=-1 is out of range \(overrides\)",
+        ),
+        (
+            {"overrides": '{"max_stepz": 5}'},
+            r"^error: unknown field 'max_stepz' \(overrides\): use one of",
+        ),
         ({"preset": "nope"}, r"^error: unknown preset 'nope' \(preset\): use one of"),
-        ({"source": "kitti"}, r"^error: unknown raw-log format 'kitti' \(source\): use one of pandaset, synthetic"),
+        (
+            {"source": "kitti"},
+            r"^error: unknown raw-log format 'kitti' \(source\): use one of pandaset, synthetic",
+        ),
     ],
 )
-def test_impossible_config(local_flyte: Path, executions: collections.Counter, inputs, match) -> None:
+def test_impossible_config(
+    local_flyte: Path, executions: collections.Counter, inputs, match
+) -> None:
     _fails(executions, match, **inputs)
     assert executions["materialize_raw_logs"] == 0 or "source" in inputs
     assert executions["merge_dataset"] == 0
@@ -90,14 +121,22 @@ def test_deleted_cached_output_names_the_cache_and_the_command(
     synthetic = SyntheticConfig(num_logs=1, **TINY)
     _fails(executions, r"no samples in split 'val'", source="synthetic", synthetic=synthetic)
     assert executions["materialize_raw_logs"] == 1
-    generated = [p for p in (local_flyte / "flyte-raw").rglob("*") if p.is_dir() and p.parent.name == "flyte-raw"]
+    generated = [
+        p
+        for p in (local_flyte / "flyte-raw").rglob("*")
+        if p.is_dir() and p.parent.name == "flyte-raw"
+    ]
     assert generated
     for folder in generated:
         shutil.rmtree(folder)
     executions.clear()
-    _fails(executions, r"^error: the cached output of task materialize_raw_logs no longer exists .*"
-                       r"pyflyte local-cache clear` \(or `make clean-cache`\) and run again",
-           source="synthetic", synthetic=synthetic)
+    _fails(
+        executions,
+        r"^error: the cached output of task materialize_raw_logs no longer exists .*"
+        r"pyflyte local-cache clear` \(or `make clean-cache`\) and run again",
+        source="synthetic",
+        synthetic=synthetic,
+    )
     assert executions["materialize_raw_logs"] == 0 and executions["merge_dataset"] == 0
 
 
@@ -106,21 +145,34 @@ def test_bad_jpeg_names_quarantine_and_the_quarantine_input_works(
 ) -> None:
     jpeg = sorted((pandaset_copy / "camera" / "front_camera").glob("*.jpg"))[3]
     jpeg.write_bytes(b"not a jpeg")
-    _fails(executions, r"^error: 1 bad frame\(s\) \(.*first: .*\) \(.*002\): fix or remove those files, "
-                       r"or rebuild with --quarantine", source="pandaset", raw_logs=str(pandaset_copy))
+    _fails(
+        executions,
+        r"^error: 1 bad frame\(s\) \(.*first: .*\) \(.*002\): fix or remove those files, "
+        r"or rebuild with --quarantine",
+        source="pandaset",
+        raw_logs=str(pandaset_copy),
+    )
     from platform_lib.shards import load_manifest
     from tasks.data import build_log_part, dataset_config, list_raw_logs, merge_dataset
 
     config = dataset_config(source="pandaset", split="", quarantine=True)
     present = list_raw_logs(source="pandaset", raw_logs=str(pandaset_copy))
-    parts = [build_log_part(source="pandaset", log=log, log_hash=log_hash, config=config)
-             for log, log_hash in zip(present.logs, present.log_hashes, strict=True)]
+    parts = [
+        build_log_part(source="pandaset", log=log, log_hash=log_hash, config=config)
+        for log, log_hash in zip(present.logs, present.log_hashes, strict=True)
+    ]
     dataset = merge_dataset(source="pandaset", parts=parts, config=config)
     manifest = load_manifest(dataset.path)
     assert [q["key"] for q in manifest.quarantine] == ["002_000003"]
     assert manifest.splits.counts == {"train": 7, "val": 2}
 
 
-def test_unknown_split_names_the_methods(local_flyte: Path, executions: collections.Counter) -> None:
-    _fails(executions, r"^error: unknown split method 'by_day' \(split\): use one of by_log, by_frame_range",
-           source="synthetic", split="by_day")
+def test_unknown_split_names_the_methods(
+    local_flyte: Path, executions: collections.Counter
+) -> None:
+    _fails(
+        executions,
+        r"^error: unknown split method 'by_day' \(split\): use one of by_log, by_frame_range",
+        source="synthetic",
+        split="by_day",
+    )

@@ -15,12 +15,22 @@ import pytest
 
 from platform_lib.sources.synthetic import SyntheticConfig, write_synthetic_logs
 
-pytestmark = pytest.mark.distributed  # ~100 s: two full pipeline runs; in `make test` (CI) on purpose
+pytestmark = (
+    pytest.mark.distributed
+)  # ~100 s: two full pipeline runs; in `make test` (CI) on purpose
 
-TINY = SyntheticConfig(num_logs=3, frames_per_log=2, image_width=64, image_height=48,
-                       lidar_beams=8, lidar_azimuth_bins=64)
-STEPS = ('{"max_steps": 2, "warmup_steps": 0, "checkpoint.interval": 2, "batch_size": 1, '
-         '"num_workers": 0}')
+TINY = SyntheticConfig(
+    num_logs=3,
+    frames_per_log=2,
+    image_width=64,
+    image_height=48,
+    lidar_beams=8,
+    lidar_azimuth_bins=64,
+)
+STEPS = (
+    '{"max_steps": 2, "warmup_steps": 0, "checkpoint.interval": 2, "batch_size": 1, '
+    '"num_workers": 0}'
+)
 DOWNSTREAM = ("merge_dataset", "train_model", "evaluate_model", "register_model")
 PROBES = {"hash_raw_logs": 1, "list_raw_logs": 1}
 
@@ -46,8 +56,14 @@ def parts_built(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def _run(raw_logs: str) -> str:
     from workflows.training_pipeline import training_pipeline
 
-    return training_pipeline(source="synthetic", raw_logs=raw_logs, preset="small",
-                             overrides=STEPS, seed=0, model_name="cache-test")
+    return training_pipeline(
+        source="synthetic",
+        raw_logs=raw_logs,
+        preset="small",
+        overrides=STEPS,
+        seed=0,
+        model_name="cache-test",
+    )
 
 
 def test_rerun_hits_cache_and_changed_raw_file_reruns_downstream(

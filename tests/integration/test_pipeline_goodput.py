@@ -85,7 +85,11 @@ def test_loader_delay_is_input_bound_measured_and_flagged(
         assert DELAY_S <= stats["mean_input_wait_s"] <= 1.1 * DELAY_S, stats
     baseline = delayed["baseline"]
     assert baseline["runs"] == 1 and baseline["workload_key"] == normal["baseline"]["workload_key"]
-    assert {"step_time", "input_wait"} <= set(baseline["flags"]), (normal["steps"], delayed["steps"], baseline)
+    assert {"step_time", "input_wait"} <= set(baseline["flags"]), (
+        normal["steps"],
+        delayed["steps"],
+        baseline,
+    )
     assert baseline["baseline"]["median_step_s"] == pytest.approx(normal["steps"]["median_step_s"])
 
     # the flags are tags of the MLflow run that training streamed to and registration continued

@@ -51,14 +51,17 @@ def test_pandaset_pipeline_registers_reproducible_champion(
     from platform_lib.training.presets import pandaset_smoke
 
     # The manifest the pipeline built (in flytekit's raw outputs under TMPDIR) ...
-    manifests = [json.loads(p.read_text()) for p in Path(isolated_env["TMPDIR"]).rglob("manifest.json")]
+    manifests = [
+        json.loads(p.read_text()) for p in Path(isolated_env["TMPDIR"]).rglob("manifest.json")
+    ]
     assert manifests and len({m["dataset_hash"] for m in manifests}) == 1
     manifest = manifests[0]
     assert manifest["splits"]["counts"] == {"train": 8, "val": 2}
     # ... equals a fresh, independent build of the same raw logs (the builder is deterministic).
     rebuilt = tmp_path / "rebuilt"
-    rebuilt_manifest = build_dataset("pandaset", pandaset_002, rebuilt,
-                                     BuildConfig(**DEFAULT_SPLITS["pandaset"]))
+    rebuilt_manifest = build_dataset(
+        "pandaset", pandaset_002, rebuilt, BuildConfig(**DEFAULT_SPLITS["pandaset"])
+    )
     assert rebuilt_manifest.dataset_hash == manifest["dataset_hash"]
 
     client = configure_mlflow()
@@ -89,8 +92,13 @@ def test_pandaset_pipeline_registers_reproducible_champion(
     assert cfg == config
     assert sum(p.numel() for p in model.parameters()) > 0
     _, _, local = load_model_version(f"models:/{name}@champion")
-    reproduced = evaluate(str(local / "model.safetensors"), cfg, str(rebuilt), split="val",
-                          output_dir=str(tmp_path / "eval"))
+    reproduced = evaluate(
+        str(local / "model.safetensors"),
+        cfg,
+        str(rebuilt),
+        split="val",
+        output_dir=str(tmp_path / "eval"),
+    )
     logged = run.data.metrics
     assert reproduced.num_samples == 2
     assert reproduced.mean_iou == pytest.approx(logged["val_mean_iou"], abs=1e-12)

@@ -42,10 +42,18 @@ pytestmark = [pytest.mark.distributed, pytest.mark.timeout(900)]
 
 BUCKET = "drivetrain"
 REPO = Path(__file__).resolve().parents[2]
-TINY = SyntheticConfig(num_logs=4, frames_per_log=2, image_width=64, image_height=48,
-                       lidar_beams=8, lidar_azimuth_bins=64)
-STEPS = ('{"max_steps": 2, "warmup_steps": 0, "checkpoint.interval": 2, "batch_size": 1, '
-         '"num_workers": 0}')
+TINY = SyntheticConfig(
+    num_logs=4,
+    frames_per_log=2,
+    image_width=64,
+    image_height=48,
+    lidar_beams=8,
+    lidar_azimuth_bins=64,
+)
+STEPS = (
+    '{"max_steps": 2, "warmup_steps": 0, "checkpoint.interval": 2, "batch_size": 1, '
+    '"num_workers": 0}'
+)
 
 
 @pytest.fixture(scope="module")
@@ -56,9 +64,13 @@ def server(tmp_path_factory) -> MlflowServer:
     tmp = tmp_path_factory.mktemp("services")
     moto, endpoint = start_moto(tmp / "moto.log")
     try:
-        boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing",
-                     aws_secret_access_key="testing", region_name="us-east-1"
-                     ).create_bucket(Bucket=BUCKET)
+        boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            region_name="us-east-1",
+        ).create_bucket(Bucket=BUCKET)
         db = create_pg_database(("mlflow", "mlflow_auth"))
         try:
             proc, running = start_mlflow(tmp, db, endpoint, BUCKET)
@@ -72,8 +84,9 @@ def server(tmp_path_factory) -> MlflowServer:
         stop(moto)
 
 
-def _request(server: MlflowServer, path: str, user: str | None = None,
-             password: str | None = None) -> int:
+def _request(
+    server: MlflowServer, path: str, user: str | None = None, password: str | None = None
+) -> int:
     request = urllib.request.Request(f"{server.url}{path}")
     if user is not None:
         token = b64encode(f"{user}:{password}".encode()).decode()
@@ -106,13 +119,17 @@ def test_unauthenticated_and_wrong_password_requests_are_refused(server: MlflowS
     assert _request(server, path, server.admin_user, server.admin_password) == 200
 
 
-def test_a_user_cannot_read_another_users_experiment(server: MlflowServer,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_user_cannot_read_another_users_experiment(
+    server: MlflowServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
     from mlflow.server import get_app_client
 
-    alice, bob = _create_user(server, monkeypatch, "alice"), _create_user(server, monkeypatch, "bob")
+    alice, bob = (
+        _create_user(server, monkeypatch, "alice"),
+        _create_user(server, monkeypatch, "bob"),
+    )
     _as(monkeypatch, "alice", alice)
     experiment = MlflowClient(server.url).create_experiment("alice-private")
     assert MlflowClient(server.url).get_experiment(experiment).name == "alice-private"
@@ -121,7 +138,8 @@ def test_a_user_cannot_read_another_users_experiment(server: MlflowServer,
         MlflowClient(server.url).get_experiment(experiment)
     _as(monkeypatch, server.admin_user, server.admin_password)
     get_app_client("basic-auth", tracking_uri=server.url).grant_user_permission(
-        "bob", "experiment", experiment, "READ")
+        "bob", "experiment", experiment, "READ"
+    )
     _as(monkeypatch, "bob", bob)
     assert MlflowClient(server.url).get_experiment(experiment).name == "alice-private"
 
@@ -129,13 +147,24 @@ def test_a_user_cannot_read_another_users_experiment(server: MlflowServer,
 def _run_pipeline(raw: Path) -> str:
     from workflows.training_pipeline import training_pipeline
 
-    return training_pipeline(source="synthetic", raw_logs=str(raw), preset="small",
-                             overrides=STEPS, seed=0, model_name="services-test")
+    return training_pipeline(
+        source="synthetic",
+        raw_logs=str(raw),
+        preset="small",
+        overrides=STEPS,
+        seed=0,
+        model_name="services-test",
+    )
 
 
 def test_incremental_retraining_on_postgres_and_s3_keeps_the_password_secret(
-        server: MlflowServer, local_flyte: Path, monkeypatch: pytest.MonkeyPatch,
-        capfd: pytest.CaptureFixture, caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
+    server: MlflowServer,
+    local_flyte: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture,
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+) -> None:
     from mlflow import MlflowClient
 
     import tasks.data
@@ -148,8 +177,12 @@ def test_incremental_retraining_on_postgres_and_s3_keeps_the_password_secret(
     monkeypatch.setenv("_FSEC_MLFLOW_USERNAME", "trainer")
     monkeypatch.setenv("_FSEC_MLFLOW_PASSWORD", password)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", server.url)
-    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
-                        ("AWS_DEFAULT_REGION", "us-east-1"), ("AWS_ENDPOINT_URL", server.s3_endpoint)):
+    for name, value in (
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+        ("AWS_ENDPOINT_URL", server.s3_endpoint),
+    ):
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("DRIVETRAIN_PART_STORE", f"s3://{BUCKET}/parts")
     built: list[str] = []
@@ -181,17 +214,25 @@ def test_incremental_retraining_on_postgres_and_s3_keeps_the_password_secret(
     first, second = (client.get_model_version("services-test", v) for v in ("1", "2"))
     assert first.tags["dataset_hash"] != second.tags["dataset_hash"]
     assert json.loads(second.tags["source_log_hashes"]) == {
-        name: hash_raw_log(raw / name) for name in names}
+        name: hash_raw_log(raw / name) for name in names
+    }
     assert len(json.loads(first.tags["source_log_hashes"])) == 3
     # the dataset's shards are in the bucket (parts), its manifest points there
     s3 = boto3.client("s3", endpoint_url=server.s3_endpoint)
-    keys = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET)
-            for o in page.get("Contents", [])]
+    keys = [
+        o["Key"]
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET)
+        for o in page.get("Contents", [])
+    ]
     assert sum(k.startswith("parts/synthetic/") and k.endswith("/manifest.json") for k in keys) == 4
-    merged = [json.loads(p.read_text()) for p in local_flyte.rglob("manifest.json")
-              if json.loads(p.read_text())["dataset_hash"] == second.tags["dataset_hash"]]
-    assert merged and all(s["location"].startswith(f"s3://{BUCKET}/parts/")
-                          for s in merged[0]["shards"])
+    merged = [
+        json.loads(p.read_text())
+        for p in local_flyte.rglob("manifest.json")
+        if json.loads(p.read_text())["dataset_hash"] == second.tags["dataset_hash"]
+    ]
+    assert merged and all(
+        s["location"].startswith(f"s3://{BUCKET}/parts/") for s in merged[0]["shards"]
+    )
     # the registered model's artifacts are in the bucket and load back
     assert any(k.startswith("mlartifacts/") and k.endswith("model.safetensors") for k in keys)
     from safetensors.torch import load_file
@@ -199,9 +240,15 @@ def test_incremental_retraining_on_postgres_and_s3_keeps_the_password_secret(
     model, _, local = load_model_version("models:/services-test/2")
     weights = load_file(local / "model.safetensors")
     assert weights and all(torch.equal(model.state_dict()[k], v) for k, v in weights.items())
-    stored = next(k for k in keys if k.startswith("mlartifacts/") and k.endswith("model.safetensors")
-                  and second.run_id in k)
-    assert s3.get_object(Bucket=BUCKET, Key=stored)["Body"].read() == (local / "model.safetensors").read_bytes()
+    stored = next(
+        k
+        for k in keys
+        if k.startswith("mlartifacts/") and k.endswith("model.safetensors") and second.run_id in k
+    )
+    assert (
+        s3.get_object(Bucket=BUCKET, Key=stored)["Body"].read()
+        == (local / "model.safetensors").read_bytes()
+    )
 
     # the password is nowhere: logs, Decks and outputs (every file the runs wrote), MLflow
     # tags/params of runs and versions, and the serialised specs
@@ -217,10 +264,21 @@ def test_incremental_retraining_on_postgres_and_s3_keeps_the_password_secret(
         assert not any(password in text for text in texts)
     package = tmp_path / "pkg.tgz"
     done = subprocess.run(
-        [str(Path(sys.executable).parent / "pyflyte"), "--pkgs", "workflows", "package",
-         "--image", "localhost/drivetrain:dev", "--output", str(package), "--force"],
-        cwd=REPO, env={**os.environ, "HOME": str(tmp_path), "MLFLOW_TRACKING_PASSWORD": password},
-        capture_output=True, timeout=300,
+        [
+            str(Path(sys.executable).parent / "pyflyte"),
+            "--pkgs",
+            "workflows",
+            "package",
+            "--image",
+            "localhost/drivetrain:dev",
+            "--output",
+            str(package),
+            "--force",
+        ],
+        cwd=REPO,
+        env={**os.environ, "HOME": str(tmp_path), "MLFLOW_TRACKING_PASSWORD": password},
+        capture_output=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     with tarfile.open(package) as tar:

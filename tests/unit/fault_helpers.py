@@ -30,26 +30,56 @@ class LaunchOutcome:
     wall_s: float
 
 
-def run_launcher(cfg: TrainConfig, dataset: Path, out: Path, *, nproc: int = 2, max_restarts: int = 0,
-                 faults: list[dict[str, Any]] | None = None, timeout_s: float = 240) -> LaunchOutcome:
+def run_launcher(
+    cfg: TrainConfig,
+    dataset: Path,
+    out: Path,
+    *,
+    nproc: int = 2,
+    max_restarts: int = 0,
+    faults: list[dict[str, Any]] | None = None,
+    timeout_s: float = 240,
+) -> LaunchOutcome:
     """Run launch_local(cfg, dataset, out, nproc, max_restarts) in a child with `faults` injected."""
-    request = {"config": cfg.to_dict(), "dataset": str(dataset), "out": str(out), "nproc": nproc,
-               "max_restarts": max_restarts}
+    request = {
+        "config": cfg.to_dict(),
+        "dataset": str(dataset),
+        "out": str(out),
+        "nproc": nproc,
+        "max_restarts": max_restarts,
+    }
     env = {**os.environ, ENV_VAR: json.dumps(faults or []), "PYTHONUNBUFFERED": "1"}
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, __file__, json.dumps(request)], env=env, capture_output=True,
-                          text=True, timeout=timeout_s, check=False)
+    proc = subprocess.run(
+        [sys.executable, __file__, json.dumps(request)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
     log = proc.stdout + proc.stderr
-    result = next((json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines()
-                   if line.startswith("RESULT ")), None)
+    result = next(
+        (
+            json.loads(line[len("RESULT ") :])
+            for line in proc.stdout.splitlines()
+            if line.startswith("RESULT ")
+        ),
+        None,
+    )
     return LaunchOutcome(proc.returncode, log, result, time.monotonic() - start)
 
 
 def _main(request: dict[str, Any]) -> None:
     from platform_lib.training.launch import launch_local
 
-    result = launch_local(TrainConfig.from_dict(request["config"]), request["dataset"], request["out"],
-                          nproc=request["nproc"], max_restarts=request["max_restarts"])
+    result = launch_local(
+        TrainConfig.from_dict(request["config"]),
+        request["dataset"],
+        request["out"],
+        nproc=request["nproc"],
+        max_restarts=request["max_restarts"],
+    )
     print("RESULT " + json.dumps(dataclasses.asdict(result)), flush=True)
 
 
@@ -72,9 +102,13 @@ def failing_worker(mode: str) -> None:
     rank = dist.get_rank()
     dist.all_reduce(torch.ones(1))
     if mode == "preempted":
-        raise PreemptedError(f"rank {rank} pid {os.getpid()}: preempted by SIGTERM after step 3; final "
-                             "checkpoint step-000003 complete; restart to resume (recoverable)",
-                             step=3, checkpoint="step-000003", signal_name="SIGTERM")
+        raise PreemptedError(
+            f"rank {rank} pid {os.getpid()}: preempted by SIGTERM after step 3; final "
+            "checkpoint step-000003 complete; restart to resume (recoverable)",
+            step=3,
+            checkpoint="step-000003",
+            signal_name="SIGTERM",
+        )
     if rank == 1:
         os.kill(os.getpid(), signal.SIGKILL)
     time.sleep(1.0)
@@ -89,9 +123,17 @@ def launch_failing(mode: str) -> BaseException:
 
     from platform_lib.training.launch import find_free_port, fresh_store_per_restart
 
-    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=2, run_id=uuid.uuid4().hex[:8],
-                          rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{find_free_port()}",
-                          max_restarts=0, monitor_interval=0.2, start_method="spawn")
+    config = LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=2,
+        run_id=uuid.uuid4().hex[:8],
+        rdzv_backend="c10d",
+        rdzv_endpoint=f"127.0.0.1:{find_free_port()}",
+        max_restarts=0,
+        monitor_interval=0.2,
+        start_method="spawn",
+    )
     try:
         with fresh_store_per_restart():
             elastic_launch(config, failing_worker)(mode)

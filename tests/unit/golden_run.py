@@ -41,8 +41,11 @@ def run_golden(workdir: str | os.PathLike[str]) -> dict[str, Any]:
     return {
         "preset": cfg.preset,
         "config": cfg.to_dict(),
-        "synthetic": {"num_logs": SYNTHETIC.num_logs, "frames_per_log": SYNTHETIC.frames_per_log,
-                      "seed": SYNTHETIC.seed},
+        "synthetic": {
+            "num_logs": SYNTHETIC.num_logs,
+            "frames_per_log": SYNTHETIC.frames_per_log,
+            "seed": SYNTHETIC.seed,
+        },
         "torch_version": torch.__version__,
         "rtol": RTOL,
         "losses": [r["loss"] for r in rows],

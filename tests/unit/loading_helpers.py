@@ -28,26 +28,52 @@ def make_frame(log_id: str, frame_index: int, *, points: int = 40) -> Frame:
     for name in CAMERAS:
         image = rng.integers(0, 255, size=(16, 24, 3), dtype=np.uint8)
         cameras[name] = CameraImage(
-            jpeg=simplejpeg.encode_jpeg(image, quality=90), width=24, height=16,
-            intrinsics=np.array([[20.0, 0, 12], [0, 20.0, 8], [0, 0, 1]]), extrinsics=np.eye(4),
+            jpeg=simplejpeg.encode_jpeg(image, quality=90),
+            width=24,
+            height=16,
+            intrinsics=np.array([[20.0, 0, 12], [0, 20.0, 8], [0, 0, 1]]),
+            extrinsics=np.eye(4),
             timestamp=float(frame_index) * 0.1,
         )
     lidar = rng.normal(size=(points, 4)).astype(np.float32)
-    cuboids = Cuboids(label=["Car"], class_group=["vehicle"], center=np.array([[5.0, 1.0, 0.5]]),
-                      size=np.array([[4.0, 2.0, 1.5]]), yaw=np.array([0.1]), track_id=[f"{log_id}-car"])
-    return Frame(log_id=log_id, frame_index=frame_index, timestamp=frame_index * 0.1, ego_pose=np.eye(4),
-                 cameras=cameras, lidar=lidar, cuboids=cuboids)
+    cuboids = Cuboids(
+        label=["Car"],
+        class_group=["vehicle"],
+        center=np.array([[5.0, 1.0, 0.5]]),
+        size=np.array([[4.0, 2.0, 1.5]]),
+        yaw=np.array([0.1]),
+        track_id=[f"{log_id}-car"],
+    )
+    return Frame(
+        log_id=log_id,
+        frame_index=frame_index,
+        timestamp=frame_index * 0.1,
+        ego_pose=np.eye(4),
+        cameras=cameras,
+        lidar=lidar,
+        cuboids=cuboids,
+    )
 
 
-def write_test_dataset(root: Path, logs: dict[str, int], *, shard_size_mb: float = 0.025,
-                       val_logs: tuple[str, ...] = ()) -> Path:
+def write_test_dataset(
+    root: Path,
+    logs: dict[str, int],
+    *,
+    shard_size_mb: float = 0.025,
+    val_logs: tuple[str, ...] = (),
+) -> Path:
     """Build a dataset of `logs` (log id -> frame count) at `root`; return `root`.
 
     The default shard size gives about two samples per shard.
     """
     frames = [make_frame(log, i) for log in sorted(logs) for i in range(logs[log])]
-    config = BuildConfig(shard_size_mb=shard_size_mb, split="by_log", val_logs=val_logs,
-                         val_fraction=0.0, progress=False)
+    config = BuildConfig(
+        shard_size_mb=shard_size_mb,
+        split="by_log",
+        val_logs=val_logs,
+        val_fraction=0.0,
+        progress=False,
+    )
     source_logs = [{"log_id": log, "content_hash": "0" * 64} for log in sorted(logs)]
     write_dataset(frames, root, config, source="synthetic", source_logs=source_logs)
     return root
@@ -60,7 +86,12 @@ def add_empty_shard(root: Path, position: int = 1) -> None:
         pass
     manifest = json.loads((root / "manifest.json").read_text())
     data = (root / path).read_bytes()
-    entry = {"path": path, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data), "num_samples": 0}
+    entry = {
+        "path": path,
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "bytes": len(data),
+        "num_samples": 0,
+    }
     manifest["shards"].insert(position, entry)
     manifest["num_shards"] += 1
     (root / "manifest.json").write_text(json.dumps(manifest))
@@ -109,7 +140,9 @@ def rename_keys(root: Path, rename: dict[str, str]) -> None:
             row = by_key[old]
             row["key"] = new
             row["sample_offset"] = mine[0].offset
-            row["sample_size"] = mine[-1].offset_data + -(-mine[-1].size // 512) * 512 - mine[0].offset
+            row["sample_size"] = (
+                mine[-1].offset_data + -(-mine[-1].size // 512) * 512 - mine[0].offset
+            )
             offsets = {i.name.split(".", 1)[1]: (i.offset_data, i.size) for i in mine}
             for member in row["members"]:
                 member["offset"], member["size"] = offsets[member["name"]]

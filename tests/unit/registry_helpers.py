@@ -18,4 +18,3 @@ def mlflow_home(tmp_path_factory: pytest.TempPathFactory):
         mp.setenv("MLFLOW_TRACKING_URI", "placeholder")  # recorded so teardown restores it
         mp.delenv("MLFLOW_TRACKING_URI")
         yield home
-

@@ -25,8 +25,14 @@ from platform_lib.sources.geometry import project_points
 
 PANDASET = Path(__file__).parents[2].parent / "shared" / "data" / "pandaset"
 SEQUENCE = PANDASET / "002"
-CAMERAS = ("back_camera", "front_camera", "front_left_camera", "front_right_camera",
-           "left_camera", "right_camera")
+CAMERAS = (
+    "back_camera",
+    "front_camera",
+    "front_left_camera",
+    "front_right_camera",
+    "left_camera",
+    "right_camera",
+)
 
 pytestmark = pytest.mark.skipif(not SEQUENCE.is_dir(), reason=f"{SEQUENCE} not present")
 
@@ -42,8 +48,12 @@ def test_manifest_of_the_sample(built):
     _, manifest = built
     assert manifest.num_samples == 10 and manifest.num_shards == 1
     assert manifest.source == "pandaset"
-    assert manifest.sensors.model_dump(mode="json") == {"cameras": list(CAMERAS), "lidar": True, "lidar_seg": True,
-                                   "radar": False}
+    assert manifest.sensors.model_dump(mode="json") == {
+        "cameras": list(CAMERAS),
+        "lidar": True,
+        "lidar_seg": True,
+        "radar": False,
+    }
     assert [log.log_id for log in manifest.source_logs] == ["002"]
     assert manifest.source_logs[0].num_frames == 10
     assert manifest.class_counts["vehicle"] > 0 and manifest.quarantine == ()
@@ -56,8 +66,10 @@ def test_webdataset_yields_source_jpegs_and_point_counts(built):
     assert [s["__key__"] for s in samples] == [f"002_{i:06d}" for i in range(10)]
     for i, sample in enumerate(samples):
         for camera in CAMERAS:
-            assert sample[f"{camera}.jpg"] == (SEQUENCE / "camera" / camera / f"{i:02d}.jpg"
-                                               ).read_bytes()
+            assert (
+                sample[f"{camera}.jpg"]
+                == (SEQUENCE / "camera" / camera / f"{i:02d}.jpg").read_bytes()
+            )
     decoded = decode_sample(samples[0], decode="none")
     with gzip.open(SEQUENCE / "lidar" / "00.pkl.gz") as f:
         source_points = len(pickle.load(f))
@@ -80,8 +92,13 @@ def test_shard_geometry_is_in_the_ego_frame_with_stored_calibration(built):
         assert len(cars) > 20 and np.median(dist) < 3.0
         front = sample["calib"]["cameras"]["front_camera"]
         uv, depth = project_points(points[:, :3], front["intrinsics"], front["extrinsics"])
-        inside = (depth > 0) & (uv[:, 0] >= 0) & (uv[:, 0] < front["width"]) \
-            & (uv[:, 1] >= 0) & (uv[:, 1] < front["height"])
+        inside = (
+            (depth > 0)
+            & (uv[:, 0] >= 0)
+            & (uv[:, 0] < front["width"])
+            & (uv[:, 1] >= 0)
+            & (uv[:, 1] < front["height"])
+        )
         assert inside.mean() > 0.25
         assert (depth[points[:, 0] > 5.0] > 0).all()  # the front camera looks along ego +x
 

@@ -17,16 +17,30 @@ SYNTH = ["--source", "synthetic", "--num-logs", "2", "--frames-per-log", "3", "-
 
 
 def _hashes(root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture(scope="module")
 def synthetic_builds(tmp_path_factory):
     base = tmp_path_factory.mktemp("cli")
     for name in ("a", "b"):  # independent raw generations and builds
-        code = main(["data", "build", *SYNTH, "--input", str(base / f"raw-{name}"),
-                     "--output", str(base / f"ds-{name}"), "--shard-size-mb", "0.3"])
+        code = main(
+            [
+                "data",
+                "build",
+                *SYNTH,
+                "--input",
+                str(base / f"raw-{name}"),
+                "--output",
+                str(base / f"ds-{name}"),
+                "--shard-size-mb",
+                "0.3",
+            ]
+        )
         assert code == 0
     return base
 
@@ -39,8 +53,21 @@ def test_synthetic_builds_are_byte_identical(synthetic_builds):
 
 
 def test_parallel_build_gives_the_same_bytes(synthetic_builds, tmp_path):
-    code = main(["data", "build", *SYNTH, "--input", str(synthetic_builds / "raw-a"),
-                 "--output", str(tmp_path / "ds"), "--shard-size-mb", "0.3", "--workers", "2"])
+    code = main(
+        [
+            "data",
+            "build",
+            *SYNTH,
+            "--input",
+            str(synthetic_builds / "raw-a"),
+            "--output",
+            str(tmp_path / "ds"),
+            "--shard-size-mb",
+            "0.3",
+            "--workers",
+            "2",
+        ]
+    )
     assert code == 0
     assert _hashes(tmp_path / "ds") == _hashes(synthetic_builds / "ds-a")
 
@@ -70,29 +97,74 @@ def test_validate_exit_codes(synthetic_builds, tmp_path, capsys):
 
 
 def test_existing_raw_logs_are_reused(synthetic_builds, tmp_path, capsys):
-    code = main(["data", "build", *SYNTH, "--input", str(synthetic_builds / "raw-a"),
-                 "--output", str(tmp_path / "ds"), "--shard-size-mb", "0.3"])
+    code = main(
+        [
+            "data",
+            "build",
+            *SYNTH,
+            "--input",
+            str(synthetic_builds / "raw-a"),
+            "--output",
+            str(tmp_path / "ds"),
+            "--shard-size-mb",
+            "0.3",
+        ]
+    )
     assert code == 0 and "using 2 existing synthetic logs" in capsys.readouterr().err
     assert _hashes(tmp_path / "ds") == _hashes(synthetic_builds / "ds-a")
 
 
 def test_build_errors_exit_nonzero(synthetic_builds, tmp_path, capsys):
     out = synthetic_builds / "ds-a"
-    args = ["data", "build", *SYNTH, "--input", str(synthetic_builds / "raw-a"), "--output",
-            str(out), "--shard-size-mb", "0.3"]
+    args = [
+        "data",
+        "build",
+        *SYNTH,
+        "--input",
+        str(synthetic_builds / "raw-a"),
+        "--output",
+        str(out),
+        "--shard-size-mb",
+        "0.3",
+    ]
     assert main(args) == 1
     assert "already holds a dataset" in capsys.readouterr().err
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert main(["data", "build", "--source", "pandaset", "--input", str(empty),
-                 "--output", str(tmp_path / "x")]) == 1
+    assert (
+        main(
+            [
+                "data",
+                "build",
+                "--source",
+                "pandaset",
+                "--input",
+                str(empty),
+                "--output",
+                str(tmp_path / "x"),
+            ]
+        )
+        == 1
+    )
     assert "no pandaset logs found" in capsys.readouterr().err
 
 
 def test_split_flags_reach_the_manifest(synthetic_builds, tmp_path):
-    code = main(["data", "build", *SYNTH, "--input", str(synthetic_builds / "raw-a"),
-                 "--output", str(tmp_path / "ds"), "--split", "by_log",
-                 "--val-logs", "synth-0001"])
+    code = main(
+        [
+            "data",
+            "build",
+            *SYNTH,
+            "--input",
+            str(synthetic_builds / "raw-a"),
+            "--output",
+            str(tmp_path / "ds"),
+            "--split",
+            "by_log",
+            "--val-logs",
+            "synth-0001",
+        ]
+    )
     assert code == 0
     manifest = json.loads((tmp_path / "ds" / "manifest.json").read_text())
     assert manifest["splits"]["params"]["val_logs"] == ["synth-0001"]
@@ -103,23 +175,43 @@ def test_parser_has_data_group_and_console_script():
     parser = build_parser()
     args = parser.parse_args(["data", "validate", "/x"])
     assert args.group == "data" and args.command == "validate"
-    result = subprocess.run([Path(sys.executable).parent / "drivetrain", "data", "--help"],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [Path(sys.executable).parent / "drivetrain", "data", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0 and "build" in result.stdout and "validate" in result.stdout
 
 
 def test_help_does_not_import_torch_or_pyarrow():
     """`drivetrain --help` must start fast: the command modules import heavy deps lazily."""
-    code = ("import sys; from platform_lib.cli import build_parser; build_parser(); "
-            "print(sorted(m for m in ('torch', 'pyarrow', 'pandera') if m in sys.modules))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    code = (
+        "import sys; from platform_lib.cli import build_parser; build_parser(); "
+        "print(sorted(m for m in ('torch', 'pyarrow', 'pandera') if m in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
 
 
 def test_impossible_synthetic_sizes_are_a_usage_error(tmp_path, capsys):
-    code = main(["data", "build", "--source", "synthetic", "--num-logs", "0",
-                 "--input", str(tmp_path / "raw"), "--output", str(tmp_path / "ds")])
+    code = main(
+        [
+            "data",
+            "build",
+            "--source",
+            "synthetic",
+            "--num-logs",
+            "0",
+            "--input",
+            str(tmp_path / "raw"),
+            "--output",
+            str(tmp_path / "ds"),
+        ]
+    )
     assert code == 2
     assert "num_logs must be > 0" in capsys.readouterr().err
     assert not (tmp_path / "ds").exists()
@@ -128,7 +220,17 @@ def test_impossible_synthetic_sizes_are_a_usage_error(tmp_path, capsys):
 def test_synthetic_logs_are_never_generated_into_a_foreign_folder(tmp_path, capsys):
     raw = tmp_path / "pandaset"
     (raw / "002").mkdir(parents=True)
-    code = main(["data", "build", "--source", "synthetic", "--input", str(raw),
-                 "--output", str(tmp_path / "ds")])
+    code = main(
+        [
+            "data",
+            "build",
+            "--source",
+            "synthetic",
+            "--input",
+            str(raw),
+            "--output",
+            str(tmp_path / "ds"),
+        ]
+    )
     assert code == 1 and "not an empty folder" in capsys.readouterr().err
     assert [p.name for p in raw.iterdir()] == ["002"]

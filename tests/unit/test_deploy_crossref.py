@@ -24,7 +24,9 @@ def _set_gpus(docs: list, queue: str, flavor: str, **fields) -> list:
 def test_cross_references_hold() -> None:
     assert check.crossref_errors(DOCS) == []
     # and they are about the catalog the training task is built from
-    local_queues = {(d.obj["metadata"]["namespace"], d.name) for d in DOCS if d.kind == "LocalQueue"}
+    local_queues = {
+        (d.obj["metadata"]["namespace"], d.name) for d in DOCS if d.kind == "LocalQueue"
+    }
     assert {(ns, t.local_queue) for t in TEAMS.values() for ns in t.namespaces} == local_queues
     flavors = {d.name for d in DOCS if d.kind == "ResourceFlavor"}
     assert flavors == {a.flavor for a in ACCELERATORS.values()}
@@ -40,7 +42,9 @@ def test_a_broken_quota_is_caught() -> None:
 
 def test_lending_more_than_the_nominal_quota_is_caught() -> None:
     (error,) = check.kueue_errors(_set_gpus(DOCS, "perception", "h100-80gb", lendingLimit=33))
-    assert "ClusterQueue/perception: flavor h100-80gb nvidia.com/gpu: lendingLimit 33 exceeds" in error
+    assert (
+        "ClusterQueue/perception: flavor h100-80gb nvidia.com/gpu: lendingLimit 33 exceeds" in error
+    )
 
 
 def test_an_unknown_flavor_is_caught() -> None:
@@ -48,15 +52,24 @@ def test_an_unknown_flavor_is_caught() -> None:
         obj["spec"]["resourceGroups"][0]["flavors"][1]["name"] = "a100-40gb"
 
     errors = check.kueue_errors(mutate(DOCS, "ClusterQueue", "planning", rename))
-    assert "kueue/cluster-queues.yaml#1 ClusterQueue/planning: unknown flavor 'a100-40gb' " \
-           "(defined: a100-80gb, cpu-standard, h100-80gb)" in errors
+    assert (
+        "kueue/cluster-queues.yaml#1 ClusterQueue/planning: unknown flavor 'a100-40gb' "
+        "(defined: a100-80gb, cpu-standard, h100-80gb)" in errors
+    )
     # the catalog lets planning request A100s, which the queue no longer holds quota for
     assert any("team 'planning' may request a100-80gb but its nominal quota" in e for e in errors)
 
 
 def test_a_team_without_its_queue_in_a_namespace_is_caught() -> None:
-    kept = [d for d in DOCS if not (d.kind == "LocalQueue" and d.name == "planning"
-                                    and d.obj["metadata"]["namespace"] == "drivetrain-staging")]
+    kept = [
+        d
+        for d in DOCS
+        if not (
+            d.kind == "LocalQueue"
+            and d.name == "planning"
+            and d.obj["metadata"]["namespace"] == "drivetrain-staging"
+        )
+    ]
     assert check.kueue_errors(kept) == [
         "team 'planning': unknown queue, no LocalQueue 'planning' in namespace 'drivetrain-staging'"
     ]
@@ -65,12 +78,23 @@ def test_a_team_without_its_queue_in_a_namespace_is_caught() -> None:
 def test_quota_that_the_catalog_does_not_grant_is_caught() -> None:
     # 8 of planning's A100s move to mapping, whose jobs the catalog keeps on CPUs
     def grant_gpus(obj: dict) -> None:
-        obj["spec"]["resourceGroups"][0]["flavors"].append({"name": "a100-80gb", "resources": [
-            {"name": "cpu", "nominalQuota": 0}, {"name": "memory", "nominalQuota": 0},
-            {"name": "nvidia.com/gpu", "nominalQuota": 8}]})
+        obj["spec"]["resourceGroups"][0]["flavors"].append(
+            {
+                "name": "a100-80gb",
+                "resources": [
+                    {"name": "cpu", "nominalQuota": 0},
+                    {"name": "memory", "nominalQuota": 0},
+                    {"name": "nvidia.com/gpu", "nominalQuota": 8},
+                ],
+            }
+        )
 
-    moved = _set_gpus(mutate(DOCS, "ClusterQueue", "mapping", grant_gpus), "planning",
-                      "a100-80gb", nominalQuota=16)
+    moved = _set_gpus(
+        mutate(DOCS, "ClusterQueue", "mapping", grant_gpus),
+        "planning",
+        "a100-80gb",
+        nominalQuota=16,
+    )
     assert check.kueue_errors(moved) == [
         "kueue/cluster-queues.yaml#2 ClusterQueue/mapping: quota in flavor a100-80gb but the "
         "catalog does not let team 'mapping' request a100-80gb"
@@ -78,8 +102,12 @@ def test_quota_that_the_catalog_does_not_grant_is_caught() -> None:
 
 
 def test_a_job_naming_an_unknown_queue_is_caught() -> None:
-    relabel = mutate(DOCS, "PyTorchJob", "drivetrain-train-example", lambda o: o["metadata"][
-        "labels"].update({"kueue.x-k8s.io/queue-name": "mapping-gpu"}))
+    relabel = mutate(
+        DOCS,
+        "PyTorchJob",
+        "drivetrain-train-example",
+        lambda o: o["metadata"]["labels"].update({"kueue.x-k8s.io/queue-name": "mapping-gpu"}),
+    )
     assert check.kueue_errors(relabel) == [
         "training-operator/pytorchjob-example.yaml#0 PyTorchJob/drivetrain-train-example: "
         "queue-name 'mapping-gpu' is not a LocalQueue in namespace 'drivetrain-development'"
@@ -121,8 +149,12 @@ def test_cohorts_must_form_one_tree() -> None:
 
 
 def test_flavor_node_labels_must_match_the_catalog() -> None:
-    relabel = mutate(DOCS, "ResourceFlavor", "h100-80gb", lambda o: o["spec"].update(
-        nodeLabels={"nvidia.com/gpu.product": "NVIDIA-H100-SXM5-80GB"}))
+    relabel = mutate(
+        DOCS,
+        "ResourceFlavor",
+        "h100-80gb",
+        lambda o: o["spec"].update(nodeLabels={"nvidia.com/gpu.product": "NVIDIA-H100-SXM5-80GB"}),
+    )
     (error,) = check.kueue_errors(relabel)
     assert error.startswith("kueue/resource-flavors.yaml#2 ResourceFlavor/h100-80gb: nodeLabels")
 
@@ -149,5 +181,7 @@ def test_flyte_task_limits_admit_every_placement() -> None:
     assert check.flyte_errors(values, attributes) == []
     attributes["limits"]["memory"] = "256Gi"
     errors = check.flyte_errors(values, attributes)
-    assert "flyte/task-resource-attributes.yaml: limits.memory=256Gi is below the 1760Gi a full " \
-           "h100-80gb node's pod requests" in errors
+    assert (
+        "flyte/task-resource-attributes.yaml: limits.memory=256Gi is below the 1760Gi a full "
+        "h100-80gb node's pod requests" in errors
+    )

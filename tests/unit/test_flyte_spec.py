@@ -29,12 +29,24 @@ from workflows.training_pipeline import training_pipeline
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = "localhost/drivetrain:dev"
 SETTINGS = SerializationSettings(
-    image_config=ImageConfig(default_image=Image(name="default", fqn="localhost/drivetrain", tag="dev")),
-    project="drivetrain", domain="development", version="test",
+    image_config=ImageConfig(
+        default_image=Image(name="default", fqn="localhost/drivetrain", tag="dev")
+    ),
+    project="drivetrain",
+    domain="development",
+    version="test",
 )
 #: I/O tasks: they touch storage, so they retry transient errors on a cluster.
-IO_TASKS = {"materialize_raw_logs", "hash_raw_logs", "list_raw_logs", "map_build_log_part",
-            "merge_dataset", "train_model", "evaluate_model", "register_model"}
+IO_TASKS = {
+    "materialize_raw_logs",
+    "hash_raw_logs",
+    "list_raw_logs",
+    "map_build_log_part",
+    "merge_dataset",
+    "train_model",
+    "evaluate_model",
+    "register_model",
+}
 #: The change probes: never cached, by design.
 PROBES = {"hash_raw_logs", "list_raw_logs"}
 #: Cache versions bumped when a task's output type changed (older cached literals no longer load).
@@ -100,39 +112,59 @@ def test_multi_node_training_becomes_an_elastic_pytorch_job() -> None:
     assert template.type == "pytorch"
     assert template.custom["workerReplicas"] == {"replicas": 2}
     elastic = template.custom["elasticConfig"]
-    assert elastic == {"rdzvBackend": "c10d", "minReplicas": 2, "maxReplicas": 2,
-                       "nprocPerNode": 8, "maxRestarts": 1}
+    assert elastic == {
+        "rdzvBackend": "c10d",
+        "minReplicas": 2,
+        "maxReplicas": 2,
+        "nprocPerNode": 8,
+        "maxRestarts": 1,
+    }
     assert template.metadata.discovery_version == "1" and template.metadata.retries.retries == 2
     # the queue label rides on the task metadata, which Flyte copies onto the PyTorchJob
     assert dict(template.metadata.k8s_object_metadata.labels) == {QUEUE_LABEL: "planning"}
     pod = template.k8s_pod.pod_spec
     (container,) = pod["containers"]
-    assert container["resources"] == {"requests": {"cpu": "80", "memory": "880Gi", "gpu": "8"},
-                                      "limits": {"memory": "880Gi", "gpu": "8"}}
+    assert container["resources"] == {
+        "requests": {"cpu": "80", "memory": "880Gi", "gpu": "8"},
+        "limits": {"memory": "880Gi", "gpu": "8"},
+    }
     assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
-    assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert pod["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
     # the pod rebuilds the same task from its environment
     env = {e["name"]: e["value"] for e in container["env"]}
     assert placement_from_env(env) == placement
 
 
 def test_single_node_placement_is_one_pod_with_all_accelerators() -> None:
-    template = _spec(build_train_task(Placement(accelerator="h100-80gb", accelerator_count=4))).template
+    template = _spec(
+        build_train_task(Placement(accelerator="h100-80gb", accelerator_count=4))
+    ).template
     assert template.type == "python-task" and not template.custom
     assert dict(template.metadata.k8s_object_metadata.labels) == {QUEUE_LABEL: "perception"}
     resources = template.k8s_pod.pod_spec["containers"][0]["resources"]
     assert resources["requests"] == {"cpu": "88", "memory": "880Gi", "gpu": "4"}
 
 
-@pytest.mark.parametrize(("kwargs", "field", "message"), [
-    ({"team": "robotics"}, "team", "team='robotics': unknown queue"),
-    ({"team": "mapping", "accelerator": "h100-80gb", "accelerator_count": 8}, "team",
-     "team='mapping' has no quota for accelerator='h100-80gb'"),
-    ({"accelerator": "tpu-v5"}, "accelerator", "unknown accelerator type"),
-    ({"accelerator": "a100-80gb", "accelerator_count": 12}, "accelerator_count",
-     "accelerator_count=12 does not divide into a100-80gb nodes of 8"),
-    ({"accelerator_count": 0}, "accelerator_count", "must be a positive integer"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "field", "message"),
+    [
+        ({"team": "robotics"}, "team", "team='robotics': unknown queue"),
+        (
+            {"team": "mapping", "accelerator": "h100-80gb", "accelerator_count": 8},
+            "team",
+            "team='mapping' has no quota for accelerator='h100-80gb'",
+        ),
+        ({"accelerator": "tpu-v5"}, "accelerator", "unknown accelerator type"),
+        (
+            {"accelerator": "a100-80gb", "accelerator_count": 12},
+            "accelerator_count",
+            "accelerator_count=12 does not divide into a100-80gb nodes of 8",
+        ),
+        ({"accelerator_count": 0}, "accelerator_count", "must be a positive integer"),
+    ],
+)
 def test_impossible_placements_fail_naming_the_field(kwargs, field, message) -> None:
     with pytest.raises(PlacementError, match=message) as info:
         Placement(**kwargs)
@@ -143,7 +175,10 @@ def test_registration_fails_when_the_namespace_has_no_queue_for_the_team() -> No
     train = build_train_task(Placement(team="mapping"))  # LocalQueue in development+staging only
     _spec(train)
     production = SerializationSettings(
-        image_config=SETTINGS.image_config, project="drivetrain", domain="production", version="t",
+        image_config=SETTINGS.image_config,
+        project="drivetrain",
+        domain="production",
+        version="t",
     )
     with pytest.raises(PlacementError, match="does not exist in namespace 'drivetrain-production'"):
         get_serializable(OrderedDict(), production, train)
@@ -152,16 +187,32 @@ def test_registration_fails_when_the_namespace_has_no_queue_for_the_team() -> No
 def _pyflyte_package(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     pyflyte = str(Path(sys.executable).parent / "pyflyte")
     return subprocess.run(
-        [pyflyte, "--pkgs", "workflows", "package", "--image", IMAGE,
-         "--output", str(tmp_path / "flyte-package.tgz"), "--force"],
-        cwd=REPO, env={**os.environ, "HOME": str(tmp_path), **env}, capture_output=True,
-        text=True, timeout=300,
+        [
+            pyflyte,
+            "--pkgs",
+            "workflows",
+            "package",
+            "--image",
+            IMAGE,
+            "--output",
+            str(tmp_path / "flyte-package.tgz"),
+            "--force",
+        ],
+        cwd=REPO,
+        env={**os.environ, "HOME": str(tmp_path), **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
 def test_pyflyte_package_serialises_every_entity(tmp_path: Path) -> None:
-    result = _pyflyte_package(tmp_path, DRIVETRAIN_TEAM="planning",
-                              DRIVETRAIN_ACCELERATOR="a100-80gb", DRIVETRAIN_ACCELERATOR_COUNT="16")
+    result = _pyflyte_package(
+        tmp_path,
+        DRIVETRAIN_TEAM="planning",
+        DRIVETRAIN_ACCELERATOR="a100-80gb",
+        DRIVETRAIN_ACCELERATOR_COUNT="16",
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     specs, plans = {}, {}
     with tarfile.open(tmp_path / "flyte-package.tgz") as tar:
@@ -181,12 +232,21 @@ def test_pyflyte_package_serialises_every_entity(tmp_path: Path) -> None:
     # the training task: 16 A100s = a PyTorchJob of 2 nodes x 8, in planning's queue
     train = specs["train_model"]
     assert train.type == "pytorch"
-    assert train.custom["elasticConfig"] == {"rdzvBackend": "c10d", "minReplicas": 2,
-                                             "maxReplicas": 2, "nprocPerNode": 8, "maxRestarts": 1}
+    assert train.custom["elasticConfig"] == {
+        "rdzvBackend": "c10d",
+        "minReplicas": 2,
+        "maxReplicas": 2,
+        "nprocPerNode": 8,
+        "maxRestarts": 1,
+    }
     assert train.custom["workerReplicas"] == {"replicas": 2}
     assert dict(train.metadata.metadata.labels) == {QUEUE_LABEL: "planning"}
     pod = train.k8s_pod.pod_spec
-    assert pod["containers"][0]["resources"]["requests"] == {"cpu": "80", "memory": "880Gi", "gpu": "8"}
+    assert pod["containers"][0]["resources"]["requests"] == {
+        "cpu": "80",
+        "memory": "880Gi",
+        "gpu": "8",
+    }
     assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
     # no other task enters a Kueue queue (manageJobsWithoutQueueName is off)
     assert [n for n, t in specs.items() if t.metadata.metadata.labels] == ["train_model"]
@@ -206,18 +266,28 @@ def test_pyflyte_package_refuses_an_unknown_queue(tmp_path: Path) -> None:
     result = _pyflyte_package(tmp_path, DRIVETRAIN_TEAM="robotics")
     assert result.returncode != 0
     assert "DRIVETRAIN_TEAM: team='robotics': unknown queue" in " ".join(
-        (result.stdout + result.stderr).split())
+        (result.stdout + result.stderr).split()
+    )
     assert not (tmp_path / "flyte-package.tgz").exists()
 
 
-@pytest.mark.parametrize(("env", "message"), [
-    ({"DRIVETRAIN_TEAM": "mapping", "DRIVETRAIN_ACCELERATOR": "a100-80gb"},
-     "DRIVETRAIN_TEAM: team='mapping' has no quota for accelerator='a100-80gb'"),
-    ({"DRIVETRAIN_ACCELERATOR": "a100-80gb", "DRIVETRAIN_ACCELERATOR_COUNT": "12"},
-     "DRIVETRAIN_ACCELERATOR_COUNT: accelerator_count=12 does not divide into a100-80gb nodes of 8"),
-    ({"DRIVETRAIN_ACCELERATOR_COUNT": "eight"},
-     "DRIVETRAIN_ACCELERATOR_COUNT='eight': not an integer"),
-])
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        (
+            {"DRIVETRAIN_TEAM": "mapping", "DRIVETRAIN_ACCELERATOR": "a100-80gb"},
+            "DRIVETRAIN_TEAM: team='mapping' has no quota for accelerator='a100-80gb'",
+        ),
+        (
+            {"DRIVETRAIN_ACCELERATOR": "a100-80gb", "DRIVETRAIN_ACCELERATOR_COUNT": "12"},
+            "DRIVETRAIN_ACCELERATOR_COUNT: accelerator_count=12 does not divide into a100-80gb nodes of 8",
+        ),
+        (
+            {"DRIVETRAIN_ACCELERATOR_COUNT": "eight"},
+            "DRIVETRAIN_ACCELERATOR_COUNT='eight': not an integer",
+        ),
+    ],
+)
 def test_placement_settings_are_checked_when_the_task_is_built(env, message) -> None:
     """What `pyflyte package/register` runs when it imports tasks.train (see the test above)."""
     with pytest.raises(PlacementError) as info:
@@ -230,8 +300,10 @@ def test_task_image_pins_every_runtime_dependency_within_its_range() -> None:
 
     from packaging.requirements import Requirement
 
-    declared = {Requirement(r).name: Requirement(r) for r in
-                tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]}
+    declared = {
+        Requirement(r).name: Requirement(r)
+        for r in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    }
     pins = {Requirement(p).name: Requirement(p) for p in PINNED}
     assert set(pins) == set(declared)
     for name, pin in pins.items():
@@ -241,7 +313,9 @@ def test_task_image_pins_every_runtime_dependency_within_its_range() -> None:
     assert TASK_IMAGE.packages == list(PINNED) and TASK_IMAGE.python_version == "3.11"
 
 
-def test_transient_storage_errors_become_retryable_user_errors_do_not(tmp_path, monkeypatch) -> None:
+def test_transient_storage_errors_become_retryable_user_errors_do_not(
+    tmp_path, monkeypatch
+) -> None:
     import errno
 
     monkeypatch.setenv("DRIVETRAIN_HOME", str(tmp_path))
@@ -257,10 +331,14 @@ def test_transient_storage_errors_become_retryable_user_errors_do_not(tmp_path, 
     with pytest.raises(FileNotFoundError):  # not a user error we can name: the traceback stays
         with task_errors("reading raw_logs"):
             raise FileNotFoundError("raw_logs missing")
-    with pytest.raises(PipelineInputError, match=r"^error: disk full while writing .*\(/out/x\): free space"):
+    with pytest.raises(
+        PipelineInputError, match=r"^error: disk full while writing .*\(/out/x\): free space"
+    ):
         with task_errors("building"):
             raise OSError(errno.ENOSPC, "No space left on device", "/out/x")
-    with pytest.raises(PipelineInputError, match=r"^error: bad \(input\): fix \[traceback: .*errors.log\]$") as info:
+    with pytest.raises(
+        PipelineInputError, match=r"^error: bad \(input\): fix \[traceback: .*errors.log\]$"
+    ) as info:
         with task_errors("building"):
             raise UserError("bad", "input", "fix")
     assert info.value.exit_code == 2

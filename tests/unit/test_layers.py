@@ -59,7 +59,16 @@ def test_lazy_packages_import_their_exports_explicitly_for_type_checkers():
     for name in ("platform_lib.shards", "platform_lib.loading"):
         package = importlib.import_module(name)
         tree = ast.parse(inspect.getsource(package))
-        block = next(n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING")
-        typed = {a.name: node.module for node in block.body if isinstance(node, ast.ImportFrom) for a in node.names}
+        block = next(
+            n
+            for n in tree.body
+            if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING"
+        )
+        typed = {
+            a.name: node.module
+            for node in block.body
+            if isinstance(node, ast.ImportFrom)
+            for a in node.names
+        }
         assert typed == package._EXPORTS, name
         assert sorted(typed) == sorted(package.__all__), name

@@ -16,29 +16,100 @@ pytestmark = pytest.mark.timeout(300)
 def test_bench_loader_and_input_wait_run_on_tiny_data(tmp_path):
     work, rows_json = tmp_path / "work", tmp_path / "rows.json"
     result = subprocess.run(
-        [sys.executable, str(BENCH / "loader.py"), "--work", str(work), "--datasets", "synthetic", "--num-logs", "1",
-         "--frames-per-log", "3", "--replicas", "4", "--width", "64", "--height", "48", "--batch-sizes", "2", "1",
-         "--workers", "2", "--peers", "webdataset", "--shard-size-mb", "0.2", "--camera-width", "32",
-         "--camera-height", "16", "--memory-rows", "50", "200", "--memory-batches", "2", "--json", str(rows_json)],
-        capture_output=True, text=True, timeout=240)
+        [
+            sys.executable,
+            str(BENCH / "loader.py"),
+            "--work",
+            str(work),
+            "--datasets",
+            "synthetic",
+            "--num-logs",
+            "1",
+            "--frames-per-log",
+            "3",
+            "--replicas",
+            "4",
+            "--width",
+            "64",
+            "--height",
+            "48",
+            "--batch-sizes",
+            "2",
+            "1",
+            "--workers",
+            "2",
+            "--peers",
+            "webdataset",
+            "--shard-size-mb",
+            "0.2",
+            "--camera-width",
+            "32",
+            "--camera-height",
+            "16",
+            "--memory-rows",
+            "50",
+            "200",
+            "--memory-batches",
+            "2",
+            "--json",
+            str(rows_json),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     out = json.loads(rows_json.read_text())
     rows = out["rows"]
     names = {(r["name"], r["decode"], r["batch_size"]) for r in rows}
-    assert {("ours verify=none", "none", 2), ("ours", "cpu", 2), ("ours", "cpu", 1), ("ours", "cpu@32x16", 2),
-            ("webdataset", "none", 2), ("webdataset", "cpu@32x16", 2), ("webdataset", "none", 1), ("limit: seq read", "-", 0),
-            ("limit: mem decode", "cpu", 0), ("limit: mem decode", "cpu@32x16", 0)} <= names
-    assert all(r["samples"] == 12 and r["samples_s"] > 0 for r in rows if not r["name"].startswith("limit"))
+    assert {
+        ("ours verify=none", "none", 2),
+        ("ours", "cpu", 2),
+        ("ours", "cpu", 1),
+        ("ours", "cpu@32x16", 2),
+        ("webdataset", "none", 2),
+        ("webdataset", "cpu@32x16", 2),
+        ("webdataset", "none", 1),
+        ("limit: seq read", "-", 0),
+        ("limit: mem decode", "cpu", 0),
+        ("limit: mem decode", "cpu@32x16", 0),
+    } <= names
+    assert all(
+        r["samples"] == 12 and r["samples_s"] > 0 for r in rows if not r["name"].startswith("limit")
+    )
     assert [m["rows"] for m in out["memory"]] == [50, 200]
     assert all(len(m["uss"]) == 2 and min(m["uss"]) > 0 for m in out["memory"])
-    assert all(0 < o <= u for m in out["memory"] for o, u in zip(m["uss_outside_shm"], m["uss"], strict=True))
+    assert all(
+        0 < o <= u
+        for m in out["memory"]
+        for o, u in zip(m["uss_outside_shm"], m["uss"], strict=True)
+    )
     verdicts = {t["target"]: t["verdict"] for t in out["targets"]}
     assert verdicts["decode cpu@32x16 (DCT): >= 3x full-size decode"] in ("met", "MISSED")
     assert "ours / this" in result.stdout and "Targets (synthetic" in result.stdout
     waited = subprocess.run(
-        [sys.executable, str(BENCH / "input_wait.py"), "--dataset", str(work / "synthetic" / "dataset"),
-         "--steps-ms", "0", "20", "--workers", "1", "--steps", "8", "--warmup", "2", "--batch-size", "2",
-         "--stall-s", "0.3"],
-        capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            str(BENCH / "input_wait.py"),
+            "--dataset",
+            str(work / "synthetic" / "dataset"),
+            "--steps-ms",
+            "0",
+            "20",
+            "--workers",
+            "1",
+            "--steps",
+            "8",
+            "--warmup",
+            "2",
+            "--batch-size",
+            "2",
+            "--stall-s",
+            "0.3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert waited.returncode == 0, waited.stdout + waited.stderr[-3000:]
     assert "within 10%" in waited.stdout

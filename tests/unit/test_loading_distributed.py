@@ -25,12 +25,26 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _run_rank(rank: int, dataset: str, port: int, out: str, resume_at: int, foreign_state: dict) -> None:
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=WORLD, timeout=timedelta(seconds=60))
+def _run_rank(
+    rank: int, dataset: str, port: int, out: str, resume_at: int, foreign_state: dict
+) -> None:
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=WORLD,
+        timeout=timedelta(seconds=60),
+    )
     record: dict = {"len": None, "epochs": {}, "resumed": [], "steps": {}}
-    loader = build_loader(dataset, rank=rank, world_size=WORLD, batch_size=BATCH,
-                          num_workers=WORKERS, seed=SEED, split="train")
+    loader = build_loader(
+        dataset,
+        rank=rank,
+        world_size=WORLD,
+        batch_size=BATCH,
+        num_workers=WORKERS,
+        seed=SEED,
+        split="train",
+    )
     record["len"] = len(loader)
     for epoch in (0, 1):
         loader.set_epoch(epoch)
@@ -40,7 +54,10 @@ def _run_rank(rank: int, dataset: str, port: int, out: str, resume_at: int, fore
             count = torch.tensor([1])
             dist.all_reduce(count)  # every rank must reach every step, or this times out
         record["epochs"][epoch] = batches
-        record["stats"] = {"padded": loader.stats.padded, "padded_global": loader.stats.padded_global}
+        record["stats"] = {
+            "padded": loader.stats.padded,
+            "padded_global": loader.stats.padded_global,
+        }
     # Interrupt epoch 2 after `resume_at` batches, then continue in a fresh loader.
     loader.set_epoch(2)
     iterator = iter(loader)
@@ -48,17 +65,38 @@ def _run_rank(rank: int, dataset: str, port: int, out: str, resume_at: int, fore
         next(iterator)
     state = loader.state_dict()
     del iterator
-    fresh = build_loader(dataset, rank=rank, world_size=WORLD, batch_size=BATCH,
-                         num_workers=WORKERS, seed=SEED, split="train")
+    fresh = build_loader(
+        dataset,
+        rank=rank,
+        world_size=WORLD,
+        batch_size=BATCH,
+        num_workers=WORKERS,
+        seed=SEED,
+        split="train",
+    )
     fresh.load_state_dict(state)
     record["resumed"] = [b["__key__"] for b in fresh]
-    full = build_loader(dataset, rank=rank, world_size=WORLD, batch_size=BATCH,
-                        num_workers=WORKERS, seed=SEED, split="train")
+    full = build_loader(
+        dataset,
+        rank=rank,
+        world_size=WORLD,
+        batch_size=BATCH,
+        num_workers=WORKERS,
+        seed=SEED,
+        split="train",
+    )
     full.set_epoch(2)
     record["epoch2_full"] = [b["__key__"] for b in full]
     # A state saved by a 1-rank job with 3 workers and batch 6 (same global batch of 6).
-    elastic = build_loader(dataset, rank=rank, world_size=WORLD, batch_size=BATCH,
-                           num_workers=WORKERS, seed=SEED, split="train")
+    elastic = build_loader(
+        dataset,
+        rank=rank,
+        world_size=WORLD,
+        batch_size=BATCH,
+        num_workers=WORKERS,
+        seed=SEED,
+        split="train",
+    )
     elastic.load_state_dict(foreign_state)
     record["resumed_from_1_rank"] = [b["__key__"] for b in elastic]
     record["state"] = state
@@ -71,19 +109,34 @@ def _run_rank(rank: int, dataset: str, port: int, out: str, resume_at: int, fore
 def dataset(tmp_path_factory) -> Path:
     # 23 train samples over ~12 shards, plus a val log the "train" split leaves out.
     root = tmp_path_factory.mktemp("ds") / "data"
-    return write_test_dataset(root, {"loga": 9, "logb": 8, "logc": 6, "logv": 4}, val_logs=("logv",))
+    return write_test_dataset(
+        root, {"loga": 9, "logb": 8, "logc": 6, "logv": 4}, val_logs=("logv",)
+    )
 
 
 def test_two_ranks_two_workers_exactly_once_equal_batches_and_resume(dataset, tmp_path):
-    single = build_loader(str(dataset), rank=0, world_size=1, batch_size=WORLD * BATCH, num_workers=3,
-                          seed=SEED, split="train")
+    single = build_loader(
+        str(dataset),
+        rank=0,
+        world_size=1,
+        batch_size=WORLD * BATCH,
+        num_workers=3,
+        seed=SEED,
+        split="train",
+    )
     single.set_epoch(2)
     next(iter(single))  # one global batch consumed by a job of another shape
     foreign_state = single.state_dict()
-    mp.spawn(_run_rank, args=(str(dataset), _free_port(), str(tmp_path), 2, foreign_state), nprocs=WORLD,
-             join=True)
+    mp.spawn(
+        _run_rank,
+        args=(str(dataset), _free_port(), str(tmp_path), 2, foreign_state),
+        nprocs=WORLD,
+        join=True,
+    )
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
-    train_keys = {f"log{log}_{i:06d}" for log, n in (("a", 9), ("b", 8), ("c", 6)) for i in range(n)}
+    train_keys = {
+        f"log{log}_{i:06d}" for log, n in (("a", 9), ("b", 8), ("c", 6)) for i in range(n)
+    }
     assert ranks[0]["len"] == ranks[1]["len"] == 4  # ceil(23 / 6)
     orders = []
     for epoch in ("0", "1"):

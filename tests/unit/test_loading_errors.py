@@ -56,8 +56,12 @@ def test_truncated_tar_names_shard_member_and_offset_or_is_skipped(dataset):
     message = str(info.value)
     assert "truncated" in message and victim["shard"] in message and str(cut) in message
     assert f"{victim['key']}.{victim['members'][2]['name']}" in message
-    assert "Original Traceback" in message  # raised in the worker, re-raised here with its traceback
-    skip = build_loader(str(dataset), rank=0, world_size=1, batch_size=4, num_workers=2, seed=0, config=SKIP)
+    assert (
+        "Original Traceback" in message
+    )  # raised in the worker, re-raised here with its traceback
+    skip = build_loader(
+        str(dataset), rank=0, world_size=1, batch_size=4, num_workers=2, seed=0, config=SKIP
+    )
     keys = _keys(skip)
     assert victim["key"] not in keys and len(set(keys)) == 11
     assert skip.stats.skipped == 1 and skip.stats.skipped_samples[0][0] == victim["key"]
@@ -75,9 +79,13 @@ def test_changed_member_bytes_fail_the_sha256_check(dataset):
     loader = build_loader(str(dataset), rank=0, world_size=1, batch_size=12, num_workers=0, seed=0)
     with pytest.raises(SampleIntegrityError) as info:
         _keys(loader)
-    assert f"{victim['key']}.lidar.npy" in str(info.value) and str(lidar["offset"]) in str(info.value)
+    assert f"{victim['key']}.lidar.npy" in str(info.value) and str(lidar["offset"]) in str(
+        info.value
+    )
     assert victim["shard"] in str(info.value)
-    skip = build_loader(str(dataset), rank=0, world_size=1, batch_size=12, num_workers=0, seed=0, config=SKIP)
+    skip = build_loader(
+        str(dataset), rank=0, world_size=1, batch_size=12, num_workers=0, seed=0, config=SKIP
+    )
     assert victim["key"] not in _keys(skip) and skip.stats.skipped == 1
 
 
@@ -87,8 +95,14 @@ def test_member_missing_from_an_index_row(dataset):
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), dataset / "index.parquet")
     with pytest.raises(DatasetIndexError) as info:
         build_loader(str(dataset), rank=0, world_size=1, batch_size=4, num_workers=0, seed=0)
-    assert "row 3" in str(info.value) and rows[3]["key"] in str(info.value) and "lidar.npy" in str(info.value)
-    skip = build_loader(str(dataset), rank=0, world_size=1, batch_size=4, num_workers=0, seed=0, config=SKIP)
+    assert (
+        "row 3" in str(info.value)
+        and rows[3]["key"] in str(info.value)
+        and "lidar.npy" in str(info.value)
+    )
+    skip = build_loader(
+        str(dataset), rank=0, world_size=1, batch_size=4, num_workers=0, seed=0, config=SKIP
+    )
     assert rows[3]["key"] not in _keys(skip) and skip.stats.index_skipped[0][0] == rows[3]["key"]
 
 
@@ -109,8 +123,14 @@ def test_non_utf8_member_name_in_the_tar_header(dataset):
     with pytest.raises(ShardFormatError) as info:
         _keys(loader)
     message = str(info.value)
-    assert "not valid UTF-8" in message and victim["shard"] in message and str(member["offset"]) in message
-    skip = build_loader(str(dataset), rank=0, world_size=1, batch_size=12, num_workers=0, seed=0, config=SKIP)
+    assert (
+        "not valid UTF-8" in message
+        and victim["shard"] in message
+        and str(member["offset"]) in message
+    )
+    skip = build_loader(
+        str(dataset), rank=0, world_size=1, batch_size=12, num_workers=0, seed=0, config=SKIP
+    )
     assert victim["key"] not in _keys(skip) and skip.stats.skipped == 1
 
 
@@ -121,8 +141,10 @@ def test_200_character_member_names_load(tmp_path):
     with tarfile.open(root / "shards/shard-000000.tar") as tar:
         assert min(len(n) for n in tar.getnames()) > 200
         listing = [(m.name.encode(), m.offset_data, m.size) for m in tar.getmembers()]
-    found = [(m.name.encode(), m.data_offset, m.size)
-             for m in iter_tar_members((root / "shards/shard-000000.tar").read_bytes())]
+    found = [
+        (m.name.encode(), m.data_offset, m.size)
+        for m in iter_tar_members((root / "shards/shard-000000.tar").read_bytes())
+    ]
     assert found == listing
     loader = build_loader(str(root), rank=0, world_size=1, batch_size=3, num_workers=0, seed=0)
     batch = next(iter(loader))
@@ -140,7 +162,9 @@ def test_a_file_as_dataset_is_not_found_without_retries(tmp_path):
     (tmp_path / "file").write_text("not a dataset")
     start = time.monotonic()
     with pytest.raises(ManifestMissingError, match="no manifest.json"):
-        build_loader(str(tmp_path / "file"), rank=0, world_size=1, batch_size=4, num_workers=0, seed=0)
+        build_loader(
+            str(tmp_path / "file"), rank=0, world_size=1, batch_size=4, num_workers=0, seed=0
+        )
     assert time.monotonic() - start < 2  # ENOTDIR is permanent: no backoff
 
 
@@ -148,11 +172,22 @@ def test_unreachable_object_store_fails_fast_with_bounded_retries():
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cfg = LoaderConfig(max_retries=2, retry_backoff_s=0.1, storage_options={
-        "endpoint_url": f"http://127.0.0.1:{port}", "key": "x", "secret": "y"})
+    cfg = LoaderConfig(
+        max_retries=2,
+        retry_backoff_s=0.1,
+        storage_options={"endpoint_url": f"http://127.0.0.1:{port}", "key": "x", "secret": "y"},
+    )
     start = time.monotonic()
     with pytest.raises(ObjectStoreUnreachableError) as info:
-        build_loader("s3://nowhere/data", rank=0, world_size=1, batch_size=4, num_workers=0, seed=0, config=cfg)
+        build_loader(
+            "s3://nowhere/data",
+            rank=0,
+            world_size=1,
+            batch_size=4,
+            num_workers=0,
+            seed=0,
+            config=cfg,
+        )
     assert time.monotonic() - start < 60
     assert "s3://nowhere/data/manifest.json" in str(info.value) and "3 attempts" in str(info.value)
 
@@ -167,13 +202,22 @@ def _exit_in_transform(sample):
 
 def test_worker_exception_and_worker_death_surface_in_the_main_process(dataset):
     cfg = LoaderConfig(sample_transform=_raise_in_transform)
-    loader = build_loader(str(dataset), rank=0, world_size=1, batch_size=4, num_workers=2, seed=0, config=cfg)
+    loader = build_loader(
+        str(dataset), rank=0, world_size=1, batch_size=4, num_workers=2, seed=0, config=cfg
+    )
     with pytest.raises(RuntimeError) as info:
         _keys(loader)
     assert "transform exploded on" in str(info.value) and "_raise_in_transform" in str(info.value)
     assert "DataLoader worker process" in str(info.value)
-    dead = build_loader(str(dataset), rank=0, world_size=1, batch_size=4, num_workers=2, seed=0,
-                        config=LoaderConfig(sample_transform=_exit_in_transform))
+    dead = build_loader(
+        str(dataset),
+        rank=0,
+        world_size=1,
+        batch_size=4,
+        num_workers=2,
+        seed=0,
+        config=LoaderConfig(sample_transform=_exit_in_transform),
+    )
     with pytest.raises(RuntimeError, match="exited unexpectedly"):
         _keys(dead)
 
@@ -192,7 +236,9 @@ def test_workers_stop_when_a_worker_error_is_raised(dataset):
     import multiprocessing
 
     cfg = LoaderConfig(sample_transform=_raise_in_transform)
-    loader = build_loader(str(dataset), rank=0, world_size=1, batch_size=4, num_workers=2, seed=0, config=cfg)
+    loader = build_loader(
+        str(dataset), rank=0, world_size=1, batch_size=4, num_workers=2, seed=0, config=cfg
+    )
     gc.collect()  # loaders of earlier tests left in reference cycles stop their (persistent) workers
     gc.disable()
     try:

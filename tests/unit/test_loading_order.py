@@ -18,9 +18,15 @@ def test_order_is_a_permutation_that_depends_on_seed_and_epoch_only():
     shards = _unit_shards([7] * 30)
     a = build_epoch_order(shards, seed=3, epoch=0, shuffle=True, shuffle_buffer=16)
     assert sorted(a.tolist()) == list(range(len(shards)))
-    assert np.array_equal(a, build_epoch_order(shards, seed=3, epoch=0, shuffle=True, shuffle_buffer=16))
-    assert not np.array_equal(a, build_epoch_order(shards, seed=3, epoch=1, shuffle=True, shuffle_buffer=16))
-    assert not np.array_equal(a, build_epoch_order(shards, seed=4, epoch=0, shuffle=True, shuffle_buffer=16))
+    assert np.array_equal(
+        a, build_epoch_order(shards, seed=3, epoch=0, shuffle=True, shuffle_buffer=16)
+    )
+    assert not np.array_equal(
+        a, build_epoch_order(shards, seed=3, epoch=1, shuffle=True, shuffle_buffer=16)
+    )
+    assert not np.array_equal(
+        a, build_epoch_order(shards, seed=4, epoch=0, shuffle=True, shuffle_buffer=16)
+    )
     natural = build_epoch_order(shards, seed=3, epoch=0, shuffle=False, shuffle_buffer=16)
     assert np.array_equal(natural, np.arange(len(shards)))
 
@@ -30,7 +36,7 @@ def test_order_is_shard_aware_each_window_touches_few_shards():
     buffer = 20
     order = build_epoch_order(shards, seed=1, epoch=5, shuffle=True, shuffle_buffer=buffer)
     for start in range(0, len(order), buffer):
-        touched = set(shards[order[start:start + buffer]].tolist())
+        touched = set(shards[order[start : start + buffer]].tolist())
         assert len(touched) <= buffer // 10 + 1  # a window spans at most 3 consecutive shards
     # ...and the shard order itself is shuffled.
     first_seen = list(dict.fromkeys(shards[order].tolist()))
@@ -61,7 +67,9 @@ def test_drop_policy_counts_the_dropped_tail_and_refuses_too_small_data():
 
 def test_workers_split_a_rank_batches_round_robin_from_the_resume_step():
     plan = plan_epoch(100, batch_size=2, world_size=2, pad_policy="pad")
-    streams = [list(steps_for_worker(plan, start_step=7, worker_id=w, num_workers=3)) for w in range(3)]
+    streams = [
+        list(steps_for_worker(plan, start_step=7, worker_id=w, num_workers=3)) for w in range(3)
+    ]
     assert sorted(s for st in streams for s in st) == list(range(7, plan.steps))
     assert streams[0][:2] == [7, 10] and streams[1][:2] == [8, 11]
 

@@ -17,8 +17,15 @@ def _global_sequence(dataset, *, world, batch, workers, seed=5, epoch=0, state=N
     """Run every rank of a world in this process; return the global key order and per-rank lengths."""
     per_rank = []
     for rank in range(world):
-        loader = build_loader(str(dataset), rank=rank, world_size=world, batch_size=batch,
-                              num_workers=workers, seed=seed, config=config)
+        loader = build_loader(
+            str(dataset),
+            rank=rank,
+            world_size=world,
+            batch_size=batch,
+            num_workers=workers,
+            seed=seed,
+            config=config,
+        )
         if state is not None:
             loader.load_state_dict(state)
         else:
@@ -31,11 +38,15 @@ def _global_sequence(dataset, *, world, batch, workers, seed=5, epoch=0, state=N
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory) -> Path:
-    return write_test_dataset(tmp_path_factory.mktemp("resume") / "data", {"loga": 11, "logb": 10, "logc": 9})
+    return write_test_dataset(
+        tmp_path_factory.mktemp("resume") / "data", {"loga": 11, "logb": 10, "logc": 9}
+    )
 
 
 def _state_after(dataset, *, world, batch, workers, steps, epoch=1, seed=5):
-    loader = build_loader(str(dataset), rank=0, world_size=world, batch_size=batch, num_workers=workers, seed=seed)
+    loader = build_loader(
+        str(dataset), rank=0, world_size=world, batch_size=batch, num_workers=workers, seed=seed
+    )
     loader.set_epoch(epoch)
     iterator = iter(loader)
     for _ in range(steps):
@@ -58,7 +69,9 @@ def test_resume_rejects_another_global_batch_or_seed(dataset):
     loader = build_loader(str(dataset), rank=0, world_size=1, batch_size=3, num_workers=0, seed=5)
     with pytest.raises(ResumeStateError, match="global batch"):
         loader.load_state_dict(state)
-    other_seed = build_loader(str(dataset), rank=0, world_size=2, batch_size=2, num_workers=0, seed=6)
+    other_seed = build_loader(
+        str(dataset), rank=0, world_size=2, batch_size=2, num_workers=0, seed=6
+    )
     with pytest.raises(ResumeStateError, match="'seed'"):
         other_seed.load_state_dict(state)
 
@@ -76,14 +89,24 @@ def test_resume_rejects_a_corrupt_position_and_a_negative_seed(dataset):
 def test_an_empty_split_is_named_also_when_mixing(dataset):
     for spec in (str(dataset), [(str(dataset), 1.0), (str(dataset), 1.0)]):
         with pytest.raises(ValueError, match="no samples in split 'nope'"):
-            build_loader(spec, rank=0, world_size=1, batch_size=2, num_workers=0, seed=0, split="nope")
+            build_loader(
+                spec, rank=0, world_size=1, batch_size=2, num_workers=0, seed=0, split="nope"
+            )
 
 
 def test_resume_is_o1_it_never_reads_consumed_samples(dataset, tmp_path):
     copy = Path(shutil.copytree(dataset, tmp_path / "copy"))
     cfg = LoaderConfig()
-    loader = build_loader(str(copy), rank=0, world_size=1, batch_size=5, num_workers=0, seed=5,
-                          shuffle=False, config=cfg)  # 30 samples: 6 full batches, no padding
+    loader = build_loader(
+        str(copy),
+        rank=0,
+        world_size=1,
+        batch_size=5,
+        num_workers=0,
+        seed=5,
+        shuffle=False,
+        config=cfg,
+    )  # 30 samples: 6 full batches, no padding
     iterator = iter(loader)
     seen = [k for _ in range(3) for k in next(iterator)["__key__"]]
     state = loader.state_dict()
@@ -94,14 +117,18 @@ def test_resume_is_o1_it_never_reads_consumed_samples(dataset, tmp_path):
     for shard in consumed_shards - live_shards:
         (copy / view.shard_paths[shard]).unlink()
     assert consumed_shards - live_shards, "the test must delete at least one shard"
-    fresh = build_loader(str(copy), rank=0, world_size=1, batch_size=5, num_workers=2, seed=5, shuffle=False)
+    fresh = build_loader(
+        str(copy), rank=0, world_size=1, batch_size=5, num_workers=2, seed=5, shuffle=False
+    )
     fresh.load_state_dict(state)
     rest = [k for b in fresh for k in b["__key__"]]
     assert len(rest) == 15 and not set(rest) & set(seen) and len(set(seen) | set(rest)) == 30
 
 
-@pytest.mark.parametrize("logs,extra", [({"solo": 3}, None), ({"loga": 2, "logb": 2}, None),
-                                        ({"loga": 5, "logb": 6}, "empty_shard")])
+@pytest.mark.parametrize(
+    "logs,extra",
+    [({"solo": 3}, None), ({"loga": 2, "logb": 2}, None), ({"loga": 5, "logb": 6}, "empty_shard")],
+)
 def test_exactly_once_with_few_single_or_empty_shards(tmp_path, logs, extra):
     root = write_test_dataset(tmp_path / "d", logs, shard_size_mb=1.0 if len(logs) == 1 else 0.025)
     if extra == "empty_shard":
@@ -117,15 +144,24 @@ def test_padding_is_flagged_and_drop_policy_reports_dropped(dataset):
     loader = build_loader(str(dataset), rank=3, world_size=4, batch_size=4, num_workers=0, seed=5)
     flags = [bool(f) for b in loader for f in b["__padded__"]]
     assert sum(flags) == loader.stats.padded == 2 and loader.stats.padded_global == 2
-    drop = build_loader(str(dataset), rank=0, world_size=4, batch_size=4, num_workers=0, seed=5,
-                        config=LoaderConfig(pad_policy="drop"))
+    drop = build_loader(
+        str(dataset),
+        rank=0,
+        world_size=4,
+        batch_size=4,
+        num_workers=0,
+        seed=5,
+        config=LoaderConfig(pad_policy="drop"),
+    )
     assert len(drop) == 1 and sum(len(b["__key__"]) for b in drop) == 4
     assert drop.stats.dropped_global == 14
 
 
 def test_len_is_equal_on_every_rank_and_epochs_advance(dataset):
-    lengths = {len(build_loader(str(dataset), rank=r, world_size=3, batch_size=4, num_workers=0, seed=1))
-               for r in range(3)}
+    lengths = {
+        len(build_loader(str(dataset), rank=r, world_size=3, batch_size=4, num_workers=0, seed=1))
+        for r in range(3)
+    }
     assert lengths == {3}
     loader = build_loader(str(dataset), rank=0, world_size=1, batch_size=8, num_workers=0, seed=1)
     first = [k for b in loader for k in b["__key__"]]
@@ -138,7 +174,9 @@ def test_resume_at_an_epoch_boundary_does_not_repeat_an_epoch(dataset):
     from platform_lib.training.data import iterate_epochs
 
     def loader():
-        return build_loader(str(dataset), rank=0, world_size=1, batch_size=10, num_workers=0, seed=5)
+        return build_loader(
+            str(dataset), rank=0, world_size=1, batch_size=10, num_workers=0, seed=5
+        )
 
     reference = iterate_epochs(loader())
     full = [next(reference)["__key__"] for _ in range(9)]  # 3 epochs of 3 batches

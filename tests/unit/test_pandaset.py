@@ -107,8 +107,13 @@ def test_points_project_into_the_front_camera(frames):
     for f in frames[::3]:
         cam = f.cameras["front_camera"]
         uv, depth = project_points(f.lidar[:, :3], cam.intrinsics, cam.extrinsics)
-        inside = (depth > 0) & (uv[:, 0] >= 0) & (uv[:, 0] < cam.width) & (uv[:, 1] >= 0) \
+        inside = (
+            (depth > 0)
+            & (uv[:, 0] >= 0)
+            & (uv[:, 0] < cam.width)
+            & (uv[:, 1] >= 0)
             & (uv[:, 1] < cam.height)
+        )
         assert inside.mean() > 0.25
         ahead = f.lidar[:, 0] > 5.0
         assert (depth[ahead] > 0).all()  # front camera looks along ego +x
@@ -116,10 +121,17 @@ def test_points_project_into_the_front_camera(frames):
         assert np.median(uv[road, 1]) > cam.height / 2  # the road is in the lower half
 
 
-@pytest.mark.parametrize("name, heading_deg", [
-    ("front_camera", 0), ("front_left_camera", 58), ("left_camera", 90), ("back_camera", 180),
-    ("right_camera", -90), ("front_right_camera", -58),
-])
+@pytest.mark.parametrize(
+    "name, heading_deg",
+    [
+        ("front_camera", 0),
+        ("front_left_camera", 58),
+        ("left_camera", 90),
+        ("back_camera", 180),
+        ("right_camera", -90),
+        ("front_right_camera", -58),
+    ],
+)
 def test_camera_extrinsics_point_where_the_name_says(frames, name, heading_deg):
     for f in frames[::4]:
         ext = f.cameras[name].extrinsics
@@ -128,12 +140,20 @@ def test_camera_extrinsics_point_where_the_name_says(frames, name, heading_deg):
         assert abs((heading - heading_deg + 180) % 360 - 180) < 5
         assert down[2] < -0.99 and abs(forward[2]) < 0.05  # level, y down
         assert np.cross(right, down) @ forward > 0.99  # right-handed: x right, y down, z fwd
-        assert right @ np.array([-np.sin(np.radians(heading_deg)),
-                                 np.cos(np.radians(heading_deg)), 0.0]) < -0.95  # x is right
+        assert (
+            right
+            @ np.array([-np.sin(np.radians(heading_deg)), np.cos(np.radians(heading_deg)), 0.0])
+            < -0.95
+        )  # x is right
         cam = f.cameras[name]
         uv, depth = project_points(f.lidar[:, :3], cam.intrinsics, cam.extrinsics)
-        inside = (depth > 0) & (uv[:, 0] >= 0) & (uv[:, 0] < cam.width) & (uv[:, 1] >= 0) \
+        inside = (
+            (depth > 0)
+            & (uv[:, 0] >= 0)
+            & (uv[:, 0] < cam.width)
+            & (uv[:, 1] >= 0)
             & (uv[:, 1] < cam.height)
+        )
         assert inside.mean() > 0.1
 
 
@@ -184,14 +204,26 @@ def test_a_gap_in_the_lidar_sweeps_is_reported_not_skipped(pandaset_copy):
     assert len(items) == 10 and [i for i, x in enumerate(items) if isinstance(x, FrameError)] == [4]
     assert items[4].reason == "missing_lidar" and items[4].path == str(gap)
     _assert_says_what_to_do(items[4])
-    assert [x.frame_index for x in items if not isinstance(x, FrameError)] == [0, 1, 2, 3, 5, 6, 7,
-                                                                                8, 9]
+    assert [x.frame_index for x in items if not isinstance(x, FrameError)] == [
+        0,
+        1,
+        2,
+        3,
+        5,
+        6,
+        7,
+        8,
+        9,
+    ]
 
 
-@pytest.mark.parametrize("damage, expected", [
-    (lambda b: b"this is not a jpeg", "not a JPEG"),
-    (lambda b: b[: len(b) // 2], "truncated"),
-])
+@pytest.mark.parametrize(
+    "damage, expected",
+    [
+        (lambda b: b"this is not a jpeg", "not a JPEG"),
+        (lambda b: b[: len(b) // 2], "truncated"),
+    ],
+)
 def test_corrupt_camera_names_the_file(pandaset_copy, damage, expected):
     bad = pandaset_copy / "camera" / "left_camera" / "04.jpg"
     bad.write_bytes(damage(bad.read_bytes()))
@@ -207,8 +239,12 @@ def test_truncated_lidar_pickle_names_the_file(pandaset_copy):
     assert err.reason == "corrupt_lidar" and err.path == str(bad)
     assert str(bad) in str(err) and "truncated or corrupt" in str(err)
     again = pickle.loads(pickle.dumps(err))  # survives multiprocessing
-    assert (again.reason, again.path, again.frame_index, str(again)) == \
-        (err.reason, err.path, err.frame_index, str(err))
+    assert (again.reason, again.path, again.frame_index, str(again)) == (
+        err.reason,
+        err.path,
+        err.frame_index,
+        str(err),
+    )
 
 
 @pytest.mark.parametrize("sub, column", [("lidar", "i"), ("annotations/cuboids", "yaw")])

@@ -53,7 +53,9 @@ def test_local_hash_depends_on_bytes_not_location(tmp_path: Path) -> None:
 
 
 def test_hash_raw_location_rejects_missing_and_empty(tmp_path: Path) -> None:
-    with pytest.raises(UserError, match=r"^raw-log folder does not exist .*\(.*nope\): pass raw_logs"):
+    with pytest.raises(
+        UserError, match=r"^raw-log folder does not exist .*\(.*nope\): pass raw_logs"
+    ):
         hash_raw_location(str(tmp_path / "nope"))
     (tmp_path / "empty" / ".hidden").mkdir(parents=True)
     with pytest.raises(UserError, match=r"^raw-log folder is empty \(.*empty\)"):
@@ -72,7 +74,8 @@ def s3_endpoint(monkeypatch: pytest.MonkeyPatch):
     port = _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         deadline = time.time() + 30
@@ -86,8 +89,10 @@ def s3_endpoint(monkeypatch: pytest.MonkeyPatch):
             pytest.fail("moto server did not start")
         endpoint = f"http://127.0.0.1:{port}"
         for key, value in {
-            "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
-            "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": endpoint,
+            "AWS_ACCESS_KEY_ID": "test",
+            "AWS_SECRET_ACCESS_KEY": "test",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": endpoint,
             "FSSPEC_S3_ENDPOINT_URL": endpoint,
         }.items():
             monkeypatch.setenv(key, value)
@@ -146,17 +151,31 @@ def test_code_version_git_or_package(tmp_path: Path, monkeypatch: pytest.MonkeyP
     (repo / "a.txt").write_text("b")
     assert re.fullmatch(r"[0-9a-f]{40}\+dirty", resolve_code_version(repo))
     monkeypatch.delenv("DRIVETRAIN_CODE_VERSION", raising=False)
-    assert resolve_code_version() == resolve_code_version(tmp_path / "not-git") == "drivetrain==0.1.0"
+    assert (
+        resolve_code_version() == resolve_code_version(tmp_path / "not-git") == "drivetrain==0.1.0"
+    )
     monkeypatch.setenv("DRIVETRAIN_CODE_VERSION", "abc123")
     assert resolve_code_version() == "abc123"
 
 
 def test_build_lineage_collects_every_tag(tmp_path: Path) -> None:
     dataset = write_test_dataset(tmp_path / "ds", {"a": 1, "b": 1}, val_logs=("b",))
-    manifest = load_manifest(dataset).model_copy(update={"dataset_hash": "d" * 64, "source_logs": (
-        SourceLog(log_id="b", content_hash="2"), SourceLog(log_id="a", content_hash="1"))})
-    lineage = build_lineage(manifest=manifest, dataset_dir=dataset, config=get_preset("small"),
-                            seed=7, raw_logs_hash="r" * 64)
+    manifest = load_manifest(dataset).model_copy(
+        update={
+            "dataset_hash": "d" * 64,
+            "source_logs": (
+                SourceLog(log_id="b", content_hash="2"),
+                SourceLog(log_id="a", content_hash="1"),
+            ),
+        }
+    )
+    lineage = build_lineage(
+        manifest=manifest,
+        dataset_dir=dataset,
+        config=get_preset("small"),
+        seed=7,
+        raw_logs_hash="r" * 64,
+    )
     tags = lineage.to_tags()
     assert isinstance(lineage, Lineage)
     assert tags["dataset_hash"] == "d" * 64 and tags["raw_logs_hash"] == "r" * 64
@@ -165,5 +184,14 @@ def test_build_lineage_collects_every_tag(tmp_path: Path) -> None:
     assert tags["config_hash"] == hash_config(get_preset("small"))
     assert tags["val_split_hash"] == hash_val_split(dataset)
     assert resolve_flyte_execution_id() == "local"
-    assert build_lineage(manifest=manifest, dataset_dir=dataset, config=get_preset("small"), seed=7,
-                         execution_id="f3a9", code_version="c0de").to_tags()["flyte_execution_id"] == "f3a9"
+    assert (
+        build_lineage(
+            manifest=manifest,
+            dataset_dir=dataset,
+            config=get_preset("small"),
+            seed=7,
+            execution_id="f3a9",
+            code_version="c0de",
+        ).to_tags()["flyte_execution_id"]
+        == "f3a9"
+    )

@@ -25,15 +25,25 @@ from platform_lib.training.presets import get_preset
 
 
 def _lineage(val: str = "v1", **changes) -> Lineage:
-    base = Lineage(dataset_hash="d" * 64, val_split_hash=val, raw_logs_hash="r" * 64,
-                   source_log_hashes='{"002":"abc"}', code_version="test",
-                   config_hash=hash_config(get_preset("small")), seed=0, flyte_execution_id="local")
+    base = Lineage(
+        dataset_hash="d" * 64,
+        val_split_hash=val,
+        raw_logs_hash="r" * 64,
+        source_log_hashes='{"002":"abc"}',
+        code_version="test",
+        config_hash=hash_config(get_preset("small")),
+        seed=0,
+        flyte_execution_id="local",
+    )
     return dataclasses.replace(base, **changes)
 
 
 def _weights(tmp_path: Path, seed: int) -> tuple[Path, dict[str, torch.Tensor]]:
     torch.manual_seed(seed)
-    state = {k: v.detach().clone().contiguous() for k, v in build_model("bev_fusion_small").state_dict().items()}
+    state = {
+        k: v.detach().clone().contiguous()
+        for k, v in build_model("bev_fusion_small").state_dict().items()
+    }
     path = tmp_path / f"weights-{seed}.safetensors"
     save_file(state, str(path))
     return path, state
@@ -43,9 +53,15 @@ def _register(name: str, tmp_path: Path, mean_iou: float, seed: int = 0, val: st
     client = configure_mlflow()
     run_id = start_training_run(client, run_name=name, tags={})
     weights, _ = _weights(tmp_path, seed)
-    return register_model_version(name=name, run_id=run_id, weights_path=weights,
-                                  train_config=get_preset("small"), lineage=_lineage(val),
-                                  mean_iou=mean_iou, client=client)
+    return register_model_version(
+        name=name,
+        run_id=run_id,
+        weights_path=weights,
+        train_config=get_preset("small"),
+        lineage=_lineage(val),
+        mean_iou=mean_iou,
+        client=client,
+    )
 
 
 def test_champion_moves_only_on_better_iou_same_val_set(mlflow_home: Path, tmp_path: Path) -> None:  # noqa: F811
@@ -58,7 +74,11 @@ def test_champion_moves_only_on_better_iou_same_val_set(mlflow_home: Path, tmp_p
     other_val = _register("m-aliases", tmp_path, 0.99, val="v2")
     assert (other_val.decision, other_val.champion_version) == ("kept:val_set_differs", "1")
     better = _register("m-aliases", tmp_path, 0.35)
-    assert (better.version, better.decision, better.champion_version) == ("5", "promoted:better", "5")
+    assert (better.version, better.decision, better.champion_version) == (
+        "5",
+        "promoted:better",
+        "5",
+    )
 
     client = configure_mlflow()
     assert str(client.get_model_version_by_alias("m-aliases", "candidate").version) == "5"
@@ -96,9 +116,15 @@ def test_register_and_download_refuse_bad_input(mlflow_home: Path, tmp_path: Pat
     client = configure_mlflow()
     run_id = start_training_run(client, run_name="bad", tags={})
     with pytest.raises(FileNotFoundError, match="training produced no model"):
-        register_model_version(name="m-bad", run_id=run_id, weights_path=tmp_path / "none",
-                               train_config=get_preset("small"), lineage=_lineage(), mean_iou=0.1,
-                               client=client)
+        register_model_version(
+            name="m-bad",
+            run_id=run_id,
+            weights_path=tmp_path / "none",
+            train_config=get_preset("small"),
+            lineage=_lineage(),
+            mean_iou=0.1,
+            client=client,
+        )
     client.log_dict(run_id, {"not": "a model"}, "junk/config.json")
     client.create_registered_model("m-junk")
     source = f"{client.get_run(run_id).info.artifact_uri}/junk"

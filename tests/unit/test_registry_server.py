@@ -32,10 +32,24 @@ def _free_port() -> int:
 def mlflow_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-         "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
-         "--artifacts-destination", str(tmp_path / "server-artifacts"), "--workers", "1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--backend-store-uri",
+            f"sqlite:///{tmp_path / 'server.db'}",
+            "--artifacts-destination",
+            str(tmp_path / "server-artifacts"),
+            "--workers",
+            "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -60,16 +74,35 @@ def test_register_and_load_champion_through_a_server(mlflow_server: Path) -> Non
     client = configure_mlflow()
     run_id = start_training_run(client, run_name="server", tags={})
     torch.manual_seed(0)
-    state = {k: v.detach().clone().contiguous() for k, v in build_model("bev_fusion_small").state_dict().items()}
+    state = {
+        k: v.detach().clone().contiguous()
+        for k, v in build_model("bev_fusion_small").state_dict().items()
+    }
     save_file(state, str(mlflow_server / "w.safetensors"))
-    lineage = Lineage(dataset_hash="d", val_split_hash="v", raw_logs_hash="r", source_log_hashes="{}",
-                      code_version="test", config_hash="c", seed=0, flyte_execution_id="local")
-    reg = register_model_version(name="served", run_id=run_id, weights_path=mlflow_server / "w.safetensors",
-                                 train_config=get_preset("small"), lineage=lineage, mean_iou=0.5,
-                                 client=client)
+    lineage = Lineage(
+        dataset_hash="d",
+        val_split_hash="v",
+        raw_logs_hash="r",
+        source_log_hashes="{}",
+        code_version="test",
+        config_hash="c",
+        seed=0,
+        flyte_execution_id="local",
+    )
+    reg = register_model_version(
+        name="served",
+        run_id=run_id,
+        weights_path=mlflow_server / "w.safetensors",
+        train_config=get_preset("small"),
+        lineage=lineage,
+        mean_iou=0.5,
+        client=client,
+    )
     assert reg.decision == "promoted:first"
     model, cfg = load_champion("served")
     assert cfg == get_preset("small")
     assert all(torch.equal(model.state_dict()[k], v) for k, v in state.items())
-    assert list((mlflow_server / "server-artifacts").rglob("model.safetensors"))  # on the server side
+    assert list(
+        (mlflow_server / "server-artifacts").rglob("model.safetensors")
+    )  # on the server side
     assert not (mlflow_server / "unused-home" / "mlflow.db").exists()

@@ -22,13 +22,19 @@ from platform_lib.shards import (
 from platform_lib.shards.split import assign_splits
 from platform_lib.sources.frame import FrameError
 
-LOGS = [{"log_id": "log-a", "content_hash": "a" * 64}, {"log_id": "log-b", "content_hash": "b" * 64}]
+LOGS = [
+    {"log_id": "log-a", "content_hash": "a" * 64},
+    {"log_id": "log-b", "content_hash": "b" * 64},
+]
 CONFIG = BuildConfig(shard_size_mb=0.03, progress=False)
 
 
 def _hashes(root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_two_builds_are_byte_identical(tmp_path):
@@ -123,8 +129,13 @@ def _with_bad_frames():
     frames = make_frames()
     frames[2].cameras["front_camera"].jpeg = b"\xff\xd8garbage"
     frames[5].lidar[3, 1] = float("nan")
-    source_error = FrameError("/raw/log-b/lidar/03.pkl.gz: truncated pickle", reason="corrupt_lidar",
-                              path="/raw/log-b/lidar/03.pkl.gz", log_id="log-b", frame_index=3)
+    source_error = FrameError(
+        "/raw/log-b/lidar/03.pkl.gz: truncated pickle",
+        reason="corrupt_lidar",
+        path="/raw/log-b/lidar/03.pkl.gz",
+        log_id="log-b",
+        frame_index=3,
+    )
     frames[7] = source_error
     return frames
 
@@ -136,19 +147,24 @@ def test_bad_frames_fail_build_with_report(tmp_path):
     assert "3 bad frame(s)" in message and "--quarantine" in message
     assert "corrupt_camera: 1" in message and "/raw/log-a/front_camera/02.jpg" in message
     assert "nan_points: 1" in message and "corrupt_lidar: 1" in message
-    assert info.value.report["corrupt_lidar"] == {"count": 1,
-                                                  "examples": ["/raw/log-b/lidar/03.pkl.gz"]}
+    assert info.value.report["corrupt_lidar"] == {
+        "count": 1,
+        "examples": ["/raw/log-b/lidar/03.pkl.gz"],
+    }
     assert not (tmp_path / "ds").exists()
 
 
 def test_quarantine_leaves_bad_frames_out(tmp_path):
     config = BuildConfig(shard_size_mb=0.03, progress=False, quarantine=True)
-    m = write_dataset(_with_bad_frames(), tmp_path / "ds", config, source="t", source_logs=LOGS,
-                      input_root="/raw")
+    m = write_dataset(
+        _with_bad_frames(), tmp_path / "ds", config, source="t", source_logs=LOGS, input_root="/raw"
+    )
     assert m.num_samples == 5
     assert [(q["key"], q["reason"]) for q in m.quarantine] == [
-        ("log-a_000002", "corrupt_camera"), ("log-b_000001", "nan_points"),
-        ("log-b_000003", "corrupt_lidar")]
+        ("log-a_000002", "corrupt_camera"),
+        ("log-b_000001", "nan_points"),
+        ("log-b_000003", "corrupt_lidar"),
+    ]
     assert m.quarantine[2]["path"] == "log-b/lidar/03.pkl.gz"  # relative to the input
     assert "log-a_000002" not in open_dataset(tmp_path / "ds").keys
     assert [log.num_quarantined for log in m.source_logs] == [1, 2]
@@ -157,11 +173,17 @@ def test_quarantine_leaves_bad_frames_out(tmp_path):
 def test_quarantine_paths_are_relative_to_a_relative_input(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     frames = make_frames()
-    frames[1] = FrameError("raw/in/log-a/lidar/01.pkl.gz: truncated pickle", reason="corrupt_lidar",
-                           path="raw/in/log-a/lidar/01.pkl.gz", log_id="log-a", frame_index=1)
+    frames[1] = FrameError(
+        "raw/in/log-a/lidar/01.pkl.gz: truncated pickle",
+        reason="corrupt_lidar",
+        path="raw/in/log-a/lidar/01.pkl.gz",
+        log_id="log-a",
+        frame_index=1,
+    )
     config = BuildConfig(shard_size_mb=0.03, progress=False, quarantine=True)
-    m = write_dataset(frames, tmp_path / "ds", config, source="t", source_logs=LOGS,
-                      input_root="raw/in")
+    m = write_dataset(
+        frames, tmp_path / "ds", config, source="t", source_logs=LOGS, input_root="raw/in"
+    )
     assert m.quarantine[0]["path"] == "log-a/lidar/01.pkl.gz"
     assert m.quarantine[0]["detail"] == "log-a/lidar/01.pkl.gz: truncated pickle"
 
@@ -180,11 +202,15 @@ def test_unsorted_frames_refused(tmp_path):
 
 
 def test_split_by_frame_range_and_explicit_logs(tmp_path):
-    config = BuildConfig(shard_size_mb=1, progress=False, split="by_frame_range",
-                         val_frames_per_log=1)
+    config = BuildConfig(
+        shard_size_mb=1, progress=False, split="by_frame_range", val_frames_per_log=1
+    )
     m = write_dataset(make_frames(), tmp_path / "ds", config, source="t", source_logs=LOGS)
-    assert m.splits.model_dump() == {"method": "by_frame_range", "params": {"val_frames_per_log": 1},
-                           "counts": {"train": 6, "val": 2}}
+    assert m.splits.model_dump() == {
+        "method": "by_frame_range",
+        "params": {"val_frames_per_log": 1},
+        "counts": {"train": 6, "val": 2},
+    }
     index = open_dataset(tmp_path / "ds").index.to_pydict()
     val = [k for k, s in zip(index["key"], index["split"], strict=True) if s == "val"]
     assert val == ["log-a_000003", "log-b_000003"]

@@ -18,14 +18,24 @@ def test_encode_frame_member_order_and_bytes():
     members = encode_frame(frame)
     names = [n for n, _ in members]
     assert names == [f"{c}.jpg" for c in sorted(CAMERAS)] + [
-        "lidar.npy", "lidar_seg.npy", "radar.npy", "cuboids.json", "calib.json", "pose.json"]
+        "lidar.npy",
+        "lidar_seg.npy",
+        "radar.npy",
+        "cuboids.json",
+        "calib.json",
+        "pose.json",
+    ]
     data = dict(members)
     assert data["front_camera.jpg"] == frame.cameras["front_camera"].jpeg  # never re-encoded
     lidar = np.load(io.BytesIO(data["lidar.npy"]), allow_pickle=False)
     assert lidar.dtype == np.dtype("<f4") and np.array_equal(lidar, frame.lidar)
     pose = json.loads(data["pose.json"])
-    assert pose == {"log_id": "log-a", "frame_index": 3, "timestamp": frame.timestamp,
-                    "ego_pose": np.eye(4).tolist()}
+    assert pose == {
+        "log_id": "log-a",
+        "frame_index": 3,
+        "timestamp": frame.timestamp,
+        "ego_pose": np.eye(4).tolist(),
+    }
     # deterministic JSON: sorted keys, no spaces
     assert data["pose.json"] == dumps_json(pose)
     assert b" " not in data["calib.json"]

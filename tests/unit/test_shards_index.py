@@ -15,8 +15,13 @@ from schemas.index import INDEX_SCHEMA, validate_index_frame
 @pytest.fixture(scope="module")
 def rows(tmp_path_factory):
     root = tmp_path_factory.mktemp("idx") / "ds"
-    write_dataset(make_frames(), root, BuildConfig(shard_size_mb=0.05, progress=False),
-                  source="t", source_logs=[])
+    write_dataset(
+        make_frames(),
+        root,
+        BuildConfig(shard_size_mb=0.05, progress=False),
+        source="t",
+        source_logs=[],
+    )
     return open_dataset(root).index.to_pylist()
 
 

@@ -26,7 +26,8 @@ def _build_one(args: tuple[str, str]) -> str:
 
 
 def test_merged_dataset_reads_like_a_built_one_and_holds_no_shard_bytes(
-        synthetic_root: Path, tmp_path: Path) -> None:
+    synthetic_root: Path, tmp_path: Path
+) -> None:
     parts = _parts(synthetic_root, tmp_path / "store")
     assert [p.built for p in parts] == [True] * 4
     manifest = merge_parts([p.location for p in parts], tmp_path / "ds", CONFIG, source="synthetic")
@@ -45,7 +46,8 @@ def test_merged_dataset_reads_like_a_built_one_and_holds_no_shard_bytes(
         for key in own.keys:
             got, want = merged.read_sample(key, verify=True), own.read_sample(key, verify=True)
             assert {k: v for k, v in got.items() if k != "__shard__"} == {
-                k: v for k, v in want.items() if k != "__shard__"}
+                k: v for k, v in want.items() if k != "__shard__"
+            }
     assert len(merged) == 32
     # the merge's own check reads no shard byte; the full validation still reads them all
     shard = Path(parts[0].location) / "shards" / "shard-000000.tar"
@@ -55,7 +57,8 @@ def test_merged_dataset_reads_like_a_built_one_and_holds_no_shard_bytes(
 
 
 def test_dataset_hash_is_independent_of_part_order_parallelism_and_location(
-        synthetic_root: Path, tmp_path: Path) -> None:
+    synthetic_root: Path, tmp_path: Path
+) -> None:
     logs = list_logs("synthetic", synthetic_root)
     serial = [p.location for p in _parts(synthetic_root, tmp_path / "a")]
     with multiprocessing.get_context("spawn").Pool(2) as pool:  # reversed order, 2 processes
@@ -64,12 +67,15 @@ def test_dataset_hash_is_independent_of_part_order_parallelism_and_location(
     second = merge_parts(parallel, tmp_path / "ds2", CONFIG, source="synthetic")
     third = merge_parts(serial[::-1], tmp_path / "ds3", CONFIG, source="synthetic")
     assert first.dataset_hash == second.dataset_hash == third.dataset_hash
-    assert (tmp_path / "ds1/index.parquet").read_bytes() == (tmp_path / "ds2/index.parquet").read_bytes()
+    assert (tmp_path / "ds1/index.parquet").read_bytes() == (
+        tmp_path / "ds2/index.parquet"
+    ).read_bytes()
     assert first.shards[0].location != second.shards[0].location
 
 
 def test_a_new_log_builds_only_its_part_and_changes_the_dataset_hash(
-        synthetic_root: Path, tmp_path: Path) -> None:
+    synthetic_root: Path, tmp_path: Path
+) -> None:
     logs = list_logs("synthetic", synthetic_root)
     store = tmp_path / "store"
     three = _parts(synthetic_root, store, logs[:3])
@@ -87,8 +93,9 @@ def test_a_new_log_builds_only_its_part_and_changes_the_dataset_hash(
     assert build_part("synthetic", changed, CONFIG, store=str(store)).built is True
 
 
-def test_a_part_built_twice_into_an_object_store_path_is_reused(synthetic_root: Path,
-                                                                tmp_path: Path) -> None:
+def test_a_part_built_twice_into_an_object_store_path_is_reused(
+    synthetic_root: Path, tmp_path: Path
+) -> None:
     log = list_logs("synthetic", synthetic_root)[0]
     first = build_part("synthetic", log, CONFIG, store=f"file://{tmp_path / 'store'}")
     again = build_part("synthetic", log, CONFIG, store=f"file://{tmp_path / 'store'}")
@@ -104,8 +111,9 @@ def test_merge_refuses_two_parts_of_one_log(synthetic_root: Path, tmp_path: Path
 def test_merge_refuses_a_part_of_another_shard_size(synthetic_root: Path, tmp_path: Path) -> None:
     part = _parts(synthetic_root, tmp_path / "store")[0]
     with pytest.raises(BuildError, match="shard_size_mb"):
-        merge_parts([part.location], tmp_path / "ds", BuildConfig(shard_size_mb=1.0),
-                    source="synthetic")
+        merge_parts(
+            [part.location], tmp_path / "ds", BuildConfig(shard_size_mb=1.0), source="synthetic"
+        )
 
 
 def test_merge_of_nothing_names_the_problem(tmp_path: Path) -> None:

@@ -21,16 +21,23 @@ from platform_lib.shards import (
 )
 from platform_lib.shards.writer import ShardWriter
 
-SOURCE_LOGS = [{"log_id": "log-a", "content_hash": "a" * 64},
-               {"log_id": "log-b", "content_hash": "b" * 64}]
+SOURCE_LOGS = [
+    {"log_id": "log-a", "content_hash": "a" * 64},
+    {"log_id": "log-b", "content_hash": "b" * 64},
+]
 
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
     frames = make_frames(per_log=5)
     root = tmp_path_factory.mktemp("ds") / "ds"
-    manifest = write_dataset(frames, root, BuildConfig(shard_size_mb=0.03, progress=False),
-                             source="test", source_logs=SOURCE_LOGS)
+    manifest = write_dataset(
+        frames,
+        root,
+        BuildConfig(shard_size_mb=0.03, progress=False),
+        source="test",
+        source_logs=SOURCE_LOGS,
+    )
     return root, manifest, frames
 
 
@@ -54,7 +61,13 @@ def test_tar_headers_are_deterministic(dataset):
     assert infos[0].name == "log-a_000000.back_camera.jpg"
     for info in infos:
         assert (info.mtime, info.uid, info.gid, info.uname, info.gname, info.mode) == (
-            0, 0, 0, "", "", 0o644)
+            0,
+            0,
+            0,
+            "",
+            "",
+            0o644,
+        )
 
 
 def test_webdataset_reads_every_sample(dataset):
@@ -90,7 +103,7 @@ def test_index_offsets_point_at_member_data(dataset):
     row = reader.index.slice(3, 1).to_pylist()[0]
     raw = (root / row["shard"]).read_bytes()
     for m in row["members"]:
-        data = raw[m["offset"]:m["offset"] + m["size"]]
+        data = raw[m["offset"] : m["offset"] + m["size"]]
         assert hashlib.sha256(data).hexdigest() == m["sha256"]
     assert row["sample_offset"] % 512 == 0
 
@@ -125,8 +138,10 @@ def test_reader_refuses_escaping_member(name):
 
 
 def test_writer_refuses_unsafe_member(tmp_path):
-    with ShardWriter(tmp_path, target_bytes=10**6) as writer, pytest.raises(ValueError,
-                                                                              match="escape"):
+    with (
+        ShardWriter(tmp_path, target_bytes=10**6) as writer,
+        pytest.raises(ValueError, match="escape"),
+    ):
         writer.add("k_000000", [("../../x", b"1")])
 
 
@@ -162,8 +177,11 @@ def test_read_sample_verify_detects_flipped_byte(dataset, tmp_path):
     data[member["offset"]] ^= 0xFF
     path.write_bytes(data)
     reader.read_sample(row["key"])  # unverified read returns the (bad) bytes
-    with pytest.raises(ShardFormatError, match=rf"member '{row['key']}\.{member['name']}', "
-                       rf"byte offset {member['offset']}"):
+    with pytest.raises(
+        ShardFormatError,
+        match=rf"member '{row['key']}\.{member['name']}', "
+        rf"byte offset {member['offset']}",
+    ):
         reader.read_sample(row["key"], verify=True)
     with pytest.raises(ShardFormatError):
         reader.read_member(row["key"], member["name"], verify=True)

@@ -19,8 +19,13 @@ from platform_lib.shards.manifest import Manifest, compute_dataset_hash, write_m
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory):
     root = tmp_path_factory.mktemp("pristine") / "ds"
-    write_dataset(make_frames(per_log=3), root, BuildConfig(shard_size_mb=0.05, progress=False),
-                  source="t", source_logs=[])
+    write_dataset(
+        make_frames(per_log=3),
+        root,
+        BuildConfig(shard_size_mb=0.05, progress=False),
+        source="t",
+        source_logs=[],
+    )
     return root
 
 
@@ -45,8 +50,12 @@ def test_intact_dataset_validates(dataset, capsys):
 def _member(root, index: int, name: str) -> dict:
     row = open_dataset(root).index.slice(index, 1).to_pylist()[0]
     member = next(m for m in row["members"] if m["name"] == name)
-    return {**member, "shard": row["shard"], "key": row["key"],
-            "sample_offset": row["sample_offset"]}
+    return {
+        **member,
+        "shard": row["shard"],
+        "key": row["key"],
+        "sample_offset": row["sample_offset"],
+    }
 
 
 def test_flipped_byte_in_member_data(dataset, capsys):
@@ -58,8 +67,10 @@ def test_flipped_byte_in_member_data(dataset, capsys):
     code, out = _validate_cli(dataset, capsys)
     assert code == 1
     assert f"shard {m['shard']}: shard sha256 differs" in out
-    assert (f"shard {m['shard']}, member '{m['key']}.lidar.npy', byte offset {m['offset']}: "
-            "sha256 of member data") in out
+    assert (
+        f"shard {m['shard']}, member '{m['key']}.lidar.npy', byte offset {m['offset']}: "
+        "sha256 of member data"
+    ) in out
 
 
 def test_flipped_byte_in_tar_header(dataset, capsys):
@@ -136,8 +147,10 @@ def test_escaping_member_in_shard_is_refused(dataset, capsys):
     path = dataset / entry["path"]
     original = path.read_bytes()
     buffer = io.BytesIO()
-    with tarfile.open(fileobj=io.BytesIO(original)) as src, \
-            tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as dst:
+    with (
+        tarfile.open(fileobj=io.BytesIO(original)) as src,
+        tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as dst,
+    ):
         for info in src:
             dst.addfile(info, src.extractfile(info))
         evil = tarfile.TarInfo("../evil.jpg")
@@ -148,13 +161,14 @@ def test_escaping_member_in_shard_is_refused(dataset, capsys):
     # re-seal the manifest so only the member name is wrong
     entry["sha256"] = hashlib.sha256(buffer.getvalue()).hexdigest()
     entry["bytes"] = len(buffer.getvalue())
-    manifest["dataset_hash"] = compute_dataset_hash(manifest["index"]["sha256"],
-                                                    manifest["shards"])
+    manifest["dataset_hash"] = compute_dataset_hash(manifest["index"]["sha256"], manifest["shards"])
     write_manifest(dataset, Manifest.from_dict(manifest, where="edited manifest"))
     code, out = _validate_cli(dataset, capsys)
     assert code == 1
-    assert (f"shard {entry['path']}, member '../evil.jpg', byte offset {evil_offset}: "
-            "member name contains '..'") in out
+    assert (
+        f"shard {entry['path']}, member '../evil.jpg', byte offset {evil_offset}: "
+        "member name contains '..'"
+    ) in out
     reader = open_dataset(dataset)
     with pytest.raises(Exception, match=r"shards/shard-000000\.tar, member '\.\./evil\.jpg'"):
         list(reader.iter_shard_samples(0))

@@ -25,8 +25,14 @@ from platform_lib.sources.synthetic import (
 from platform_lib.sources.validation import validate_frame
 from schemas.cuboids import CUBOID_SCHEMA, cuboids_to_frame, validate_cuboid_frame
 
-SMALL = SyntheticConfig(num_logs=2, frames_per_log=3, image_width=96, image_height=64,
-                        lidar_beams=16, lidar_azimuth_bins=128)
+SMALL = SyntheticConfig(
+    num_logs=2,
+    frames_per_log=3,
+    image_width=96,
+    image_height=64,
+    lidar_beams=16,
+    lidar_azimuth_bins=128,
+)
 
 
 @pytest.fixture(scope="module")
@@ -34,10 +40,16 @@ def frames(synthetic_root):
     return list(read_synthetic(synthetic_root))
 
 
-@pytest.mark.parametrize("field, value", [
-    ("num_logs", 0), ("image_width", 8), ("lidar_fov_down_deg", 20.0), ("num_vehicles", (5, 2)),
-    ("jpeg_quality", 101),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("num_logs", 0),
+        ("image_width", 8),
+        ("lidar_fov_down_deg", 20.0),
+        ("num_vehicles", (5, 2)),
+        ("jpeg_quality", 101),
+    ],
+)
 def test_config_rejects_bad_values(field, value):
     with pytest.raises(ValueError, match=field.split("_deg")[0]):
         SyntheticConfig(**{field: value})
@@ -51,23 +63,27 @@ def test_generation_is_byte_deterministic(tmp_path):
         assert list_raw_files(a) == list_raw_files(b)
         assert hash_raw_log(a) == hash_raw_log(b)
     # a log does not depend on how many logs are generated; the seed changes everything
-    (one,) = write_synthetic_logs(SyntheticConfig(**{**SMALL.__dict__, "num_logs": 1}),
-                                  tmp_path / "c", progress=False)
+    (one,) = write_synthetic_logs(
+        SyntheticConfig(**{**SMALL.__dict__, "num_logs": 1}), tmp_path / "c", progress=False
+    )
     for rel in list_raw_files(one):  # meta.json records the whole config, num_logs included
         if rel != "meta.json":
             assert (one / rel).read_bytes() == (first[0] / rel).read_bytes(), rel
-    other = write_synthetic_logs(SyntheticConfig(**{**SMALL.__dict__, "seed": 7}),
-                                 tmp_path / "d", progress=False)
+    other = write_synthetic_logs(
+        SyntheticConfig(**{**SMALL.__dict__, "seed": 7}), tmp_path / "d", progress=False
+    )
     assert hash_raw_log(other[0]) != hash_raw_log(first[0])
 
 
 def test_rewrite_replaces_atomically(tmp_path):
-    (log,) = write_synthetic_logs(SyntheticConfig(**{**SMALL.__dict__, "num_logs": 1}), tmp_path,
-                                  progress=False)
+    (log,) = write_synthetic_logs(
+        SyntheticConfig(**{**SMALL.__dict__, "num_logs": 1}), tmp_path, progress=False
+    )
     digest = hash_raw_log(log)
     (log / "lidar" / "000000.npy").write_bytes(b"garbage")
-    write_synthetic_logs(SyntheticConfig(**{**SMALL.__dict__, "num_logs": 1}), tmp_path,
-                         progress=False)
+    write_synthetic_logs(
+        SyntheticConfig(**{**SMALL.__dict__, "num_logs": 1}), tmp_path, progress=False
+    )
     assert hash_raw_log(log) == digest
     assert sorted(p.name for p in tmp_path.iterdir()) == ["synth-0000"]  # no temp folders left
     assert list_synthetic_logs(tmp_path) == [log] and list_synthetic_logs(log) == [log]
@@ -76,8 +92,14 @@ def test_rewrite_replaces_atomically(tmp_path):
 def test_frames_follow_the_contract(frames, synthetic_root):
     assert len(frames) == 32 and frames[0].key == "synth-0000_000000"
     assert frames[-1].key == "synth-0003_000007"
-    names = ["back_camera", "front_camera", "front_left_camera", "front_right_camera",
-             "left_camera", "right_camera"]
+    names = [
+        "back_camera",
+        "front_camera",
+        "front_left_camera",
+        "front_right_camera",
+        "left_camera",
+        "right_camera",
+    ]
     for f in frames:
         assert sorted(f.cameras) == names
         assert all((c.width, c.height) == (160, 96) for c in f.cameras.values())
@@ -98,8 +120,9 @@ def test_lidar_hits_ground_and_boxes(frames):
     for f in frames:
         ground = f.lidar_seg == 7
         np.testing.assert_allclose(f.lidar[ground, 2], -1.8, atol=0.15)
-        box = label_points_in_cuboids(f.lidar[:, :3], f.cuboids.center, f.cuboids.size,
-                                      f.cuboids.yaw, margin=0.1)
+        box = label_points_in_cuboids(
+            f.lidar[:, :3], f.cuboids.center, f.cuboids.size, f.cuboids.yaw, margin=0.1
+        )
         objects = ~ground
         object_points += int(objects.sum())
         hit = box[objects]
@@ -115,12 +138,19 @@ def test_objects_appear_in_the_front_camera_where_projected(frames):
         cam = f.cameras["front_camera"]
         image = simplejpeg.decode_jpeg(cam.jpeg).astype(int)
         uv, depth = project_points(f.lidar[:, :3], cam.intrinsics, cam.extrinsics)
-        inside = (depth > 0.5) & (uv[:, 0] >= 1) & (uv[:, 0] < cam.width - 1) & \
-            (uv[:, 1] >= 1) & (uv[:, 1] < cam.height - 1)
+        inside = (
+            (depth > 0.5)
+            & (uv[:, 0] >= 1)
+            & (uv[:, 0] < cam.width - 1)
+            & (uv[:, 1] >= 1)
+            & (uv[:, 1] < cam.height - 1)
+        )
         px = image[uv[inside, 1].astype(int), uv[inside, 0].astype(int)]
         seg = f.lidar_seg[inside]
         cars = seg == 13
-        colour_ok += int(((px[cars, 0] > px[cars, 1] + 60) & (px[cars, 0] > px[cars, 2] + 60)).sum())
+        colour_ok += int(
+            ((px[cars, 0] > px[cars, 1] + 60) & (px[cars, 0] > px[cars, 2] + 60)).sum()
+        )
         n_obj += int(cars.sum())
         road = seg == 7
         gray_ok += int((np.ptp(px[road], axis=1) < 30).sum())
@@ -132,11 +162,13 @@ def test_objects_appear_in_the_front_camera_where_projected(frames):
 def test_radar_sees_box_faces_with_radial_velocity(frames, synthetic_root):
     checked = 0
     for f in frames[:8]:
-        cub = json.loads((synthetic_root / "synth-0000" / "cuboids" /
-                          f"{f.frame_index:06d}.json").read_text())
+        cub = json.loads(
+            (synthetic_root / "synth-0000" / "cuboids" / f"{f.frame_index:06d}.json").read_text()
+        )
         velocity = np.array(cub["velocity"])
-        box = label_points_in_cuboids(f.radar[:, :3], f.cuboids.center, f.cuboids.size,
-                                      f.cuboids.yaw, margin=0.05)
+        box = label_points_in_cuboids(
+            f.radar[:, :3], f.cuboids.center, f.cuboids.size, f.cuboids.yaw, margin=0.05
+        )
         assert np.all(box >= 0)
         # ego velocity from consecutive poses (constant speed + yaw rate)
         if f.frame_index + 1 < 8:
@@ -166,8 +198,9 @@ def test_cuboids_move_consistently_in_world(frames, synthetic_root):
 
 @pytest.fixture
 def small_log(tmp_path):
-    (log,) = write_synthetic_logs(SyntheticConfig(**{**SMALL.__dict__, "num_logs": 1}),
-                                  tmp_path, progress=False)
+    (log,) = write_synthetic_logs(
+        SyntheticConfig(**{**SMALL.__dict__, "num_logs": 1}), tmp_path, progress=False
+    )
     return log
 
 
@@ -264,8 +297,9 @@ def test_log_level_errors_are_raised_before_any_frame(small_log):
 def test_cuboid_schema_rejects_bad_rows(frames):
     table = cuboids_to_frame(frames[0].key, frames[0].cuboids)
     assert list(table.columns) == CUBOID_SCHEMA.names
-    assert pa.Table.from_pandas(table, schema=CUBOID_SCHEMA, preserve_index=False).num_rows == \
-        len(frames[0].cuboids)
+    assert pa.Table.from_pandas(table, schema=CUBOID_SCHEMA, preserve_index=False).num_rows == len(
+        frames[0].cuboids
+    )
     table.loc[0, "length"] = 0.0
     table.loc[1, "class_group"] = "truck"
     with pytest.raises(pandera.errors.SchemaErrors) as info:

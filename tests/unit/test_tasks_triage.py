@@ -36,21 +36,29 @@ def _failed_runs(client: MlflowClient):
 def test_preempted_workers_become_a_recoverable_error_with_the_verdict(mlflow_store, tmp_path):
     failure = launch_failing("preempted")
     assert isinstance(failure, ChildFailedError)
-    error = explain_training_failure(failure, checkpoint_folder=str(tmp_path / "ckpt"),
-                                     tags={"preset": "small", "dataset_hash": "d" * 64})
+    error = explain_training_failure(
+        failure,
+        checkpoint_folder=str(tmp_path / "ckpt"),
+        tags={"preset": "small", "dataset_hash": "d" * 64},
+    )
     assert isinstance(error, FlyteRecoverableException)
     text = str(error)
     assert "preemption" in text and "PreemptedError" in text and "pid" in text
     (run,) = _failed_runs(mlflow_store)
     assert run.info.status == "FAILED" and run.data.tags["triage.class"] == "preemption_platform"
-    assert run.data.tags["dataset_hash"] == "d" * 64 and "PreemptedError" in run.data.tags["triage.root_line"]
+    assert (
+        run.data.tags["dataset_hash"] == "d" * 64
+        and "PreemptedError" in run.data.tags["triage.root_line"]
+    )
     assert (tmp_path / "ckpt" / HISTORY_FILE).is_file()  # the attempt is in the run's history
 
 
 def test_killed_rank_is_named_with_pid_and_signal(mlflow_store, tmp_path):
     failure = launch_failing("killed")
     pid = failure.failures[1].pid
-    error = explain_training_failure(failure, checkpoint_folder=str(tmp_path / "ckpt"), tags={"preset": "small"})
+    error = explain_training_failure(
+        failure, checkpoint_folder=str(tmp_path / "ckpt"), tags={"preset": "small"}
+    )
     text = str(error)
     assert "rank 1" in text and str(pid) in text and "SIGKILL" in text
     (run,) = _failed_runs(mlflow_store)
@@ -59,7 +67,9 @@ def test_killed_rank_is_named_with_pid_and_signal(mlflow_store, tmp_path):
 
 
 def test_mlflow_down_does_not_hide_the_failure(tmp_path, monkeypatch):
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")  # nothing listens on the discard port
+    monkeypatch.setenv(
+        "MLFLOW_TRACKING_URI", "http://127.0.0.1:9"
+    )  # nothing listens on the discard port
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "2")
     failure = launch_failing("preempted")

@@ -30,8 +30,11 @@ def trained():
     """An FSDP-sharded 2-layer model after one AdamW step (so the optimizer has state)."""
     ctx = init_distributed("gloo")
     torch.manual_seed(0)
-    model = apply_fsdp(torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.Linear(32, 1)),
-                       build_mesh(ctx), build_mp_policy(False))
+    model = apply_fsdp(
+        torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.Linear(32, 1)),
+        build_mesh(ctx),
+        build_mp_policy(False),
+    )
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     model(torch.randn(8, 32)).sum().backward()
     optimizer.step()
@@ -54,12 +57,19 @@ def test_save_commits_with_dcp_metadata_and_restores_everything(trained, tmp_pat
     ckpt = Checkpointer(tmp_path / "ckpt")
     torch.manual_seed(7), np.random.seed(7), random.seed(7)
     rng = capture_rng_state()
-    saved = ckpt.save(3, model, optimizer, {"step": 3, "rng": rng, "loader": {"epoch": 1, "consumed_samples": 8}})
+    saved = ckpt.save(
+        3, model, optimizer, {"step": 3, "rng": rng, "loader": {"epoch": 1, "consumed_samples": 8}}
+    )
     expected_rng = (torch.rand(3), np.random.rand(3), random.random())
-    weights, moments = _weights(model), optimizer.state_dict()["state"][0]["exp_avg"].full_tensor().clone()
+    weights, moments = (
+        _weights(model),
+        optimizer.state_dict()["state"][0]["exp_avg"].full_tensor().clone(),
+    )
     folder = Path(saved.path)
     assert folder.name == "step-000003" and (folder / ".metadata").is_file()
-    assert not [p for p in folder.iterdir() if p.suffix not in (".distcp", "") and p.name != ".metadata"]
+    assert not [
+        p for p in folder.iterdir() if p.suffix not in (".distcp", "") and p.name != ".metadata"
+    ]
 
     _perturb(model)
     torch.manual_seed(99), np.random.seed(99), random.seed(99)
@@ -82,12 +92,18 @@ def test_a_partial_checkpoint_is_ignored(trained, tmp_path):
     ckpt.save(4, model, optimizer, {"step": 4})
     (root / "step-000004" / ".metadata").unlink()  # as if killed before DCP's commit
     (root / "step-000006").mkdir()  # as if killed right after creating the folder
-    assert [(s, done) for s, _, done in list_checkpoints(root)] == [(2, True), (4, False), (6, False)]
+    assert [(s, done) for s, _, done in list_checkpoints(root)] == [
+        (2, True),
+        (4, False),
+        (6, False),
+    ]
     assert find_latest_checkpoint(root) == str(root / "step-000002")
     with pytest.raises(FileNotFoundError, match="not a complete checkpoint"):
         ckpt.load(str(root / "step-000004"), model, optimizer)
     assert ckpt.load(ckpt.latest(), model, optimizer)["step"] == 2
-    ckpt.save(4, model, optimizer, {"step": 4})  # the same step again: leftovers replaced, then committed
+    ckpt.save(
+        4, model, optimizer, {"step": 4}
+    )  # the same step again: leftovers replaced, then committed
     assert find_latest_checkpoint(root) == str(root / "step-000004")
 
 
@@ -111,7 +127,9 @@ def test_async_save_stages_a_copy_and_commits_in_the_background(trained, tmp_pat
     assert saved.asynchronous and ckpt.wait() >= 0.0
     assert (Path(saved.path) / ".metadata").is_file()
     ckpt.load(saved.path, model, optimizer)
-    assert all(torch.equal(weights[k], v) for k, v in _weights(model).items())  # the staged copy was written
+    assert all(
+        torch.equal(weights[k], v) for k, v in _weights(model).items()
+    )  # the staged copy was written
     ckpt.close()
 
 
@@ -123,8 +141,12 @@ def test_checkpoint_folder_on_object_storage(trained, monkeypatch):
     server.start()
     try:
         host, port = server.get_host_and_port()
-        for key, value in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
-                           "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://{host}:{port}"}.items():
+        for key, value in {
+            "AWS_ACCESS_KEY_ID": "test",
+            "AWS_SECRET_ACCESS_KEY": "test",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+        }.items():
             monkeypatch.setenv(key, value)
         boto3.client("s3").create_bucket(Bucket="drivetrain-ckpt")
         model, optimizer = trained
@@ -132,7 +154,10 @@ def test_checkpoint_folder_on_object_storage(trained, monkeypatch):
         weights = _weights(model)
         ckpt.save(1, model, optimizer, {"step": 1})
         ckpt.save(2, model, optimizer, {"step": 2})
-        keys = [o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket="drivetrain-ckpt")["Contents"]]
+        keys = [
+            o["Key"]
+            for o in boto3.client("s3").list_objects_v2(Bucket="drivetrain-ckpt")["Contents"]
+        ]
         assert "run/checkpoints/step-000002/.metadata" in keys
         assert not any("step-000001" in k for k in keys)  # retention on the object store
         assert ckpt.latest() == "s3://drivetrain-ckpt/run/checkpoints/step-000002"
@@ -150,10 +175,14 @@ def _plan(**fault) -> FaultPlan:
 def test_transient_storage_error_is_retried(trained, tmp_path, capfd):
     model, optimizer = trained
     plan = _plan(kind="storage_error", step=2, times=2)
-    ckpt = Checkpointer(tmp_path / "ckpt", retries=3, retry_backoff_s=0.05, storage_hook=plan.storage_hook)
+    ckpt = Checkpointer(
+        tmp_path / "ckpt", retries=3, retry_backoff_s=0.05, storage_hook=plan.storage_hook
+    )
     saved = ckpt.save(2, model, optimizer, {"step": 2})
     assert find_latest_checkpoint(tmp_path / "ckpt") == saved.path
-    assert capfd.readouterr().err.count("injecting storage_error") == 2  # two failures, third attempt commits
+    assert (
+        capfd.readouterr().err.count("injecting storage_error") == 2
+    )  # two failures, third attempt commits
 
 
 def test_async_save_failing_transiently_is_skipped_and_counted(trained, tmp_path):
@@ -164,7 +193,9 @@ def test_async_save_failing_transiently_is_skipped_and_counted(trained, tmp_path
     ckpt.save(2, model, optimizer, {"step": 2})
     with pytest.warns(UserWarning, match="async checkpoint step 2 skipped"):
         ckpt.wait()
-    assert [s for s, _ in ckpt.failed_saves] == [2] and "Connection reset" in ckpt.failed_saves[0][1]
+    assert [s for s, _ in ckpt.failed_saves] == [2] and "Connection reset" in ckpt.failed_saves[0][
+        1
+    ]
     assert [(s, done) for s, _, done in list_checkpoints(tmp_path / "ckpt")] == [(1, True)]
     ckpt.close()
 
@@ -189,9 +220,14 @@ def test_fault_spec_validation_names_the_variable():
         FaultPlan.from_env(rank=0, environ={ENV_VAR: '[{"kind": "kill", "step": 1, "when": 2}]'})
     with pytest.raises(ValueError, match="not JSON"):
         FaultPlan.from_env(rank=0, environ={ENV_VAR: "kill@1"})
-    plan = FaultPlan([FaultSpec(kind="kill", step=3, rank=1), FaultSpec(kind="crash", step=2, attempt=1)],
-                     rank=1, attempt=0)
-    assert [f.kind for f in plan.faults] == ["kill"]  # other ranks' and later attempts' faults are not ours
+    plan = FaultPlan(
+        [FaultSpec(kind="kill", step=3, rank=1), FaultSpec(kind="crash", step=2, attempt=1)],
+        rank=1,
+        attempt=0,
+    )
+    assert [f.kind for f in plan.faults] == [
+        "kill"
+    ]  # other ranks' and later attempts' faults are not ours
     assert not FaultPlan.from_env(rank=0, environ={})
 
 
@@ -208,4 +244,9 @@ def test_copying_a_checkpoint_folder_keeps_it_loadable(trained, tmp_path):
     model, optimizer = trained
     saved = Checkpointer(tmp_path / "a").save(9, model, optimizer, {"step": 9})
     shutil.copytree(saved.path, tmp_path / "b" / "step-000009")
-    assert Checkpointer(tmp_path / "b").load(str(tmp_path / "b" / "step-000009"), model, optimizer)["step"] == 9
+    assert (
+        Checkpointer(tmp_path / "b").load(str(tmp_path / "b" / "step-000009"), model, optimizer)[
+            "step"
+        ]
+        == 9
+    )

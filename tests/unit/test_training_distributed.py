@@ -22,8 +22,10 @@ pytestmark = pytest.mark.distributed
 def two_rank_run(tmp_path_factory):
     work = tmp_path_factory.mktemp("dist")
     dataset = build_golden_dataset(work)
-    cfg = apply_overrides(small(), {"max_steps": 16, "checkpoint.interval": 8, "num_workers": 1,
-                                   "mixed_precision": True})
+    cfg = apply_overrides(
+        small(),
+        {"max_steps": 16, "checkpoint.interval": 8, "num_workers": 1, "mixed_precision": True},
+    )
     return cfg, launch_local(cfg, str(dataset), str(work / "train"), nproc=2), work / "train"
 
 
@@ -40,8 +42,13 @@ def test_sharded_checkpoint_and_full_weight_export(two_rank_run):
     cfg, result, out = two_rank_run
     ckpt = Path(result.checkpoint_dir)
     assert ckpt.name == "step-000016" and (ckpt / ".metadata").is_file()
-    assert sorted(p.name for p in ckpt.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]  # one file per rank
+    assert sorted(p.name for p in ckpt.glob("*.distcp")) == [
+        "__0_0.distcp",
+        "__1_0.distcp",
+    ]  # one file per rank
     saved = FileSystemReader(str(ckpt)).read_metadata().state_dict_metadata
-    assert {"rank_state_00000", "rank_state_00001"} <= set(saved)  # per-rank state inside DCP's commit
+    assert {"rank_state_00000", "rank_state_00001"} <= set(
+        saved
+    )  # per-rank state inside DCP's commit
     model = build_model(cfg.model.name)
     model.load_state_dict(load_weights(result.weights_path), strict=True)  # full, unsharded

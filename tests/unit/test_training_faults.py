@@ -50,9 +50,11 @@ def crashed(dataset, tmp_path_factory):
     SIGTERM to rank 0 during step 7 (preemption resumed within the same launch, as after a
     Kueue suspend/resume inside one Flyte attempt)."""
     out = tmp_path_factory.mktemp("crashed")
-    faults = [{"kind": "kill", "rank": 1, "step": 5},
-              {"kind": "kill_in_save", "rank": 1, "step": 6, "attempt": 1},
-              {"kind": "sigterm", "rank": 0, "step": 7, "attempt": 2, "target": "self"}]
+    faults = [
+        {"kind": "kill", "rank": 1, "step": 5},
+        {"kind": "kill_in_save", "rank": 1, "step": 6, "attempt": 1},
+        {"kind": "sigterm", "rank": 0, "step": 7, "attempt": 2, "target": "self"},
+    ]
     outcome = run_launcher(CFG, dataset, out, max_restarts=3, faults=faults)
     assert outcome.returncode == 0, outcome.log[-3000:]
     return outcome, out
@@ -61,7 +63,9 @@ def crashed(dataset, tmp_path_factory):
 def _assert_bitwise_equal(a: str | Path, b: str | Path) -> None:
     wa, wb = load_weights(a), load_weights(b)
     assert wa.keys() == wb.keys()
-    assert all(torch.equal(wa[k], wb[k]) for k in wa), [k for k in wa if not torch.equal(wa[k], wb[k])]
+    assert all(torch.equal(wa[k], wb[k]) for k in wa), [
+        k for k in wa if not torch.equal(wa[k], wb[k])
+    ]
 
 
 def _restarts(out: Path) -> list[dict]:
@@ -70,10 +74,16 @@ def _restarts(out: Path) -> list[dict]:
 
 def test_killed_rank_restarts_and_finishes_bitwise_equal(baseline, crashed):
     (_, base_out), (outcome, out) = baseline, crashed
-    assert "injecting kill: firing 1 of 1" in outcome.log and "injecting kill_in_save" in outcome.log
-    assert outcome.result["num_steps"] == CFG.optimizer.max_steps and outcome.result["restarts"] == 3
+    assert (
+        "injecting kill: firing 1 of 1" in outcome.log and "injecting kill_in_save" in outcome.log
+    )
+    assert (
+        outcome.result["num_steps"] == CFG.optimizer.max_steps and outcome.result["restarts"] == 3
+    )
     _assert_bitwise_equal(base_out / "model.safetensors", out / "model.safetensors")
-    base_metrics = [json.loads(r)["loss"] for r in (base_out / "metrics.jsonl").read_text().splitlines()]
+    base_metrics = [
+        json.loads(r)["loss"] for r in (base_out / "metrics.jsonl").read_text().splitlines()
+    ]
     metrics = [json.loads(r)["loss"] for r in (out / "metrics.jsonl").read_text().splitlines()]
     assert metrics == base_metrics  # one row per step, the lost ones rewritten with equal losses
 
@@ -88,15 +98,20 @@ def test_steps_lost_are_the_steps_since_the_last_checkpoint(crashed):
     assert (third["restored_step"], third["failed_after_step"], third["steps_lost"]) == (7, 7, 0)
     assert outcome.result["steps_lost"] == 4 and outcome.result["restart_badput_s"] > 0
     assert [first["attempt"], second["attempt"], third["attempt"]] == [1, 2, 3]
-    assert [(s, done) for s, _, done in list_checkpoints(out / "checkpoints")] == [(7, True), (8, True)]
+    assert [(s, done) for s, _, done in list_checkpoints(out / "checkpoints")] == [
+        (7, True),
+        (8, True),
+    ]
 
 
 def test_sigterm_within_a_launch_is_a_recoverable_exit_after_a_final_checkpoint(crashed):
     outcome, _ = crashed
     lines = [line for line in outcome.log.splitlines() if "preempted by SIGTERM" in line]
     assert any("rank 0 pid" in line and "after step 7; final checkpoint" in line for line in lines)
-    assert any("rank 1 pid" in line and "preempted by signal on another rank after step 7" in line
-               for line in outcome.log.splitlines())
+    assert any(
+        "rank 1 pid" in line and "preempted by signal on another rank after step 7" in line
+        for line in outcome.log.splitlines()
+    )
     assert all("restart to resume (recoverable)" in line for line in lines)
 
 
@@ -109,18 +124,24 @@ def test_loader_position_resumes_exactly(dataset, baseline, crashed):
     for rank in (0, 1):
         base = (base_out / "samples" / f"rank-{rank:05d}.jsonl").read_text()
         assert (out / "samples" / f"rank-{rank:05d}.jsonl").read_text() == base
-    rows = [[json.loads(line) for line in (out / "samples" / f"rank-{r:05d}.jsonl").read_text().splitlines()]
-            for r in (0, 1)]
+    rows = [
+        [
+            json.loads(line)
+            for line in (out / "samples" / f"rank-{r:05d}.jsonl").read_text().splitlines()
+        ]
+        for r in (0, 1)
+    ]
     assert [r["step"] for r in rows[0]] == list(range(1, CFG.optimizer.max_steps + 1))
     for step_rows in zip(*rows, strict=True):
         order.extend(k for row in step_rows for k in row["keys"])
     for start in range(0, len(order) - n_train + 1, n_train):
-        assert len(set(order[start:start + n_train])) == n_train  # a full epoch: each sample once
+        assert len(set(order[start : start + n_train])) == n_train  # a full epoch: each sample once
 
 
 @pytest.mark.slow
 def test_sigterm_to_the_agent_saves_a_final_checkpoint_then_a_new_launch_resumes_exactly(
-        dataset, baseline, tmp_path):
+    dataset, baseline, tmp_path
+):
     """A pod eviction: SIGTERM to the agent, which forwards it; the next launch resumes."""
     _, base_out = baseline
     out = tmp_path / "preempted"
@@ -130,7 +151,11 @@ def test_sigterm_to_the_agent_saves_a_final_checkpoint_then_a_new_launch_resumes
     assert "Received 15 death signal" in first.log  # the agent got SIGTERM and forwarded it
     # both ranks stop after the same step; a rank whose own SIGTERM arrived after the per-step
     # agreement reports "preempted by signal on another rank"
-    lines = [line for line in first.log.splitlines() if "[drivetrain train] rank" in line and "preempted by" in line]
+    lines = [
+        line
+        for line in first.log.splitlines()
+        if "[drivetrain train] rank" in line and "preempted by" in line
+    ]
     assert len(lines) == 2 and any("preempted by SIGTERM after step" in line for line in lines)
     assert all("restart to resume (recoverable)" in line for line in lines)
     stopped = int(lines[0].split("after step ")[1].split(";")[0])
@@ -147,11 +172,15 @@ def test_sigterm_to_the_agent_saves_a_final_checkpoint_then_a_new_launch_resumes
 def test_hung_rank_is_detected_within_the_timeout_and_named(dataset, tmp_path):
     out = tmp_path / "hung"
     timeout_s = 8.0
-    cfg = apply_overrides(CFG, {"parallel.collective_timeout_s": timeout_s, "checkpoint.preemption_grace_s": 2})
+    cfg = apply_overrides(
+        CFG, {"parallel.collective_timeout_s": timeout_s, "checkpoint.preemption_grace_s": 2}
+    )
     outcome = run_launcher(cfg, dataset, out, faults=[{"kind": "hang", "rank": 1, "step": 4}])
     assert outcome.returncode != 0
     assert "CollectiveHangError: collective timeout (8 s) detected on rank 0" in outcome.log
-    assert "rank(s) [1] never joined collective" in outcome.log and "hung rank 1 (pid" in outcome.log
+    assert (
+        "rank(s) [1] never joined collective" in outcome.log and "hung rank 1 (pid" in outcome.log
+    )
     report = json.loads((out / "hang" / "report.json").read_text())
     assert report["never_joined"] == [1] and report["no_dump"] == []
     group = report["groups"][0]
@@ -165,8 +194,13 @@ def test_hung_rank_is_detected_within_the_timeout_and_named(dataset, tmp_path):
 
 def test_nan_loss_stops_before_the_optimizer_step(dataset, tmp_path, monkeypatch, capfd):
     monkeypatch.setenv(ENV_VAR, json.dumps([{"kind": "nan", "rank": 0, "step": 2}]))
-    with pytest.raises(NonFiniteError, match=r"step 2: the global gradient norm is nan.*non-finite local loss on "
-                       r"rank\(s\) \[0\]"):
+    with pytest.raises(
+        NonFiniteError,
+        match=r"step 2: the global gradient norm is nan.*non-finite local loss on "
+        r"rank\(s\) \[0\]",
+    ):
         train(apply_overrides(CFG, {"max_steps": 3}), str(dataset), str(tmp_path / "nan"))
     assert "injecting nan" in capfd.readouterr().err
-    assert [json.loads(r)["step"] for r in (tmp_path / "nan" / "metrics.jsonl").read_text().splitlines()] == [1]
+    assert [
+        json.loads(r)["step"] for r in (tmp_path / "nan" / "metrics.jsonl").read_text().splitlines()
+    ] == [1]

@@ -20,7 +20,16 @@ from platform_lib.training.overrides import apply_overrides
 from platform_lib.training.presets import small
 from platform_lib.training.train import resume_loader, train
 
-METRIC_KEYS = {"step", "loss", "lr", "grad_norm", "input_wait_s", "step_time_s", "samples_per_s", "world_size"}
+METRIC_KEYS = {
+    "step",
+    "loss",
+    "lr",
+    "grad_norm",
+    "input_wait_s",
+    "step_time_s",
+    "samples_per_s",
+    "world_size",
+}
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +60,9 @@ def test_outputs_metrics_and_checkpoints(straight_run):
     assert steps == ["step-000006", "step-000012"]  # keep_checkpoints=2, no temporary folders left
     assert result.checkpoint_dir == find_latest_checkpoint(out / "checkpoints")
     assert (Path(result.checkpoint_dir) / ".metadata").is_file()  # DCP's own commit record
-    assert json.loads((out / "train_result.json").read_text())["num_steps"] == cfg.optimizer.max_steps
+    assert (
+        json.loads((out / "train_result.json").read_text())["num_steps"] == cfg.optimizer.max_steps
+    )
 
 
 def test_resume_from_checkpoint_continues_exactly(straight_run, dataset, tmp_path):
@@ -67,22 +78,33 @@ def test_resume_from_checkpoint_continues_exactly(straight_run, dataset, tmp_pat
     assert len(again) == 12  # metrics past the checkpoint were dropped, then rewritten
     assert again[6:] == pytest.approx(straight[6:], rel=1e-6)
     assert torch.equal(
-        load_weights(resumed.weights_path)["head.weight"], load_weights(result.weights_path)["head.weight"]
+        load_weights(resumed.weights_path)["head.weight"],
+        load_weights(result.weights_path)["head.weight"],
     )
 
 
-def test_exported_weights_load_into_a_plain_model_and_evaluation_reproduces(straight_run, dataset, tmp_path):
+def test_exported_weights_load_into_a_plain_model_and_evaluation_reproduces(
+    straight_run, dataset, tmp_path
+):
     result, _ = straight_run
     weights = load_weights(result.weights_path)
     model = build_model(small().model.name)
     model.load_state_dict(weights, strict=True)
     assert all(t.dtype == torch.float32 for t in weights.values())
-    a = evaluate(result.weights_path, small(), str(dataset), split="val", output_dir=str(tmp_path / "a"))
-    b = evaluate(result.weights_path, small(), str(dataset), split="val", output_dir=str(tmp_path / "b"))
+    a = evaluate(
+        result.weights_path, small(), str(dataset), split="val", output_dir=str(tmp_path / "a")
+    )
+    b = evaluate(
+        result.weights_path, small(), str(dataset), split="val", output_dir=str(tmp_path / "b")
+    )
     assert a.num_samples == 4 and a.split == "val"
     assert (a.iou, a.mean_iou, a.baseline_iou) == (b.iou, b.mean_iou, b.baseline_iou)
-    padded = evaluate(result.weights_path, apply_overrides(small(), {"batch_size": 6}), str(dataset),
-                      output_dir=str(tmp_path / "c"))  # 4 samples padded to a batch of 6: repeats dropped
+    padded = evaluate(
+        result.weights_path,
+        apply_overrides(small(), {"batch_size": 6}),
+        str(dataset),
+        output_dir=str(tmp_path / "c"),
+    )  # 4 samples padded to a batch of 6: repeats dropped
     assert padded.num_samples == 4 and padded.iou == a.iou
     assert 0.0 <= a.mean_iou <= 1.0 and set(a.iou) == {"vehicle", "pedestrian", "cyclist"}
     table = json.loads(Path(a.metrics_json).read_text())
@@ -118,15 +140,18 @@ def test_apply_fsdp_shards_fp32_master_weights_and_computes_in_bf16():
         cfg = model.cfg
         sample = {"lidar": np.zeros((1, 4), np.float32), "cuboids": {}, "cameras": {}, "calib": {}}
         batch = torch.utils.data.default_collate([prepare_sample(sample, cfg)])
-        logits = model(batch["lidar_bev"], batch["radar_bev"], batch["camera_images"], batch["camera_index"])
+        logits = model(
+            batch["lidar_bev"], batch["radar_bev"], batch["camera_images"], batch["camera_index"]
+        )
         assert logits.dtype == torch.bfloat16
     finally:
         destroy_distributed(ctx)
 
 
 def test_loader_state_from_another_global_batch_restarts_the_saved_epoch(dataset):
-    loader = build_loader(str(dataset), rank=0, world_size=1, batch_size=2, num_workers=0, seed=0,
-                          split="train")
+    loader = build_loader(
+        str(dataset), rank=0, world_size=1, batch_size=2, num_workers=0, seed=0, split="train"
+    )
     state = {**loader.state_dict(), "epoch": 3, "consumed_samples": 1}  # 1 is not a multiple of 2
     with pytest.warns(UserWarning, match="epoch 3 restarts"):
         resume_loader(loader, state)
@@ -140,7 +165,10 @@ def test_batch_larger_than_the_split_warns_naming_batch_size(dataset):
 
     data = apply_overrides(small(), {"batch_size": 9}).data  # the golden train split holds 8
     with pytest.warns(UserWarning) as caught:
-        build_train_loader(dataset, data, build_model_transform("bev_fusion_small"), rank=0, world_size=1, seed=0)
+        build_train_loader(
+            dataset, data, build_model_transform("bev_fusion_small"), rank=0, world_size=1, seed=0
+        )
     assert [str(w.message) for w in caught] == [
         "batch of 9 x world size 1 is larger than split 'train' (8 samples): every step repeats samples "
-        "(data.batch_size): lower batch_size to at most 8"]
+        "(data.batch_size): lower batch_size to at most 8"
+    ]

@@ -34,7 +34,9 @@ def _check_beats_prior(result, cfg, dataset, margin):
 
 
 def test_model_beats_the_prior_fast(synthetic_dataset, tmp_path):
-    cfg = apply_overrides(synthetic_default(), {"max_steps": 60, "warmup_steps": 6, "num_workers": 0})
+    cfg = apply_overrides(
+        synthetic_default(), {"max_steps": 60, "warmup_steps": 6, "num_workers": 0}
+    )
     result = train(cfg, str(synthetic_dataset), str(tmp_path))
     _check_beats_prior(result, cfg, synthetic_dataset, margin=0.05)
 

@@ -38,8 +38,13 @@ cfg = replace(cfg, optimizer=replace(cfg.optimizer, max_steps=4, warmup_steps=1)
 """
 
 
-def _run(script: str, *args: str, limit_as_bytes: int | None = None, timeout: float = 300,
-         faults: str | None = None) -> str:
+def _run(
+    script: str,
+    *args: str,
+    limit_as_bytes: int | None = None,
+    timeout: float = 300,
+    faults: str | None = None,
+) -> str:
     """Run `script` with the venv's python; return stdout+stderr (it must fail).
 
     `faults` is a DRIVETRAIN_FAULTS value (platform_lib/training/faults.py) for the run.
@@ -216,8 +221,10 @@ def produce_restart_kill_then_crash(tmp: Path) -> str:
         "checkpoint=replace(cfg.checkpoint, interval=1))\n"
         "launch_local(cfg, sys.argv[1], sys.argv[2], nproc=2, max_restarts=1)\n"
     )
-    faults = ('[{"kind": "kill", "rank": 1, "step": 3}, '
-              '{"kind": "crash", "rank": 0, "step": 5, "attempt": 1}]')
+    faults = (
+        '[{"kind": "kill", "rank": 1, "step": 3}, '
+        '{"kind": "crash", "rank": 0, "step": 5, "attempt": 1}]'
+    )
     return _run(script, str(_build_dataset(tmp)), str(tmp / "run"), faults=faults)
 
 

@@ -70,9 +70,17 @@ class BEVFusionConfig:
         bad = [
             name
             for name in (
-                "lidar_z_bins", "max_cameras", "camera_height", "camera_width", "camera_stride",
-                "lift_depth_bins", "lidar_channels", "camera_channels", "radar_channels",
-                "fusion_channels", "num_classes",
+                "lidar_z_bins",
+                "max_cameras",
+                "camera_height",
+                "camera_width",
+                "camera_stride",
+                "lift_depth_bins",
+                "lidar_channels",
+                "camera_channels",
+                "radar_channels",
+                "fusion_channels",
+                "num_classes",
             )
             if getattr(self, name) < 1
         ]
@@ -101,7 +109,10 @@ class BEVFusionConfig:
     def grid(self) -> BEVGrid:
         """The BEV grid (H = rows along ego x, W = columns along ego y)."""
         return BEVGrid(
-            x_min=self.x_min, x_max=self.x_max, y_min=self.y_min, y_max=self.y_max,
+            x_min=self.x_min,
+            x_max=self.x_max,
+            y_min=self.y_min,
+            y_max=self.y_max,
             resolution=self.resolution,
         )
 

@@ -99,7 +99,12 @@ class BEVFusion(nn.Module):
     def __init__(self, cfg: BEVFusionConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        c_l, c_c, c_r, c_f = cfg.lidar_channels, cfg.camera_channels, cfg.radar_channels, cfg.fusion_channels
+        c_l, c_c, c_r, c_f = (
+            cfg.lidar_channels,
+            cfg.camera_channels,
+            cfg.radar_channels,
+            cfg.fusion_channels,
+        )
         self.lidar_encoder = ConvBlock(cfg.lidar_features, c_l)
         self.camera_encoder = CameraEncoder(cfg)
         self.radar_encoder = ConvBlock(2, c_r)
@@ -121,7 +126,12 @@ class BEVFusion(nn.Module):
         """Return (B, num_classes, H, W) occupancy logits; shapes in the module docstring."""
         lidar = self.lidar_encoder(lidar_bev)
         fused = torch.cat(
-            [lidar, self.camera_encoder(camera_images, camera_index), self.radar_encoder(radar_bev)], dim=1
+            [
+                lidar,
+                self.camera_encoder(camera_images, camera_index),
+                self.radar_encoder(radar_bev),
+            ],
+            dim=1,
         )
         coarse = F.interpolate(self.fusion_down(fused), size=lidar.shape[-2:], mode="nearest")
         return self.head(self.fusion_up(torch.cat([coarse, lidar], dim=1)))

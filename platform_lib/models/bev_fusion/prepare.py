@@ -93,11 +93,14 @@ def camera_resize(cfg: BEVFusionConfig) -> CameraResize:
     Also usable as the loader's `LoaderConfig.camera_resize`, so workers decode straight to
     model size.
     """
-    return CameraResize(width=cfg.camera_width, height=cfg.camera_height, anchor_y=cfg.camera_anchor_y)
+    return CameraResize(
+        width=cfg.camera_width, height=cfg.camera_height, anchor_y=cfg.camera_anchor_y
+    )
 
 
-def _camera_input(image: np.ndarray | bytes, calib: Mapping[str, Any], cfg: BEVFusionConfig,
-                  where: str) -> tuple[np.ndarray, dict[str, Any]]:
+def _camera_input(
+    image: np.ndarray | bytes, calib: Mapping[str, Any], cfg: BEVFusionConfig, where: str
+) -> tuple[np.ndarray, dict[str, Any]]:
     """Decode/crop/resize one camera to the model input; return (3, h, w) float32 and its calib."""
     resize = camera_resize(cfg)
     size = (int(calib["width"]), int(calib["height"]))
@@ -107,15 +110,23 @@ def _camera_input(image: np.ndarray | bytes, calib: Mapping[str, Any], cfg: BEVF
     else:
         height, width = np.shape(image)[:2]
     if (width, height) != size:
-        raise ValueError(f"{where}: image is {width}x{height} but its calib says {size[0]}x{size[1]}; "
-                         "the intrinsics would not match the pixels (rebuild the shard)")
+        raise ValueError(
+            f"{where}: image is {width}x{height} but its calib says {size[0]}x{size[1]}; "
+            "the intrinsics would not match the pixels (rebuild the shard)"
+        )
     plan = plan_camera_resize(width, height, resize)
     if encoded:
-        pixels = decode_jpeg_cpu(memoryview(cast(bytes, image)), plan=plan)  # DCT-domain downscaling (bytes or 1-D uint8 array)
+        pixels = decode_jpeg_cpu(
+            memoryview(cast(bytes, image)), plan=plan
+        )  # DCT-domain downscaling (bytes or 1-D uint8 array)
     else:
         pixels = resize_camera_image(np.ascontiguousarray(image, dtype=np.uint8), plan)
-    adjusted = {**calib, "width": plan.width, "height": plan.height,
-                "intrinsics": adjust_intrinsics(calib["intrinsics"], plan)}
+    adjusted = {
+        **calib,
+        "width": plan.width,
+        "height": plan.height,
+        "intrinsics": adjust_intrinsics(calib["intrinsics"], plan),
+    }
     return (pixels.astype(np.float32) / 255.0 - 0.5).transpose(2, 0, 1), adjusted
 
 
@@ -139,26 +150,37 @@ def compute_camera_index(calib: Mapping[str, Any], cfg: BEVFusionConfig) -> np.n
     k = np.asarray(calib["intrinsics"], dtype=np.float64).reshape(3, 3)
     depth = cam[2]
     in_front = depth > 0.1
-    u = np.where(in_front, (k[0, 0] * cam[0] + k[0, 1] * cam[1]) / np.where(in_front, depth, 1.0) + k[0, 2], -1.0)
+    u = np.where(
+        in_front,
+        (k[0, 0] * cam[0] + k[0, 1] * cam[1]) / np.where(in_front, depth, 1.0) + k[0, 2],
+        -1.0,
+    )
     # pixel u spans [u - 0.5, u + 0.5) (OpenCV centres); feature column j covers pixels
     # [j, j + 1) * width / camera_columns
     column = np.floor((u + 0.5) / float(calib["width"]) * cfg.camera_columns).astype(np.int64)
     depth_bin = np.floor(depth / cfg.lift_max_depth * cfg.lift_depth_bins).astype(np.int64)
-    valid = in_front & (column >= 0) & (column < cfg.camera_columns) & (depth_bin < cfg.lift_depth_bins)
+    valid = (
+        in_front & (column >= 0) & (column < cfg.camera_columns) & (depth_bin < cfg.lift_depth_bins)
+    )
     slot = np.where(valid, column * cfg.lift_depth_bins + depth_bin, -1)
     return slot.reshape(cfg.grid.height, cfg.grid.width)
 
 
 @functools.lru_cache(maxsize=256)
-def _cached_camera_index(k: bytes, ego_from_camera: bytes, width: int, height: int,
-                         cfg: BEVFusionConfig) -> np.ndarray:
+def _cached_camera_index(
+    k: bytes, ego_from_camera: bytes, width: int, height: int, cfg: BEVFusionConfig
+) -> np.ndarray:
     """Return `compute_camera_index`, memoised per (calibration, cfg).
 
     A rig's calibration repeats from frame to frame, and the lift is half of
     `prepare_sample`'s time without the memo.
     """
-    calib = {"intrinsics": np.frombuffer(k).reshape(3, 3), "extrinsics": np.frombuffer(ego_from_camera).reshape(4, 4),
-             "width": width, "height": height}
+    calib = {
+        "intrinsics": np.frombuffer(k).reshape(3, 3),
+        "extrinsics": np.frombuffer(ego_from_camera).reshape(4, 4),
+        "width": width,
+        "height": height,
+    }
     index = compute_camera_index(calib, cfg)
     index.setflags(write=False)
     return index
@@ -198,11 +220,16 @@ def prepare_sample(sample: Mapping[str, Any], cfg: BEVFusionConfig) -> dict[str,
     for slot, name in enumerate(sorted(cameras)):
         if name not in calib:
             raise ValueError(f"sample {key}: camera {name!r} has no entry in calib.json")
-        images[slot], model_calib = _camera_input(cameras[name], calib[name], cfg, f"sample {key} camera {name}")
+        images[slot], model_calib = _camera_input(
+            cameras[name], calib[name], cfg, f"sample {key} camera {name}"
+        )
         index[slot] = _cached_camera_index(
             np.asarray(model_calib["intrinsics"], dtype=np.float64).tobytes(),
             np.asarray(model_calib["extrinsics"], dtype=np.float64).tobytes(),
-            int(model_calib["width"]), int(model_calib["height"]), cfg)
+            int(model_calib["width"]),
+            int(model_calib["height"]),
+            cfg,
+        )
     return {
         "lidar_bev": torch.from_numpy(_scatter_lidar(sample["lidar"], cfg)),
         "radar_bev": torch.from_numpy(_scatter_radar(sample.get("radar"), cfg)),
@@ -212,6 +239,8 @@ def prepare_sample(sample: Mapping[str, Any], cfg: BEVFusionConfig) -> dict[str,
     }
 
 
-def build_sample_transform(cfg: BEVFusionConfig) -> Callable[[Mapping[str, Any]], dict[str, torch.Tensor]]:
+def build_sample_transform(
+    cfg: BEVFusionConfig,
+) -> Callable[[Mapping[str, Any]], dict[str, torch.Tensor]]:
     """Return a picklable `sample -> tensors` callable for loader workers (`prepare_sample` bound to `cfg`)."""
     return functools.partial(prepare_sample, cfg=cfg)
