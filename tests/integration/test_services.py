@@ -194,6 +194,16 @@ def test_incremental_retraining_on_postgres_and_s3_keeps_the_password_secret(
         return part
 
     monkeypatch.setattr(tasks.data, "build_part", counting)
+    # the merged manifests as the merge task wrote them (wherever flytekit's local sandbox is)
+    merged_manifests: list[dict] = []
+    original_merge = tasks.data.merge_parts
+
+    def recording_merge(parts, out, *args, **kwargs):
+        result = original_merge(parts, out, *args, **kwargs)
+        merged_manifests.append(json.loads((Path(out) / "manifest.json").read_text()))
+        return result
+
+    monkeypatch.setattr(tasks.data, "merge_parts", recording_merge)
     all_logs = tmp_path / "all"
     write_synthetic_logs(TINY, all_logs, progress=False)
     raw = tmp_path / "incoming"
@@ -225,11 +235,7 @@ def test_incremental_retraining_on_postgres_and_s3_keeps_the_password_secret(
         for o in page.get("Contents", [])
     ]
     assert sum(k.startswith("parts/synthetic/") and k.endswith("/manifest.json") for k in keys) == 4
-    merged = [
-        json.loads(p.read_text())
-        for p in local_flyte.rglob("manifest.json")
-        if json.loads(p.read_text())["dataset_hash"] == second.tags["dataset_hash"]
-    ]
+    merged = [m for m in merged_manifests if m["dataset_hash"] == second.tags["dataset_hash"]]
     assert merged and all(
         s["location"].startswith(f"s3://{BUCKET}/parts/") for s in merged[0]["shards"]
     )
