@@ -11,6 +11,7 @@ and only then deletes the old one; a non-empty folder that is not a dataset is a
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import shutil
@@ -334,23 +335,17 @@ def build_dataset(
             f"{[d.name for d in log_dirs][:20]}); fix --val-logs"
         )
     source_logs = hash_logs(log_dirs)
-    if config.workers == 1:
-        items: Iterable[PreparedFrame | FrameError] = (
-            prepare_frame(item) for log_dir in log_dirs for item in iter_log(source, log_dir)
-        )
-        return _write_prepared(
-            items,
-            output_dir,
-            config,
-            source=source,
-            source_logs=source_logs,
-            input_root=input_path,
-            total=None,
-        )
-    context = multiprocessing.get_context("spawn")
-    with context.Pool(min(config.workers, len(log_dirs))) as pool:
-        per_log = pool.imap(prepare_log, [(source, str(d)) for d in log_dirs])
-        items = (item for log_items in per_log for item in log_items)
+    with contextlib.ExitStack() as stack:
+        items: Iterable[PreparedFrame | FrameError]
+        if config.workers == 1:
+            items = (
+                prepare_frame(item) for log_dir in log_dirs for item in iter_log(source, log_dir)
+            )
+        else:
+            context = multiprocessing.get_context("spawn")
+            pool = stack.enter_context(context.Pool(min(config.workers, len(log_dirs))))
+            per_log = pool.imap(prepare_log, [(source, str(d)) for d in log_dirs])
+            items = (item for log_items in per_log for item in log_items)
         return _write_prepared(
             items,
             output_dir,

@@ -75,3 +75,21 @@ def executions(monkeypatch: pytest.MonkeyPatch) -> collections.Counter:
 
         monkeypatch.setattr(entity, "sandbox_execute", counted)
     return counts
+
+
+@pytest.fixture
+def parts_built(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Log ids whose part `build_log_part` really built (not found in the part store)."""
+    import tasks.data
+
+    built: list[str] = []
+
+    def counting(*args, **kwargs):
+        part = original(*args, **kwargs)
+        if part.built:
+            built.append(part.log_id)
+        return part
+
+    original = tasks.data.build_part
+    monkeypatch.setattr(tasks.data, "build_part", counting)
+    return built

@@ -21,3 +21,24 @@ def run_pipeline_cli(
         *args,
     ]
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+#: Overrides of the tiny pipeline runs: 2 steps, one checkpoint, no loader workers.
+STEPS = (
+    '{"max_steps": 2, "warmup_steps": 0, "checkpoint.interval": 2, "batch_size": 1, '
+    '"num_workers": 0}'
+)
+
+
+def tiny_synthetic(num_logs: int):
+    """Synthetic logs small enough for a full pipeline run in seconds (2 frames per log)."""
+    from platform_lib.sources.synthetic import SyntheticConfig
+
+    return SyntheticConfig(
+        num_logs=num_logs,
+        frames_per_log=2,
+        image_width=64,
+        image_height=48,
+        lidar_beams=8,
+        lidar_azimuth_bins=64,
+    )

@@ -12,45 +12,17 @@ import collections
 from pathlib import Path
 
 import pytest
+from pipeline_helpers import STEPS, tiny_synthetic
 
-from platform_lib.sources.synthetic import SyntheticConfig, write_synthetic_logs
+from platform_lib.sources.synthetic import write_synthetic_logs
 
 pytestmark = (
     pytest.mark.distributed
 )  # ~100 s: two full pipeline runs; in `make test` (CI) on purpose
 
-TINY = SyntheticConfig(
-    num_logs=3,
-    frames_per_log=2,
-    image_width=64,
-    image_height=48,
-    lidar_beams=8,
-    lidar_azimuth_bins=64,
-)
-STEPS = (
-    '{"max_steps": 2, "warmup_steps": 0, "checkpoint.interval": 2, "batch_size": 1, '
-    '"num_workers": 0}'
-)
+TINY = tiny_synthetic(num_logs=3)
 DOWNSTREAM = ("merge_dataset", "train_model", "evaluate_model", "register_model")
 PROBES = {"hash_raw_logs": 1, "list_raw_logs": 1}
-
-
-@pytest.fixture
-def parts_built(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Log ids whose part `build_log_part` really built (not found in the part store)."""
-    import tasks.data
-
-    built: list[str] = []
-
-    def counting(*args, **kwargs):
-        part = original(*args, **kwargs)
-        if part.built:
-            built.append(part.log_id)
-        return part
-
-    original = tasks.data.build_part
-    monkeypatch.setattr(tasks.data, "build_part", counting)
-    return built
 
 
 def _run(raw_logs: str) -> str:

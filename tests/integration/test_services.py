@@ -26,6 +26,7 @@ from pathlib import Path
 import boto3
 import pytest
 import torch
+from pipeline_helpers import STEPS, tiny_synthetic
 from services import (
     MlflowServer,
     create_pg_database,
@@ -36,24 +37,13 @@ from services import (
     stop,
 )
 
-from platform_lib.sources.synthetic import SyntheticConfig, write_synthetic_logs
+from platform_lib.sources.synthetic import write_synthetic_logs
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(900)]
 
 BUCKET = "drivetrain"
 REPO = Path(__file__).resolve().parents[2]
-TINY = SyntheticConfig(
-    num_logs=4,
-    frames_per_log=2,
-    image_width=64,
-    image_height=48,
-    lidar_beams=8,
-    lidar_azimuth_bins=64,
-)
-STEPS = (
-    '{"max_steps": 2, "warmup_steps": 0, "checkpoint.interval": 2, "batch_size": 1, '
-    '"num_workers": 0}'
-)
+TINY = tiny_synthetic(num_logs=4)
 
 
 @pytest.fixture(scope="module")
@@ -160,6 +150,7 @@ def _run_pipeline(raw: Path) -> str:
 def test_incremental_retraining_on_postgres_and_s3_keeps_the_password_secret(
     server: MlflowServer,
     local_flyte: Path,
+    parts_built: list[str],
     monkeypatch: pytest.MonkeyPatch,
     capfd: pytest.CaptureFixture,
     caplog: pytest.LogCaptureFixture,
@@ -185,15 +176,6 @@ def test_incremental_retraining_on_postgres_and_s3_keeps_the_password_secret(
     ):
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("DRIVETRAIN_PART_STORE", f"s3://{BUCKET}/parts")
-    built: list[str] = []
-    original = tasks.data.build_part
-
-    def counting(*args, **kwargs):
-        part = original(*args, **kwargs)
-        built.extend([part.log_id] if part.built else [])
-        return part
-
-    monkeypatch.setattr(tasks.data, "build_part", counting)
     # the merged manifests as the merge task wrote them (wherever flytekit's local sandbox is)
     merged_manifests: list[dict] = []
     original_merge = tasks.data.merge_parts
@@ -213,11 +195,11 @@ def test_incremental_retraining_on_postgres_and_s3_keeps_the_password_secret(
         shutil.copytree(all_logs / name, raw / name)
 
     assert _run_pipeline(raw) == "models:/services-test/1"
-    assert sorted(built) == names[:3]
-    built.clear()
+    assert sorted(parts_built) == names[:3]
+    parts_built.clear()
     shutil.copytree(all_logs / names[3], raw / names[3])  # a new log arrives
     assert _run_pipeline(raw) == "models:/services-test/2"
-    assert built == [names[3]]  # the 3 unchanged logs were not rebuilt
+    assert parts_built == [names[3]]  # the 3 unchanged logs were not rebuilt
 
     _as(monkeypatch, "trainer", password)
     client = MlflowClient(server.url)
