@@ -11,8 +11,9 @@ the installed package. Only rank 0's return value comes back; it is a handle on 
 (distributed checkpoint, model.safetensors, metrics.jsonl), never tensors. `max_restarts`
 restarts the worker group in place (locally too) and the run resumes from its last
 distributed checkpoint; task `retries` apply on a cluster only. Rank 0 streams metrics to
-an MLflow run while training, compares the run's goodput with its workload's baseline and
-publishes the goodput Deck (`platform_lib.registry.goodput`, docs/goodput.md).
+an MLflow run while training; the task's own process (the elastic agent's) compares the run's
+goodput with its workload's baseline and publishes the goodput Deck while the workers exit
+(`platform_lib.registry.goodput.GoodputFinisher`, docs/goodput.md).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 from flytekit import Cache, Deck, PodTemplate, Resources, task
 from flytekit.configuration import SerializationSettings
 from flytekit.core.python_function_task import PythonFunctionTask
+from flytekit.deck import DeckField
 from flytekit.exceptions.user import FlyteRecoverableException, FlyteUserRuntimeException
 from flytekit.extend import TaskPlugins
 from flytekit.types.directory import FlyteDirectory
@@ -34,7 +36,7 @@ from flytekitplugins.kfpytorch.task import PytorchElasticFunctionTask
 from kubernetes.client import V1PodSpec, V1Toleration
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-from platform_lib.registry.goodput import MlflowMetricsStream, finish_goodput
+from platform_lib.registry.goodput import GoodputFinisher, MlflowMetricsStream, hand_off_run
 from platform_lib.shards import load_manifest
 from platform_lib.telemetry.publish import GOODPUT_HTML
 from platform_lib.training.config import TrainConfig, hash_config
@@ -47,7 +49,12 @@ from tasks.placement import Placement, placement_from_env
 from tasks.secrets import MLFLOW_SECRETS, mlflow_credentials
 from tasks.triage import explain_training_failure
 
-__all__ = ["build_train_task", "resolve_config", "resolve_run_dir", "train_model"]
+__all__ = [
+    "build_train_task",
+    "resolve_config",
+    "resolve_run_dir",
+    "train_model",
+]
 
 # The elastic agent runs in this task's process: give each restart a fresh rendezvous store
 # (pytorch#135712; see `platform_lib.training.launch.DISABLE_SHARED_STORE`, docs/faults.md).
@@ -58,8 +65,9 @@ os.environ.setdefault(DISABLE_SHARED_STORE, "1")
 PLACEMENT = placement_from_env()
 #: How often the elastic agent polls its workers, in s. The agent notices the workers'
 #: end at its next poll, so this bounds the idle tail after the last step (the plugin's
-#: default, 5 s, cost ~2.5 s per run on average; see docs/performance.md).
-MONITOR_INTERVAL_S = float(os.environ.get("DRIVETRAIN_ELASTIC_MONITOR_INTERVAL_S", "0.5"))
+#: default, 5 s, cost ~2.5 s per run on average; 0.1 s is torchrun's own default,
+#: `--monitor-interval`; see docs/performance.md).
+MONITOR_INTERVAL_S = float(os.environ.get("DRIVETRAIN_ELASTIC_MONITOR_INTERVAL_S", "0.1"))
 
 
 @task(container_image=TASK_IMAGE, cache=Cache(version="2"), retries=1)
@@ -103,10 +111,8 @@ def train_model(dataset: FlyteDirectory, config: TrainConfig) -> FlyteDirectory:
                     run_name=f"train-{config.preset}-{hash_config(config)[:8]}",
                     tags={"dataset_hash": dataset_hash, "preset": config.preset},
                 )
-            result = train(config, local, str(run_dir), sink=stream)
-            if result is not None:  # rank 0: baseline comparison, MLflow, the goodput Deck
-                finish_goodput(run_dir, dataset_hash=dataset_hash, config=config, stream=stream)
-                Deck("Goodput", (run_dir / GOODPUT_HTML).read_text(encoding="utf-8"))
+            if train(config, local, str(run_dir), sink=stream) is not None:
+                hand_off_run(run_dir, dataset_hash=dataset_hash, stream=stream)  # rank 0
     return FlyteDirectory(str(run_dir))
 
 
@@ -123,8 +129,9 @@ class PlacedElastic(Elastic):
 class PlacedElasticTask(PytorchElasticFunctionTask):
     """Elastic task that checks its team's LocalQueue exists in the target namespace.
 
-    It also explains a failed launch (triage verdict as error message and MLflow tags; retried
-    when the restart policy says so: `tasks.triage`).
+    It also publishes the goodput report of a finished launch (baseline comparison, MLflow,
+    the "Goodput" Deck), and explains a failed one (triage verdict as error message and
+    MLflow tags; retried when the restart policy says so: `tasks.triage`).
     """
 
     def get_config(self, settings: SerializationSettings) -> dict[str, Any] | None:
@@ -132,22 +139,39 @@ class PlacedElasticTask(PytorchElasticFunctionTask):
         return super().get_config(settings)
 
     def _execute(self, **kwargs: Any) -> Any:
-        try:
-            return super()._execute(**kwargs)
-        except (FlyteRecoverableException, FlyteUserRuntimeException) as error:
-            failure = error.__context__  # the plugin raises these while handling ChildFailedError
-            if not isinstance(failure, ChildFailedError):
+        config, dataset = kwargs.get("config"), kwargs.get("dataset")
+        with mlflow_credentials():  # the workers inherit it; the finisher thread needs it
+            finisher = GoodputFinisher(_agent_run_dir(dataset, config)[0], config=config)
+            try:
+                run = super()._execute(**kwargs)
+            except (FlyteRecoverableException, FlyteUserRuntimeException) as error:
+                finisher.stop()
+                failure = error.__context__  # the plugin raises these handling ChildFailedError
+                if not isinstance(failure, ChildFailedError):
+                    raise
+                run_dir, tags = _agent_run_dir(dataset, config)
+                folder = config.checkpoint.folder if config is not None else None
+                raise explain_training_failure(
+                    failure,
+                    checkpoint_folder=folder or (str(run_dir / "checkpoints") if run_dir else None),
+                    tags=tags,
+                ) from failure
+            except BaseException:
+                finisher.stop()
                 raise
-            folder, tags = _failure_context(kwargs.get("dataset"), kwargs.get("config"))
-            raise explain_training_failure(
-                failure, checkpoint_folder=folder, tags=tags
-            ) from failure
+            with task_errors("publishing the goodput report", run.path):
+                finisher.result(run.path)  # finished while the workers exited
+            Deck("Goodput", (Path(run.path) / GOODPUT_HTML).read_text(encoding="utf-8"))
+        return run
 
 
-def _failure_context(
+def _agent_run_dir(
     dataset: FlyteDirectory | None, config: TrainConfig | None
-) -> tuple[str | None, dict[str, str]]:
-    """Return (the run's checkpoint folder, MLflow tags) as the agent sees them (best effort)."""
+) -> tuple[Path | None, dict[str, str]]:
+    """Return (the run folder of this agent's workers, MLflow tags), as the agent sees them.
+
+    Best effort: without a readable dataset manifest there is no run folder (None).
+    """
     if config is None:
         return None, {}
     tags = {"preset": config.preset, "config_hash": hash_config(config)}
@@ -156,9 +180,8 @@ def _failure_context(
             str(dataset.remote_source or dataset.path)
         ).dataset_hash
     except Exception:  # noqa: BLE001 - no dataset, no run folder: triage still runs
-        return config.checkpoint.folder or None, tags
-    run_dir = resolve_run_dir(tags["dataset_hash"], tags["config_hash"], agent_pid=os.getpid())
-    return config.checkpoint.folder or str(run_dir / "checkpoints"), tags
+        return None, tags
+    return resolve_run_dir(tags["dataset_hash"], tags["config_hash"], agent_pid=os.getpid()), tags
 
 
 TaskPlugins.register_pythontask_plugin(PlacedElastic, PlacedElasticTask)
@@ -195,6 +218,9 @@ def build_train_task(placement: Placement) -> PythonFunctionTask:
             monitor_interval=MONITOR_INTERVAL_S,
         ),
         enable_deck=True,
+        # no "Dependencies" deck: flytekit runs `pip list` and `pip freeze` for it after the
+        # task body (~1 s of the post-training tail); the task image pins the environment
+        deck_fields=(DeckField.SOURCE_CODE, DeckField.TIMELINE, DeckField.INPUT, DeckField.OUTPUT),
         cache=Cache(version="1"),
         retries=2,
         requests=Resources(cpu=res["cpu"], mem=res["memory"], gpu=gpus),

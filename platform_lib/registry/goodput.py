@@ -5,7 +5,9 @@
   asynchronously, so training never waits on MLflow.
 - `compare_with_workload_baseline`: compare a run's report with its workload's baseline
   (`telemetry.baseline`) and add the run to the baseline store.
-- `finish_goodput`: all of the above for a finished run, on rank 0 in the training task.
+- `hand_off_run` (rank 0, after `train()`) and `finish_goodput` (the training task's own
+  process, in a `GoodputFinisher` thread while the workers exit): all of the above for a
+  finished run.
 - `log_goodput`: final goodput metrics, regression flags as tags `goodput.regression.<name>`,
   and the report files as artifacts under `goodput/`.
 - `load_goodput_from_mlflow`: the report of a past run, for `drivetrain goodput RUN_ID`.
@@ -13,6 +15,7 @@
 
 from __future__ import annotations
 
+import json
 import queue
 import tempfile
 import threading
@@ -24,7 +27,11 @@ from typing import Any
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
-from platform_lib.registry.mlflow_store import configure_mlflow, start_training_run
+from platform_lib.registry.mlflow_store import (
+    configure_mlflow,
+    resolve_tracking_uri,
+    start_training_run,
+)
 from platform_lib.telemetry.baseline import (
     BASELINE_RUNS,
     DEFAULT_TOLERANCE,
@@ -49,9 +56,12 @@ __all__ = [
     "GOODPUT_ARTIFACTS",
     "MlflowMetricsStream",
     "compare_with_workload_baseline",
+    "GoodputFinisher",
     "finish_goodput",
+    "hand_off_run",
     "load_goodput_from_mlflow",
     "log_goodput",
+    "warm_up_finish",
 ]
 
 GOODPUT_ARTIFACTS = "goodput"
@@ -201,34 +211,53 @@ def load_goodput_from_mlflow(
         return load_run_telemetry(local)
 
 
-def finish_goodput(
-    run_dir: str | Path,
-    *,
-    dataset_hash: str,
-    config: Any,
-    stream: MlflowMetricsStream | None,
-    tolerance: float | None = None,
-) -> dict[str, Any]:
-    """Rank 0, after `train()`: baseline comparison, MLflow logging and the plots page.
+def hand_off_run(
+    run_dir: str | Path, *, dataset_hash: str, stream: MlflowMetricsStream | None
+) -> str | None:
+    """Rank 0, right after `train()`: flush the metrics stream and record what `finish_goodput` needs.
 
-    Compares `run_dir/goodput.json` with its workload's baseline (and adds the run to it),
-    logs the final figures, flags and report files to the stream's MLflow run (or a new run),
-    writes `goodput.json` / `goodput.html` again with the comparison, and records the run id
-    in `run_dir/mlflow_run.json` so that registration continues the same MLflow run.
+    Writes `run_dir/mlflow_run.json` with the stream's MLflow run id (None without a stream)
+    and the dataset hash (part of the workload key). Returns the run id.
+    """
+    run_id = stream.close() if stream is not None else None
+    write_json_atomic(
+        Path(run_dir) / MLFLOW_RUN_JSON, {"run_id": run_id, "dataset_hash": dataset_hash}
+    )
+    return run_id
+
+
+def finish_goodput(
+    run_dir: str | Path, *, config: Any, tolerance: float | None = None
+) -> dict[str, Any]:
+    """After the workers of a run have returned: baseline comparison, MLflow logging, the plots page.
+
+    Reads the run id and dataset hash that rank 0 recorded (`hand_off_run`), compares
+    `run_dir/goodput.json` with its workload's baseline (and adds the run to it), logs the
+    final figures, flags and report files to that MLflow run (a new run when training did
+    not stream), writes `goodput.json` / `goodput.html` again with the comparison, and
+    records the run id in `run_dir/mlflow_run.json` so that registration continues the same
+    MLflow run. The training task runs it in its own process (`GoodputFinisher`).
 
     Returns:
         The report, with its "baseline" section filled in.
+
+    Raises:
+        FileNotFoundError: `goodput.json` or `mlflow_run.json` is missing (training or
+            `hand_off_run` did not finish).
     """
     started = time.perf_counter()
     run_dir = Path(run_dir)
     timeline, report = load_run_telemetry(run_dir)
-    if report is None:
-        raise FileNotFoundError(f"{run_dir / GOODPUT_JSON} is missing: train() did not finish")
-    run_id = stream.close() if stream is not None else None
+    handed = run_dir / MLFLOW_RUN_JSON
+    if report is None or not handed.is_file():
+        missing = handed if report is not None else run_dir / GOODPUT_JSON
+        raise FileNotFoundError(f"{missing} is missing: train() or hand_off_run() did not finish")
+    hand_off = json.loads(handed.read_text())
     client = configure_mlflow()
-    if run_id is None:
-        run_id = start_training_run(client, run_name=f"train-{run_dir.name}", tags={})
-    workload = workload_of(report, dataset_hash)
+    run_id = hand_off["run_id"] or start_training_run(
+        client, run_name=f"train-{run_dir.name}", tags={}
+    )
+    workload = workload_of(report, hand_off["dataset_hash"])
     report["baseline"] = compare_with_workload_baseline(
         report,
         workload,
@@ -239,7 +268,80 @@ def finish_goodput(
     write_run_report(run_dir, timeline, report)
     log_goodput(client, run_id, run_dir, report)
     write_json_atomic(
-        run_dir / MLFLOW_RUN_JSON,
-        {"run_id": run_id, "finish_goodput_s": time.perf_counter() - started},
+        handed,
+        {**hand_off, "run_id": run_id, "finish_goodput_s": time.perf_counter() - started},
     )
     return report
+
+
+def warm_up_finish() -> None:
+    """Import what `finish_goodput` needs (matplotlib and its font cache, the MLflow store)."""
+    import platform_lib.telemetry.deck  # noqa: F401  (matplotlib, pyplot, font manager)
+
+    if resolve_tracking_uri().split(":", 1)[0] not in ("http", "https", "databricks"):
+        import mlflow.store.tracking.sqlalchemy_store  # noqa: F401  (a database URI)
+
+
+class GoodputFinisher:
+    """Runs `finish_goodput` in the launching process as soon as rank 0 has handed off.
+
+    The elastic agent (the training task's own process) only polls its workers while they
+    train. A background thread imports what `finish_goodput` needs (`warm_up_finish`), then
+    waits for `run_dir/mlflow_run.json` (`hand_off_run`, rank 0's last act) and finishes
+    while the workers return their results and exit, so the post-training tail pays for
+    the slower of the two, not for both (docs/performance.md). `result` joins it.
+
+    Args:
+        run_dir: the run folder the workers write (None when the launcher cannot tell:
+            `result` then finishes in the calling thread).
+        config: the run's TrainConfig (baseline tolerance).
+        poll_s: how often the thread looks for the hand-off, in s.
+    """
+
+    def __init__(self, run_dir: str | Path | None, *, config: Any, poll_s: float = 0.02) -> None:
+        """Start the thread (warm-up imports, then waiting for the hand-off)."""
+        self.run_dir = None if run_dir is None else Path(run_dir)
+        self._config, self._poll_s = config, poll_s
+        self._stop = threading.Event()
+        self._report: dict[str, Any] | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._work, name="goodput-finisher", daemon=True)
+        self._thread.start()
+
+    def _work(self) -> None:
+        try:
+            warm_up_finish()
+            if self.run_dir is None:
+                return
+            handed = self.run_dir / MLFLOW_RUN_JSON
+            while not self._stop.wait(self._poll_s):
+                if handed.is_file():
+                    self._report = finish_goodput(self.run_dir, config=self._config)
+                    return
+        except BaseException as exc:  # re-raised by result()
+            self._error = exc
+
+    def stop(self) -> None:
+        """Training failed: stop waiting for a hand-off that will not come."""
+        self._stop.set()
+
+    def result(self, run_dir: str | Path) -> dict[str, Any]:
+        """Return the finished report of `run_dir` (the folder rank 0 returned).
+
+        Finishes in the calling thread when the background thread waited on another folder
+        or could not know it.
+
+        Raises:
+            Whatever `finish_goodput` raised, in either thread.
+        """
+        run_dir = Path(run_dir)
+        if self.run_dir is None or self.run_dir.resolve() != run_dir.resolve():
+            self._stop.set()
+            self._thread.join()
+            return finish_goodput(run_dir, config=self._config)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        if self._report is None:  # defensive: the thread stopped before the hand-off
+            return finish_goodput(run_dir, config=self._config)
+        return self._report

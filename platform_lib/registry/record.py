@@ -96,8 +96,8 @@ def record_training_run(
     client = configure_mlflow()
     tags = lineage.to_tags() | {"model_name": model_name, "source": manifest.source}
     streamed = run_dir / MLFLOW_RUN_JSON  # training streamed metrics to this run: continue it
-    if streamed.is_file():
-        run_id = json.loads(streamed.read_text())["run_id"]
+    run_id = json.loads(streamed.read_text()).get("run_id") if streamed.is_file() else None
+    if run_id:
         client.log_batch(run_id, tags=[RunTag(k, v) for k, v in sorted(tags.items())])
     else:
         run_id = start_training_run(

@@ -1,0 +1,118 @@
+"""Finishing a run's goodput in the launching process: the hand-off from rank 0, the finisher
+thread that overlaps the workers' exit, its errors, and the exit-time collection skip."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+from mlflow.tracking import MlflowClient
+from telemetry_helpers import restart_timeline
+
+from platform_lib.registry.goodput import (
+    MLFLOW_RUN_JSON,
+    GoodputFinisher,
+    finish_goodput,
+    hand_off_run,
+)
+from platform_lib.telemetry.publish import GOODPUT_HTML, GOODPUT_JSON, write_run_report
+from platform_lib.telemetry.report import build_report
+from platform_lib.training.presets import small
+
+DATASET_HASH = "ab" * 32
+
+
+@pytest.fixture
+def run_dir(tmp_path, monkeypatch):
+    """A finished run folder as `train()` leaves it, and an empty MLflow store in tmp_path."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setenv("DRIVETRAIN_HOME", str(tmp_path / "home"))
+    timeline = restart_timeline()
+    timeline.meta.update(model="bev_fusion_small", precision="fp32", batch_size=2)
+    run = tmp_path / "run"
+    write_run_report(run, timeline, build_report(timeline, min_step_s=0.0), html=False)
+    (run / "metrics.jsonl").write_text(
+        "".join(json.dumps({"step": n, "loss": 1 / n}) + "\n" for n in range(1, 9))
+    )
+    return run
+
+
+def _wait_for(predicate, finisher, timeout_s=120.0):
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert finisher._error is None, finisher._error
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_finisher_publishes_as_soon_as_rank_0_hands_off(run_dir):
+    finisher = GoodputFinisher(run_dir, config=small())
+    time.sleep(0.3)
+    assert not (run_dir / GOODPUT_HTML).exists()  # nothing before the hand-off
+    assert hand_off_run(run_dir, dataset_hash=DATASET_HASH, stream=None) is None
+    handed = run_dir / MLFLOW_RUN_JSON
+    # finished in the background, before anyone asks for the result (the overlap)
+    _wait_for(lambda: "finish_goodput_s" in json.loads(handed.read_text()), finisher)
+    report = finisher.result(run_dir)
+    record = json.loads(handed.read_text())
+    assert record["dataset_hash"] == DATASET_HASH and record["run_id"]
+    assert report["baseline"]["runs"] == 0 and report["baseline"]["flags"] == {}
+    assert report["baseline"]["workload_key"].split("/")[1] == DATASET_HASH[:12]
+    assert json.loads((run_dir / GOODPUT_JSON).read_text())["baseline"] == json.loads(
+        json.dumps(report["baseline"])
+    )
+    assert (run_dir / GOODPUT_HTML).read_text().count("<img ") == 6
+    mlflow_run = MlflowClient().get_run(record["run_id"])  # a new run: training did not stream
+    assert mlflow_run.data.tags["goodput.input_verdict"] == report["input"]["verdict"]
+    assert mlflow_run.data.metrics["goodput_compatible"] == pytest.approx(
+        report["goodput"]["compatible"]
+    )
+
+
+def test_finisher_that_waited_elsewhere_finishes_in_the_caller(run_dir, tmp_path):
+    hand_off_run(run_dir, dataset_hash=DATASET_HASH, stream=None)
+    for waited_on in (None, tmp_path / "another-run"):
+        finisher = GoodputFinisher(waited_on, config=small())
+        report = finisher.result(run_dir)
+        assert report["baseline"]["workload_key"].split("/")[1] == DATASET_HASH[:12]
+    # the second finish compared with the first one's summary
+    assert report["baseline"]["runs"] == 1
+
+
+def test_finisher_raises_what_its_thread_raised(run_dir):
+    (run_dir / GOODPUT_JSON).unlink()
+    finisher = GoodputFinisher(run_dir, config=small())
+    hand_off_run(run_dir, dataset_hash=DATASET_HASH, stream=None)
+    with pytest.raises(FileNotFoundError, match=r"goodput\.json is missing"):
+        finisher.result(run_dir)
+
+
+def test_finish_without_a_hand_off_names_the_missing_file(run_dir):
+    with pytest.raises(FileNotFoundError, match=r"mlflow_run\.json is missing"):
+        finish_goodput(run_dir, config=small())
+
+
+def test_stop_ends_the_wait_of_a_failed_launch(run_dir):
+    finisher = GoodputFinisher(run_dir, config=small())
+    finisher.stop()
+    finisher._thread.join(timeout=60)
+    assert not finisher._thread.is_alive()
+    assert not (run_dir / MLFLOW_RUN_JSON).exists()
+
+
+def test_skip_collection_at_exit_freezes_before_finalisation():
+    # atexit runs handlers last-in first-out: one registered before it sees the freeze
+    code = (
+        "import atexit, gc\n"
+        "atexit.register(lambda: print('frozen at exit:', gc.get_freeze_count() > 0))\n"
+        "from platform_lib.training.distributed import skip_collection_at_exit\n"
+        "skip_collection_at_exit(); skip_collection_at_exit()\n"
+        "print('frozen while running:', gc.get_freeze_count() > 0)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True
+    ).stdout
+    assert out.splitlines() == ["frozen while running: False", "frozen at exit: True"]
