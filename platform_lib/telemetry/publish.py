@@ -23,6 +23,7 @@ from platform_lib.telemetry.timeline import Timeline, load_timeline
 __all__ = [
     "GOODPUT_HTML",
     "GOODPUT_JSON",
+    "TELEMETRY_DIR",
     "TIMELINE_JSON",
     "load_run_telemetry",
     "read_metrics_rows",
@@ -32,7 +33,9 @@ __all__ = [
 
 GOODPUT_JSON = "goodput.json"
 GOODPUT_HTML = "goodput.html"
-TIMELINE_JSON = "telemetry/timeline.json"
+#: Folder of a run folder holding every rank's records (`rank-NNNNN.jsonl`).
+TELEMETRY_DIR = "telemetry"
+TIMELINE_JSON = f"{TELEMETRY_DIR}/timeline.json"
 
 
 def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
@@ -90,8 +93,8 @@ def load_run_telemetry(run_dir: str | os.PathLike[str]) -> tuple[Timeline, dict[
     gathered = run_dir / TIMELINE_JSON
     if gathered.is_file():
         timeline = Timeline.from_json(json.loads(gathered.read_text()))
-    elif (run_dir / "telemetry").is_dir():
-        timeline = load_timeline(run_dir / "telemetry")
+    elif (run_dir / TELEMETRY_DIR).is_dir():
+        timeline = load_timeline(run_dir / TELEMETRY_DIR)
     else:
         raise FileNotFoundError(
             f"{run_dir} has no telemetry/ folder: it is not a training run folder, or the run "

@@ -17,7 +17,7 @@ import torch
 from platform_lib.models import build_model, get_model_config
 from platform_lib.telemetry.mfu import count_flops_per_sample, resolve_peak_flops
 from platform_lib.telemetry.profiler import StepProfiler
-from platform_lib.telemetry.publish import write_run_report
+from platform_lib.telemetry.publish import TELEMETRY_DIR, write_run_report
 from platform_lib.telemetry.recorder import MetricsSink, StepRecorder
 from platform_lib.telemetry.report import build_report
 from platform_lib.training.config import TrainConfig
@@ -25,8 +25,6 @@ from platform_lib.training.distributed import DistContext
 from platform_lib.training.loop import forward_backward
 
 __all__ = ["TELEMETRY_DIR", "build_recorder", "count_model_flops", "publish_goodput"]
-
-TELEMETRY_DIR = "telemetry"
 
 
 def build_recorder(

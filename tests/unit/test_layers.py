@@ -50,13 +50,19 @@ def test_the_blocker_really_blocks():
 
 
 def test_lazy_packages_import_their_exports_explicitly_for_type_checkers():
-    """shards/ and loading/ load submodules on first use (a fast `drivetrain --help`); their
+    """shards/, loading/, training/ and telemetry/ load submodules on first use (a fast
+    `drivetrain --help`, a registration pod without torch); their
     `if TYPE_CHECKING:` block must name the same exports, so mypy sees the real types."""
     import ast
     import importlib
     import inspect
 
-    for name in ("platform_lib.shards", "platform_lib.loading"):
+    for name in (
+        "platform_lib.shards",
+        "platform_lib.loading",
+        "platform_lib.training",
+        "platform_lib.telemetry",
+    ):
         package = importlib.import_module(name)
         tree = ast.parse(inspect.getsource(package))
         block = next(
