@@ -308,6 +308,7 @@ class GoodputFinisher:
         """Start the thread (wait for the workers, warm up, wait for the hand-off)."""
         self.run_dir = None if run_dir is None else Path(run_dir)
         self._config, self._poll_s = config, poll_s
+        self._started = time.time()  # a hand-off older than this is a past run's
         self._stop = threading.Event()
         self._report: dict[str, Any] | None = None
         self._error: BaseException | None = None
@@ -328,7 +329,7 @@ class GoodputFinisher:
             except Exception:  # noqa: BLE001 - best effort: finish_goodput imports them again
                 logger.warning("warming up for the goodput report failed", exc_info=True)
             while not self._stop.wait(self._poll_s):
-                if handed.is_file():
+                if handed.is_file() and handed.stat().st_mtime >= self._started:
                     self._report = finish_goodput(self.run_dir, config=self._config)
                     return
         except BaseException as exc:  # re-raised by result()

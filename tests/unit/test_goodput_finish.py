@@ -4,6 +4,7 @@ thread that overlaps the workers' exit, its errors, and the exit-time collection
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -70,6 +71,18 @@ def test_finisher_publishes_as_soon_as_rank_0_hands_off(run_dir):
     assert mlflow_run.data.metrics["goodput_compatible"] == pytest.approx(
         report["goodput"]["compatible"]
     )
+
+
+def test_finisher_ignores_a_past_runs_hand_off(run_dir):
+    hand_off_run(run_dir, dataset_hash="cd" * 32, stream=None)  # left by an earlier launch
+    handed = run_dir / MLFLOW_RUN_JSON
+    os.utime(handed, (time.time() - 60, time.time() - 60))
+    finisher = GoodputFinisher(run_dir, config=small())
+    time.sleep(0.5)
+    assert "finish_goodput_s" not in json.loads(handed.read_text())
+    hand_off_run(run_dir, dataset_hash=DATASET_HASH, stream=None)
+    report = finisher.result(run_dir)
+    assert report["baseline"]["workload_key"].split("/")[1] == DATASET_HASH[:12]
 
 
 def test_finisher_that_waited_elsewhere_finishes_in_the_caller(run_dir, tmp_path):
