@@ -45,7 +45,11 @@ def run_overhead(args: argparse.Namespace) -> dict:
     from platform_lib.training.presets import small
     from platform_lib.training.train import train
 
-    work = Path(args.work or tempfile.mkdtemp(prefix="drivetrain-bench-telemetry-"))
+    if args.work is None:  # a folder of our own: removed at the end
+        with tempfile.TemporaryDirectory(prefix="drivetrain-bench-telemetry-") as work:
+            args.work = work
+            return run_overhead(args)
+    work = Path(args.work)
     dataset = work / "dataset"
     if not (dataset / "manifest.json").is_file():
         build_golden_dataset(work)
@@ -154,7 +158,11 @@ def _isolate(work: Path) -> None:
 def run_pipeline(args: argparse.Namespace) -> dict:
     if args.repeat > 1:
         return _repeat_pipeline(args)
-    work = Path(args.work or tempfile.mkdtemp(prefix="drivetrain-bench-pipeline-"))
+    if args.work is None:  # a folder of our own: removed at the end
+        with tempfile.TemporaryDirectory(prefix="drivetrain-bench-pipeline-") as work:
+            args.work = work
+            return run_pipeline(args)
+    work = Path(args.work)
     shutil.rmtree(work, ignore_errors=True)
     _isolate(work)
     if args.before:
@@ -282,10 +290,10 @@ def _repeat_pipeline(args: argparse.Namespace) -> dict:
 
     runs = []
     for n in range(args.repeat):
-        cmd = [sys.executable, __file__, "pipeline", "--json"] + (
-            ["--before"] if args.before else []
-        )
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        with tempfile.TemporaryDirectory(prefix="drivetrain-bench-pipeline-") as work:
+            cmd = [sys.executable, __file__, "pipeline", "--json", "--work", work]
+            cmd += ["--before"] if args.before else []
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         runs.append(json.loads(out[out.index("\n{\n") :]))
         r = runs[-1]
         print(

@@ -21,6 +21,7 @@ import queue
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,7 @@ __all__ = [
     "GoodputFinisher",
     "finish_goodput",
     "hand_off_run",
+    "read_hand_off",
     "load_goodput_from_mlflow",
     "log_goodput",
     "warm_up_finish",
@@ -101,27 +103,39 @@ class MlflowMetricsStream:
             return
         self._ready.set()
         while (item := self._queue.get()) is not None:
+            if self.error is not None:  # after the first error the rest is dropped
+                continue
             step, metrics = item
             points = [Metric(k, float(v), 0, step) for k, v in sorted(metrics.items())]
             try:
                 client.log_batch(self.run_id, metrics=points)
-            except Exception as exc:  # keep the first error, drop the rest of the stream
-                self.error = self.error or exc
+            except Exception as exc:
+                self.error = exc
 
     def __call__(self, step: int, metrics: dict[str, float]) -> None:
-        """Queue `metrics` of `step` (returns at once)."""
-        self._queue.put((step, dict(metrics)))
+        """Queue `metrics` of `step` (returns at once; dropped once the stream has failed)."""
+        if self.error is None:
+            self._queue.put((step, dict(metrics)))
 
     def close(self, timeout_s: float = 60.0) -> str | None:
         """Flush the queue and return the run id (None if the run could not be created).
 
-        Raises:
-            TimeoutError: the thread did not finish within `timeout_s`.
+        Never fails a finished training run: a stream that failed, or did not drain within
+        `timeout_s`, is logged as a warning and kept in `error`; the run id is returned when
+        the run exists (its metrics may be incomplete).
         """
         self._queue.put(None)
         self._thread.join(timeout_s)
         if self._thread.is_alive():
-            raise TimeoutError(f"MLflow metrics stream did not finish within {timeout_s} s")
+            self.error = self.error or TimeoutError(
+                f"MLflow metrics stream did not drain within {timeout_s} s"
+            )
+        if self.error is not None:
+            logger.warning(
+                "MLflow metrics stream of run %s failed, its metrics are incomplete: %r",
+                self.run_id,
+                self.error,
+            )
         return self.run_id
 
 
@@ -220,18 +234,33 @@ def hand_off_run(
 ) -> str | None:
     """Rank 0, right after `train()`: flush the metrics stream and record what `finish_goodput` needs.
 
-    Writes `run_dir/mlflow_run.json` with the stream's MLflow run id (None without a stream)
-    and the dataset hash (part of the workload key). Returns the run id.
+    Writes `run_dir/mlflow_run.json` with the stream's MLflow run id (None without a stream
+    or when the stream failed to create its run), the dataset hash (part of the workload
+    key), a fresh `hand_off_id` (an elastic restart after a hand-off hands off again) and
+    the stream's error, if any. Returns the run id.
     """
     run_id = stream.close() if stream is not None else None
-    write_json_atomic(
-        Path(run_dir) / MLFLOW_RUN_JSON, {"run_id": run_id, "dataset_hash": dataset_hash}
-    )
+    record = {"run_id": run_id, "dataset_hash": dataset_hash, "hand_off_id": uuid.uuid4().hex}
+    if stream is not None and stream.error is not None:
+        record["stream_error"] = repr(stream.error)
+    write_json_atomic(Path(run_dir) / MLFLOW_RUN_JSON, record)
     return run_id
 
 
+def read_hand_off(run_dir: str | Path) -> dict[str, Any] | None:
+    """Return rank 0's hand-off record (`hand_off_run`) of `run_dir`, None when there is none."""
+    try:
+        return json.loads((Path(run_dir) / MLFLOW_RUN_JSON).read_text())
+    except FileNotFoundError:
+        return None
+
+
 def finish_goodput(
-    run_dir: str | Path, *, config: Any, tolerance: float | None = None
+    run_dir: str | Path,
+    *,
+    config: Any,
+    tolerance: float | None = None,
+    hand_off: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """After the workers of a run have returned: baseline comparison, MLflow logging, the plots page.
 
@@ -241,6 +270,12 @@ def finish_goodput(
     not stream), writes `goodput.json` / `goodput.html` again with the comparison, and
     records the run id in `run_dir/mlflow_run.json` so that registration continues the same
     MLflow run. The training task runs it in its own process (`GoodputFinisher`).
+
+    Args:
+        run_dir: the run folder (`goodput.json`, `telemetry/`, `mlflow_run.json`).
+        config: the run's TrainConfig (`metrics.baseline_tolerance`).
+        tolerance: overrides the config's baseline tolerance (a fraction, 0.05 = 5 %).
+        hand_off: the hand-off record already read (`read_hand_off`); read here when None.
 
     Returns:
         The report, with its "baseline" section filled in.
@@ -253,10 +288,10 @@ def finish_goodput(
     run_dir = Path(run_dir)
     timeline, report = load_run_telemetry(run_dir)
     handed = run_dir / MLFLOW_RUN_JSON
-    if report is None or not handed.is_file():
+    hand_off = hand_off if hand_off is not None else read_hand_off(run_dir)
+    if report is None or hand_off is None:
         missing = handed if report is not None else run_dir / GOODPUT_JSON
         raise FileNotFoundError(f"{missing} is missing: train() or hand_off_run() did not finish")
-    hand_off = json.loads(handed.read_text())
     client = configure_mlflow()
     run_id = hand_off["run_id"] or start_training_run(
         client, run_name=f"train-{run_dir.name}", tags={}
@@ -310,52 +345,64 @@ class GoodputFinisher:
         self._config, self._poll_s = config, poll_s
         self._started = time.time()  # a hand-off older than this is a past run's
         self._stop = threading.Event()
+        self._finished_id: str | None = None  # hand_off_id the thread finished (or failed on)
         self._report: dict[str, Any] | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._work, name="goodput-finisher", daemon=True)
         self._thread.start()
 
     def _work(self) -> None:
-        try:
-            if self.run_dir is None:
+        if self.run_dir is None:
+            return
+        handed = self.run_dir / MLFLOW_RUN_JSON
+        rank_0 = rank_file(self.run_dir / TELEMETRY_DIR, 0)
+        while not (handed.is_file() or rank_0.is_file()):  # the workers have started
+            if self._stop.wait(0.25):
                 return
-            handed = self.run_dir / MLFLOW_RUN_JSON
-            rank_0 = rank_file(self.run_dir / TELEMETRY_DIR, 0)
-            while not (handed.is_file() or rank_0.is_file()):  # the workers have started
-                if self._stop.wait(0.25):
-                    return
+        try:
+            warm_up_finish()
+        except Exception:  # noqa: BLE001 - best effort: finish_goodput imports them again
+            logger.warning("warming up for the goodput report failed", exc_info=True)
+        while not self._stop.wait(self._poll_s):
             try:
-                warm_up_finish()
-            except Exception:  # noqa: BLE001 - best effort: finish_goodput imports them again
-                logger.warning("warming up for the goodput report failed", exc_info=True)
-            while not self._stop.wait(self._poll_s):
-                if handed.is_file() and handed.stat().st_mtime >= self._started:
-                    self._report = finish_goodput(self.run_dir, config=self._config)
-                    return
-        except BaseException as exc:  # re-raised by result()
-            self._error = exc
+                if handed.stat().st_mtime < self._started:
+                    continue
+            except FileNotFoundError:
+                continue
+            hand_off = read_hand_off(self.run_dir)
+            if hand_off is None:
+                continue
+            self._finished_id = hand_off.get("hand_off_id")
+            try:
+                self._report = finish_goodput(self.run_dir, config=self._config, hand_off=hand_off)
+            except BaseException as exc:  # re-raised by result()
+                self._error = exc
+            return
 
     def stop(self) -> None:
-        """Training failed: stop waiting for a hand-off that will not come."""
+        """Training failed: stop waiting for a hand-off, and wait for a finish in progress."""
         self._stop.set()
+        self._thread.join()
 
     def result(self, run_dir: str | Path) -> dict[str, Any]:
         """Return the finished report of `run_dir` (the folder rank 0 returned).
 
-        Finishes in the calling thread when the background thread waited on another folder
-        or could not know it.
+        Finishes (again) in the calling thread when the background thread waited on another
+        folder, could not know it, or finished an earlier hand-off than the last one (an
+        elastic restart after rank 0 had handed off).
 
         Raises:
             Whatever `finish_goodput` raised, in either thread.
         """
         run_dir = Path(run_dir)
-        if self.run_dir is None or self.run_dir.resolve() != run_dir.resolve():
-            self._stop.set()
-            self._thread.join()
-            return finish_goodput(run_dir, config=self._config)
+        self._stop.set()  # rank 0 has handed off: the thread is finishing it, or exits now
         self._thread.join()
-        if self._error is not None:
-            raise self._error
-        if self._report is None:  # defensive: the thread stopped before the hand-off
-            return finish_goodput(run_dir, config=self._config)
-        return self._report
+        same_folder = self.run_dir is not None and self.run_dir.resolve() == run_dir.resolve()
+        last = read_hand_off(run_dir) if same_folder else None
+        if last is not None and self._finished_id is not None:
+            if last.get("hand_off_id") == self._finished_id:
+                if self._error is not None:
+                    raise self._error
+                assert self._report is not None
+                return self._report
+        return finish_goodput(run_dir, config=self._config)

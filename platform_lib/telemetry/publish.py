@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -42,9 +43,14 @@ def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
     """Write `data` as JSON to `path` via a temporary file and rename (readers never see half a file)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = _temporary_name(path)
     tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
     os.replace(tmp, path)
+
+
+def _temporary_name(path: Path) -> Path:
+    """A temporary file beside `path`, unique per process and thread (two writers never share one)."""
+    return path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
 
 
 def read_metrics_rows(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -73,7 +79,7 @@ def write_run_report(
     if html:
         from platform_lib.telemetry.deck import render_deck_html  # matplotlib: only for a page
 
-        tmp = run_dir / (GOODPUT_HTML + ".tmp")
+        tmp = _temporary_name(run_dir / GOODPUT_HTML)
         tmp.write_text(
             render_deck_html(timeline, report, read_metrics_rows(run_dir)), encoding="utf-8"
         )

@@ -140,8 +140,11 @@ def skip_collection_at_exit() -> None:
     the elastic agent returns only after every worker has exited. `gc.freeze()` moves them to
     the permanent generation, which those collections skip (Python docs, `gc.freeze`; the
     exit-time cost is the one Instagram's "Dismissing Python Garbage Collection" describes).
-    Atexit handlers, buffered files and C++ destructors still run as usual. Registered once
-    per process; `init_distributed` calls it in launcher-started workers only.
+    Atexit handlers still run, and objects freed by reference counting are finalised as
+    usual; objects left in reference cycles are not collected, so their finalisers do not
+    run (CPython never guaranteed `__del__` at exit: Python docs, `object.__del__`). Files
+    must therefore be closed explicitly (the run's writers use `with` blocks). Registered
+    once per process; `init_distributed` calls it in launcher-started workers only.
     """
     global _exit_registered
     if not _exit_registered:

@@ -4,7 +4,9 @@ thread that overlaps the workers' exit, its errors, and the exit-time collection
 from __future__ import annotations
 
 import json
+import logging
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -16,6 +18,7 @@ from telemetry_helpers import restart_timeline
 from platform_lib.registry.goodput import (
     MLFLOW_RUN_JSON,
     GoodputFinisher,
+    MlflowMetricsStream,
     finish_goodput,
     hand_off_run,
 )
@@ -83,6 +86,49 @@ def test_finisher_ignores_a_past_runs_hand_off(run_dir):
     hand_off_run(run_dir, dataset_hash=DATASET_HASH, stream=None)
     report = finisher.result(run_dir)
     assert report["baseline"]["workload_key"].split("/")[1] == DATASET_HASH[:12]
+
+
+def test_a_restart_after_the_hand_off_is_finished_again(run_dir):
+    finisher = GoodputFinisher(run_dir, config=small())
+    hand_off_run(run_dir, dataset_hash=DATASET_HASH, stream=None)
+    handed = run_dir / MLFLOW_RUN_JSON
+    _wait_for(lambda: "finish_goodput_s" in json.loads(handed.read_text()), finisher)
+    first = json.loads(handed.read_text())
+    # rank 1 died at exit: the agent restarted the workers, and rank 0 handed off again
+    hand_off_run(run_dir, dataset_hash=DATASET_HASH, stream=None)
+    second = json.loads(handed.read_text())["hand_off_id"]
+    report = finisher.result(run_dir)
+    last = json.loads(handed.read_text())
+    assert second != first["hand_off_id"] and last["hand_off_id"] == second
+    assert "finish_goodput_s" in last and last["run_id"] != first["run_id"]
+    assert report["baseline"]["runs"] == 1  # compared with the first attempt's summary
+
+
+def test_a_stream_that_cannot_start_is_reported_not_raised(run_dir, monkeypatch, caplog):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "bogus-scheme://nowhere")
+    stream = MlflowMetricsStream(run_name="train-x", tags={})
+    stream._thread.join(timeout=60)
+    stream(1, {"loss": 1.0})  # dropped: nothing drains the queue any more
+    assert stream._queue.qsize() == 0
+    with caplog.at_level(logging.WARNING, logger="platform_lib.registry.goodput"):
+        assert hand_off_run(run_dir, dataset_hash=DATASET_HASH, stream=stream) is None
+    record = json.loads((run_dir / MLFLOW_RUN_JSON).read_text())
+    assert record["run_id"] is None and "bogus-scheme" in record["stream_error"]
+    assert "MLflow metrics stream of run None failed" in caplog.text
+
+
+def test_a_stream_that_does_not_drain_does_not_fail_training(monkeypatch, caplog):
+    with socket.socket() as server:  # accepts connections, never answers
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{server.getsockname()[1]}")
+        monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+        stream = MlflowMetricsStream(run_name="train-x", tags={})
+        stream(1, {"loss": 1.0})
+        with caplog.at_level(logging.WARNING, logger="platform_lib.registry.goodput"):
+            assert stream.close(timeout_s=0.5) is None
+    assert isinstance(stream.error, TimeoutError)
+    assert "did not drain within 0.5 s" in caplog.text
 
 
 def test_finisher_that_waited_elsewhere_finishes_in_the_caller(run_dir, tmp_path):
