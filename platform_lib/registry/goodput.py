@@ -315,9 +315,13 @@ def finish_goodput(
 
 def warm_up_finish() -> None:
     """Import what `finish_goodput` needs (matplotlib and its font cache, the MLflow store)."""
+    from PIL import Image
+
     import platform_lib.telemetry.deck  # noqa: F401  (matplotlib, pyplot, font manager)
 
+    Image.preinit()  # the image plugins PIL loads on the first save (PNG plots)
     if resolve_tracking_uri().split(":", 1)[0] not in ("http", "https", "databricks"):
+        import alembic.command  # noqa: F401  (the store checks its schema on first use)
         import mlflow.store.tracking.sqlalchemy_store  # noqa: F401  (a database URI)
 
 

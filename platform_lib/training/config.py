@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from platform_lib.errors import UserError
-from platform_lib.models.registry import MODEL_PRESETS
+from platform_lib.models.presets import MODEL_PRESETS
 
 __all__ = [
     "INT64_MAX",

@@ -1,0 +1,59 @@
+"""Model zoo presets: name -> model config (no torch: the config layer and registration use it)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from platform_lib.models.bev_fusion.config import BEVFusionConfig
+
+__all__ = ["MODEL_PRESETS", "get_model_config", "list_models"]
+
+
+def _bev_fusion_small() -> BEVFusionConfig:
+    """64 x 64 cells of 0.8 m (+-25.6 m), 48 x 80 camera inputs, ~0.1 M parameters: CPU tests."""
+    return BEVFusionConfig(name="bev_fusion_small")
+
+
+def _bev_fusion_large() -> BEVFusionConfig:
+    """256 x 256 cells of 0.4 m (+-51.2 m), 128 x 224 camera inputs, ~0.7 M parameters: GPU runs."""
+    return BEVFusionConfig(
+        name="bev_fusion_large",
+        x_min=-51.2,
+        x_max=51.2,
+        y_min=-51.2,
+        y_max=51.2,
+        resolution=0.4,
+        lidar_z_bins=8,
+        camera_height=128,
+        camera_width=224,
+        camera_stride=8,
+        lift_depth_bins=8,
+        lift_max_depth=60.0,
+        lidar_channels=64,
+        camera_channels=64,
+        radar_channels=16,
+        fusion_channels=128,
+    )
+
+
+#: name -> zero-argument function returning the model config.
+MODEL_PRESETS: dict[str, Callable[[], BEVFusionConfig]] = {
+    "bev_fusion_small": _bev_fusion_small,
+    "bev_fusion_large": _bev_fusion_large,
+}
+
+
+def list_models() -> list[str]:
+    """Return the names of the model presets, sorted."""
+    return sorted(MODEL_PRESETS)
+
+
+def get_model_config(name: str) -> BEVFusionConfig:
+    """Return the config of model preset `name`.
+
+    Raises:
+        KeyError: if `name` is not a preset; the message lists the known names.
+    """
+    if name not in MODEL_PRESETS:
+        raise KeyError(f"unknown model {name!r}; known models: {', '.join(list_models())}")
+    return MODEL_PRESETS[name]()
