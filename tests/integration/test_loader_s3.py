@@ -137,8 +137,10 @@ def test_lru_eviction_keeps_the_cache_under_its_limit_and_never_deletes_the_sour
     limit = 3 * max(sizes.values())
     cfg = _config(endpoint, tmp_path / "cache", cache_limit_bytes=limit, shuffle_buffer=4)
     app.requests.clear()
+    # In-process reading: persistent workers start the next epoch as soon as the last batch is
+    # received (`StreamingLoader`), which would touch, and evict, shards while this test looks.
     loader = build_loader(
-        url, rank=0, world_size=1, batch_size=4, num_workers=1, seed=2, config=cfg
+        url, rank=0, world_size=1, batch_size=4, num_workers=0, seed=2, config=cfg
     )
     keys = [k for b in loader for k in b["__key__"]]
     assert len(set(keys)) == 28
@@ -147,11 +149,11 @@ def test_lru_eviction_keeps_the_cache_under_its_limit_and_never_deletes_the_sour
     assert loader.stats.evictions >= len(shards) - 3
     listed = client.list_objects_v2(Bucket=BUCKET, Prefix="data/shards/")["Contents"]
     assert len(listed) == len(shards)  # the source is intact
-    # The most recently used shards are the ones kept.
-    last_keys = keys[-4:]
+    # The most recently used shard is kept: the last sample's. The last batch's samples can span
+    # more shards than the cache holds (the shuffle buffer mixes shards), so only the last
+    # sample's shard is certain to be cached.
     view = loader.views[0]
-    last_shards = {view.shard_path(view.row_of(k)) for k in last_keys}
-    assert {f"shards/{p.name}" for p in cached} >= last_shards
+    assert view.shard_path(view.row_of(keys[-1])) in {f"shards/{p.name}" for p in cached}
 
 
 def test_cache_limit_below_one_shard_is_refused(remote, tmp_path):
