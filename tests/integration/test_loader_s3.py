@@ -3,6 +3,7 @@ requests per epoch, node cache sharing, LRU eviction, cache limits, full disk, o
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -120,8 +121,11 @@ def test_one_get_per_shard_per_node_and_none_once_cached(remote, tmp_path):
     assert len(set(keys[0]) | set(keys[1])) == 28
     shard_gets = app.count("GET", ".tar")
     assert shard_gets == len(shards)  # each shard fetched exactly once for the whole node
-    assert sum(lo.stats.downloads for lo in loaders) == len(shards)
-    assert sum(lo.stats.requests for lo in loaders) == len(shards)
+    # Never counted twice. A rank whose epoch ends first starts its workers on the next epoch
+    # at once (`StreamingLoader`); if they fetch a shard the other rank has not reached yet,
+    # that download is counted with next-epoch batches this test never receives.
+    assert 0 < sum(lo.stats.downloads for lo in loaders) <= len(shards)
+    assert 0 < sum(lo.stats.requests for lo in loaders) <= len(shards)
     assert app.count("GET", "manifest.json") == 2 and app.count("GET", "index.parquet") == 2
     # Never a request per sample or member: the whole epoch is a few requests per shard.
     assert sum(app.requests.values()) <= 2 * len(shards) + 8
@@ -144,8 +148,11 @@ def test_lru_eviction_keeps_the_cache_under_its_limit_and_never_deletes_the_sour
     )
     keys = [k for b in loader for k in b["__key__"]]
     assert len(set(keys)) == 28
-    cached = [p for p in (tmp_path / "cache").rglob("*.tar")]
-    assert sum(p.stat().st_size for p in cached) <= limit and len(cached) <= 3
+    cached = {}
+    for path in (tmp_path / "cache").rglob("*.tar"):
+        with contextlib.suppress(FileNotFoundError):  # evicted while listing
+            cached[path.name] = path.stat().st_size
+    assert sum(cached.values()) <= limit and len(cached) <= 3
     assert loader.stats.evictions >= len(shards) - 3
     listed = client.list_objects_v2(Bucket=BUCKET, Prefix="data/shards/")["Contents"]
     assert len(listed) == len(shards)  # the source is intact
@@ -153,7 +160,7 @@ def test_lru_eviction_keeps_the_cache_under_its_limit_and_never_deletes_the_sour
     # more shards than the cache holds (the shuffle buffer mixes shards), so only the last
     # sample's shard is certain to be cached.
     view = loader.views[0]
-    assert view.shard_path(view.row_of(keys[-1])) in {f"shards/{p.name}" for p in cached}
+    assert view.shard_path(view.row_of(keys[-1])) in {f"shards/{name}" for name in cached}
 
 
 def test_cache_limit_below_one_shard_is_refused(remote, tmp_path):
