@@ -3,10 +3,31 @@ small synthetic raw logs."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Fuzzing budget (tests/unit/test_fuzz_*.py): CI runs a fixed, derandomised set of examples
+# (the same every run, a few seconds per file); `DRIVETRAIN_FUZZ=long make test-unit` runs a
+# longer random search (docs/security.md).
+settings.register_profile(
+    "ci",
+    max_examples=60,
+    derandomize=True,
+    database=None,
+    deadline=2000,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+settings.register_profile(
+    "long",
+    max_examples=5000,
+    deadline=10_000,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+settings.load_profile(os.environ.get("DRIVETRAIN_FUZZ", "ci"))
 
 #: `shared/` lies beside the repository root (CI clones the repo with shared/ next to it).
 SHARED_DIR = Path(__file__).resolve().parents[1].parent / "shared"
