@@ -52,7 +52,7 @@ class NotRegularFileError(UserError):
             "replace it with the regular file it should be; FIFOs, devices and sockets are refused",
         )
 
-    def __reduce__(self):  # type: ignore[override]
+    def __reduce__(self):  # noqa: D105
         """Pickle with the original arguments."""
         return type(self), (self.path, self.kind)
 
@@ -68,7 +68,7 @@ class PathOutsideRootError(UserError):
             "keep every path inside the declared root (no '..', no links out of it)",
         )
 
-    def __reduce__(self):  # type: ignore[override]
+    def __reduce__(self):  # noqa: D105
         """Pickle with the original arguments."""
         return type(self), (self.path, self.root)
 
