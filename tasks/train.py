@@ -19,7 +19,6 @@ goodput with its workload's baseline and publishes the goodput Deck while the wo
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,7 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from platform_lib.registry.goodput import GoodputFinisher, MlflowMetricsStream, hand_off_run
 from platform_lib.shards import load_manifest
 from platform_lib.telemetry.publish import GOODPUT_HTML
+from platform_lib.training.checkpoint import make_run_dir
 from platform_lib.training.config import TrainConfig, hash_config
 from platform_lib.training.launch import DISABLE_SHARED_STORE
 from platform_lib.training.overrides import resolve_train_config
@@ -87,15 +87,15 @@ def resolve_run_dir(dataset_hash: str, config_hash: str, agent_pid: int | None =
     All ranks of a launch are children of the same elastic agent process, so the agent's pid
     (`os.getppid()` in a worker) plus the dataset and config hashes name a folder that every
     rank agrees on without communicating, and that an elastic restart (`max_restarts`) finds
-    again to resume from its last checkpoint. It lives under `$TMPDIR/drivetrain-train/`;
-    the task uploads it as its output. The agent itself passes its own pid as `agent_pid`.
+    again to resume from its last checkpoint. It lives under `$TMPDIR/drivetrain-train-<uid>/`,
+    private to the user (`make_run_dir`: mode 0700, refused when another user owns it or others
+    can write it); the task uploads it as its output. The agent itself passes its own pid as
+    `agent_pid`.
     """
     name = (
         f"{dataset_hash[:16]}-{config_hash[:16]}-{os.getppid() if agent_pid is None else agent_pid}"
     )
-    path = Path(tempfile.gettempdir()) / "drivetrain-train" / name
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return make_run_dir(name)
 
 
 def train_model(dataset: FlyteDirectory, config: TrainConfig) -> FlyteDirectory:

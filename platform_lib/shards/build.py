@@ -1,22 +1,31 @@
 """Build a dataset: frames -> checked -> encoded -> shards + index -> manifest (last) -> publish.
 
 Publishing: everything is written into a staging folder beside the output
-(`<parent>/.<name>.staging-<pid>/`: shards renamed from `*.tmp-<pid>` after fsync, index via
-temp+rename, manifest.json last via temp+rename), then the staging folder is renamed to the
-output. A crash leaves the output untouched (no manifest, so readers refuse a half-built
-folder) and at most a staging folder that is safe to delete. An output folder that already
-holds a dataset is refused unless `overwrite=True`, which swaps the new dataset in by rename
-and only then deletes the old one; a non-empty folder that is not a dataset is always refused.
+(`<parent>/.<name>.staging-<pid>-<random>/`: shards renamed from `*.tmp-<pid>` after fsync,
+index via temp+rename, manifest.json last via temp+rename), then the staging folder is renamed
+to the output. A crash leaves the output untouched (no manifest, so readers refuse a
+half-built folder) and at most a staging folder; the staging folder holds its builder's owner
+lock (`platform_lib.fsguard.hold_owner_lock`), and the next build into the same output removes
+every staging folder whose builder is gone (`remove_if_orphaned`). Renames into one parent
+folder are serialised by a lock on that folder, so of two builds racing into one output (or
+one empty folder) exactly one publishes and the other is refused naming the output. An output
+folder that already holds a dataset is refused unless `overwrite=True`, which swaps the new
+dataset in by rename and only then deletes the old one; a non-empty folder that is not a
+dataset is always refused.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import multiprocessing
 import os
+import secrets
 import shutil
 import sys
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -24,6 +33,7 @@ from typing import Any, Literal
 import pyarrow as pa
 from tqdm import tqdm
 
+from platform_lib.fsguard import hold_owner_lock, remove_if_orphaned
 from platform_lib.shards.build_report import BadFrames
 from platform_lib.shards.errors import BuildError
 from platform_lib.shards.index import INDEX_NAME, write_index
@@ -41,7 +51,19 @@ from platform_lib.shards.split import SPLIT_METHODS, assign_splits
 from platform_lib.shards.writer import ShardWriter, fsync_dir
 from platform_lib.sources.frame import CLASS_GROUPS, Frame, FrameError
 
-__all__ = ["BuildConfig", "build_dataset", "write_dataset"]
+__all__ = [
+    "BuildConfig",
+    "build_dataset",
+    "check_output",
+    "publish_staging",
+    "stage_output",
+    "write_dataset",
+]
+
+#: Owner lock inside a staging folder (removed just before the folder is published).
+_OWNER_LOCK = ".owner.lock"
+#: How long a build waits for another build's renames in the same parent folder, in s.
+_PUBLISH_WAIT_S = 60.0
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -93,7 +115,13 @@ class BuildConfig:
         return fields
 
 
-def _check_output(output: Path, overwrite: bool) -> None:
+def check_output(output: Path, overwrite: bool) -> None:
+    """Refuse an `output` folder that may not be written (before any work, and again at publish).
+
+    Raises:
+        BuildError: `output` is a file, a dataset (without `overwrite`), or a non-empty folder
+            that is not a dataset; the message names `output` and what to do.
+    """
     if not output.exists():
         return
     if not output.is_dir():
@@ -111,22 +139,96 @@ def _check_output(output: Path, overwrite: bool) -> None:
         )
 
 
-def _publish(staging: Path, output: Path, overwrite: bool) -> None:
-    _check_output(output, overwrite)
-    old = None
-    if output.exists():
-        if (output / MANIFEST_NAME).exists():
-            old = output.parent / f".{output.name}.old-{os.getpid()}"
-            os.replace(output, old)
-        else:
-            output.rmdir()  # empty folder (checked above)
+def sweep_staging(output: Path) -> int:
+    """Remove the staging folders of `output` whose builder is gone; return how many.
+
+    A staging folder is removed only when nobody holds its owner lock (its builder died: the
+    kernel dropped the lock), whatever PID namespace the builder ran in. Staging folders
+    without a lock file (a builder between its last write and its rename) are left alone.
+    """
+    removed = 0
+    for staging in output.parent.glob(f".{output.name}.staging-*"):
+        if staging.is_dir() and not staging.is_symlink():
+            removed += remove_if_orphaned(staging / _OWNER_LOCK, staging)
+    return removed
+
+
+@contextlib.contextmanager
+def stage_output(output: Path) -> Iterator[Path]:
+    """Yield a new staging folder beside `output`, owned by this process until the block ends.
+
+    Orphaned staging folders of `output` are swept first (`sweep_staging`). The folder holds
+    this process's owner lock; on leaving the block the folder (if not published by
+    `publish_staging`) is removed and the lock released.
+    """
+    output.parent.mkdir(parents=True, exist_ok=True)
+    sweep_staging(output)
+    staging = output.parent / f".{output.name}.staging-{os.getpid()}-{secrets.token_hex(4)}"
+    staging.mkdir()
+    lock_fd = hold_owner_lock(staging / _OWNER_LOCK)
     try:
-        os.replace(staging, output)
-    except OSError:
-        if old is not None:  # put the previous dataset back
-            os.replace(old, output)
-        raise
-    fsync_dir(output.parent)
+        yield staging
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        os.close(lock_fd)
+
+
+@contextlib.contextmanager
+def _parent_lock(folder: Path) -> Iterator[None]:
+    """Hold an exclusive `flock` on `folder` itself (no lock file left behind), with a deadline."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        deadline = time.monotonic() + _PUBLISH_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise BuildError(
+                        f"another build kept {folder} locked for {_PUBLISH_WAIT_S:.0f} s while "
+                        "publishing; retry when it has finished"
+                    ) from None
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)
+
+
+def publish_staging(staging: Path, output: Path, overwrite: bool) -> None:
+    """Rename the finished `staging` folder (from `stage_output`) to `output`, atomically.
+
+    Builds publishing into one parent folder take turns (a lock on the parent), and the output
+    is checked again under that lock: when another build published there meanwhile, this one
+    is refused (unless `overwrite`). An empty `output` folder is replaced by the rename itself.
+
+    Raises:
+        BuildError: the output may no longer be written (see `check_output`), naming it.
+    """
+    old = None
+    with _parent_lock(output.parent):
+        if not overwrite and (output / MANIFEST_NAME).exists():
+            raise BuildError(
+                f"another build published a dataset at output {output} while this one ran; "
+                "keep it, pass --overwrite to replace it, or choose another --output"
+            )
+        check_output(output, overwrite)
+        if (output / MANIFEST_NAME).exists():
+            old = output.parent / f".{output.name}.old-{os.getpid()}-{secrets.token_hex(4)}"
+            os.replace(output, old)
+        (staging / _OWNER_LOCK).unlink()  # the lock fd stays held until `stage_output` ends
+        try:
+            os.rename(staging, output)  # replaces an empty folder atomically
+        except OSError as error:
+            if old is not None:  # put the previous dataset back
+                os.replace(old, output)
+            if error.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                raise BuildError(
+                    f"output {output} was filled by someone else while this build ran; "
+                    "empty it or choose another --output"
+                ) from None
+            raise
+        fsync_dir(output.parent)
     if old is not None:
         shutil.rmtree(old)
 
@@ -180,13 +282,8 @@ def _write_prepared(
     total: int | None,
 ) -> Manifest:
     output = Path(output_dir).absolute()
-    _check_output(output, config.overwrite)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    staging = output.parent / f".{output.name}.staging-{os.getpid()}"
-    if staging.exists():
-        shutil.rmtree(staging)
-    staging.mkdir()
-    try:
+    check_output(output, config.overwrite)
+    with stage_output(output) as staging:
         manifest = _write_staging(
             items,
             staging,
@@ -196,10 +293,7 @@ def _write_prepared(
             input_root=input_root,
             total=total,
         )
-        _publish(staging, output, config.overwrite)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        publish_staging(staging, output, config.overwrite)
     return manifest
 
 

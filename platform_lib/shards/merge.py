@@ -24,14 +24,19 @@ import hashlib
 import io
 import json
 import os
-import shutil
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from platform_lib.shards.build import BuildConfig, _check_output, _publish, write_dataset
+from platform_lib.shards.build import (
+    BuildConfig,
+    check_output,
+    publish_staging,
+    stage_output,
+    write_dataset,
+)
 from platform_lib.shards.errors import BuildError
 from platform_lib.shards.index import INDEX_NAME, read_index, write_index
 from platform_lib.shards.manifest import (
@@ -246,7 +251,7 @@ def merge_parts(
     if not parts:
         raise BuildError("no parts to merge: the raw-log location holds no logs")
     output = Path(output_dir).absolute()
-    _check_output(output, config.overwrite)
+    check_output(output, config.overwrite)
     loaded = sorted(
         (_read_part(p) + (p,) for p in parts), key=lambda t: t[0]["source_logs"][0]["log_id"]
     )
@@ -308,11 +313,7 @@ def merge_parts(
         raise BuildError(f"cannot assign splits over the parts: {exc}; fix the split") from exc
     for row, split in zip(rows, splits, strict=True):
         row["split"] = split
-    output.parent.mkdir(parents=True, exist_ok=True)
-    staging = output.parent / f".{output.name}.staging-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir()
-    try:
+    with stage_output(output) as staging:
         index_sha, index_bytes = write_index(rows, staging / INDEX_NAME)
         merged = Manifest.from_dict(
             {
@@ -347,8 +348,5 @@ def merge_parts(
         )
         fsync_dir(staging)
         write_manifest(staging, merged)
-        _publish(staging, output, config.overwrite)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        publish_staging(staging, output, config.overwrite)
     return merged

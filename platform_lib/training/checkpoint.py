@@ -21,14 +21,32 @@ waiting for the previous save still in flight) is what `SaveResult.blocking_s` r
 
 Loads work on the same or another world size (DCP reshards the model and optimizer); per-rank
 state is restored for ranks that existed at save time.
+
+Trust: DCP unpickles `.metadata` with plain `pickle.load` and the per-rank state (BYTE_IO
+items in the `.distcp` files) with `torch.load(weights_only=False)`; torch 2.13 has no safe
+loader for either (pytorch#189308). So a checkpoint is read only when the trainer itself
+committed it: at commit rank 0 records the sha256 of `.metadata` and of every file of the
+step folder in a ledger, `<folder>.ledger.json` beside the checkpoint folder (JSON, written
+atomically), and before DCP reads a byte of a step folder the files must match that ledger
+exactly. Complete step folders missing from the ledger (planted, or a commit killed before
+its ledger write) are skipped with a warning. Rank 0 re-reads the whole step folder at commit
+to hash it (a few seconds per GB); the data files are hashed too because they carry pickles.
+A local checkpoint folder (and the ledger) must be owned by the user and not writable by
+group or others (`ensure_private_dir`); on object storage the bucket's access rules stand in
+for ownership and the same ledger rule applies.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import io
+import json
 import os
 import random
 import re
+import stat
+import tempfile
 import time
 import warnings
 from collections.abc import Callable
@@ -55,6 +73,8 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
+from platform_lib.errors import UserError
+from platform_lib.fsguard import open_regular, read_regular
 from platform_lib.storage import is_transient
 
 __all__ = [
@@ -62,11 +82,14 @@ __all__ = [
     "CheckpointSaveError",
     "Checkpointer",
     "SaveResult",
+    "UntrustedCheckpointError",
     "capture_rng_state",
+    "ensure_private_dir",
     "export_weights",
     "find_latest_checkpoint",
     "list_checkpoints",
     "load_weights",
+    "make_run_dir",
     "restore_rng_state",
 ]
 
@@ -79,6 +102,76 @@ StorageHook = Callable[[FileSystemWriter, int], FileSystemWriter]
 
 class CheckpointSaveError(RuntimeError):
     """A checkpoint save failed on some rank; the previous complete checkpoint stays usable."""
+
+
+class UntrustedCheckpointError(UserError):
+    """A checkpoint folder or step the trainer cannot trust.
+
+    Its owner is another user, others can write it, or its files differ from the digests
+    recorded at commit.
+    """
+
+
+#: Largest ledger read, in bytes (a few hundred bytes per step).
+_LEDGER_MAX_BYTES = 16 * 1024 * 1024
+_HASH_CHUNK = 8 * 1024 * 1024
+
+
+def _check_private_dir(path: Path) -> None:
+    """Refuse `path` unless it is a real folder owned by this user that nobody else can write."""
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        raise UntrustedCheckpointError(
+            "not a folder (a symbolic link or a file)",
+            str(path),
+            "remove it; the trainer creates its own folder there",
+        )
+    if info.st_uid != os.geteuid():
+        raise UntrustedCheckpointError(
+            f"folder is owned by uid {info.st_uid}, not by you (uid {os.geteuid()}); its "
+            "checkpoints could run someone else's code at restore",
+            str(path),
+            "use a folder you own (another checkpoint.folder or TMPDIR), or remove this one",
+        )
+    if info.st_mode & 0o022:
+        raise UntrustedCheckpointError(
+            f"group or others can write the folder (mode {stat.S_IMODE(info.st_mode):o}); its "
+            "checkpoints could be replaced by someone else",
+            str(path),
+            f"run `chmod go-w {path}` if everything in it is yours, or use another folder",
+        )
+
+
+def ensure_private_dir(path: str | os.PathLike[str]) -> Path:
+    """Create folder `path` (mode 0700; missing parents as usual) or check the existing one.
+
+    Returns:
+        `path` as a Path.
+
+    Raises:
+        UntrustedCheckpointError: `path` is a link or a file, belongs to another user, or
+            group or others can write it (names the folder and the fix).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    _check_private_dir(path)
+    return path
+
+
+def make_run_dir(name: str) -> Path:
+    """Return the private run folder `$TMPDIR/drivetrain-train-<uid>/<name>`, creating it.
+
+    The name is predictable on purpose (every rank of a launch and its restarts find the same
+    folder without talking), so both levels are created mode 0700 and an existing one is used
+    only when this user owns it and nobody else can write it.
+
+    Raises:
+        UntrustedCheckpointError: as `ensure_private_dir`, for either level.
+    """
+    base = ensure_private_dir(Path(tempfile.gettempdir()) / f"drivetrain-train-{os.geteuid()}")
+    return ensure_private_dir(base / name)
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -130,6 +223,127 @@ def find_latest_checkpoint(folder: str | os.PathLike[str]) -> str | None:
     """
     complete = [path for _, path, done in list_checkpoints(folder) if done]
     return complete[-1] if complete else None
+
+
+def _ledger_path(folder: str) -> str:
+    return f"{folder.rstrip('/')}.ledger.json"
+
+
+def _read_ledger(folder: str) -> dict[str, dict[str, str]]:
+    """Return step folder name -> {file name: sha256} from the ledger of `folder` ({} if none).
+
+    Raises:
+        UntrustedCheckpointError: a local ledger owned by another user, writable by others,
+            not a regular file, or not a ledger.
+    """
+    path = _ledger_path(folder)
+    try:
+        if _is_remote(folder):
+            fs, root = fsspec.core.url_to_fs(path)
+            data = fs.cat_file(root)
+        else:
+            local = fsspec.core.url_to_fs(path)[1]
+            info = os.lstat(local)
+            if info.st_uid != os.geteuid() or info.st_mode & 0o022:
+                raise UntrustedCheckpointError(
+                    f"checkpoint ledger is owned by uid {info.st_uid} with mode "
+                    f"{stat.S_IMODE(info.st_mode):o}, not yours alone",
+                    local,
+                    "remove it and the checkpoints beside it, or use a folder you own",
+                )
+            data = read_regular(local, max_bytes=_LEDGER_MAX_BYTES)
+    except FileNotFoundError:
+        return {}
+    try:
+        ledger = json.loads(data)
+        steps = ledger["checkpoints"]
+        if not all(
+            isinstance(files, dict) and all(isinstance(v, str) for v in files.values())
+            for files in steps.values()
+        ):
+            raise TypeError("file digests must be strings")
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise UntrustedCheckpointError(
+            f"checkpoint ledger is not a ledger ({error})",
+            path,
+            "remove it and the checkpoints beside it, or use another checkpoint folder",
+        ) from None
+    return steps
+
+
+def _write_ledger(folder: str, steps: dict[str, dict[str, str]]) -> None:
+    """Write the ledger of `folder` atomically (local: temp file + rename; remote: one PUT)."""
+    data = json.dumps({"format": 1, "checkpoints": steps}, indent=1, sort_keys=True).encode()
+    path = _ledger_path(folder)
+    fs, root = fsspec.core.url_to_fs(path)
+    if _is_remote(folder):
+        fs.pipe_file(root, data)
+        return
+    fd, tmp = tempfile.mkstemp(prefix=".ledger-", dir=os.path.dirname(root))
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, root)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def _hash_step(path: str) -> dict[str, str]:
+    """Return {file name: sha256 hex} of every file in step folder `path`.
+
+    A local entry that is not a regular file (a FIFO, device, folder) is recorded as such
+    without reading a byte, so it can never match a digest.
+    """
+    fs, root = fsspec.core.url_to_fs(path)
+    digests = {}
+    for entry in fs.ls(root, detail=True):
+        name = entry["name"].rstrip("/").rsplit("/", 1)[-1]
+        digest = hashlib.sha256()
+        if _is_remote(path):
+            if entry["type"] != "file":
+                digests[name] = "not a file"
+                continue
+            handle = fs.open(entry["name"], "rb")
+        else:
+            try:
+                handle = os.fdopen(open_regular(os.path.join(root, name)), "rb")
+            except UserError:
+                digests[name] = "not a regular file"
+                continue
+        with handle:
+            while chunk := handle.read(_HASH_CHUNK):
+                digest.update(chunk)
+        digests[name] = digest.hexdigest()
+    return digests
+
+
+def _verify_step(folder: str, path: str) -> str | None:
+    """Return why step folder `path` may not be read (None when it matches the ledger)."""
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    recorded = _read_ledger(folder).get(name)
+    if recorded is None:
+        return (
+            f"checkpoint is not in the ledger {_ledger_path(folder)} (not committed by this "
+            "trainer, or its commit was interrupted)"
+        )
+    found = _hash_step(path)
+    if METADATA_FILE not in recorded:
+        return f"the ledger entry of the checkpoint lists no {METADATA_FILE}"
+    for file in sorted(set(recorded) | set(found)):
+        if recorded.get(file) != found.get(file):
+            if file not in found:
+                return f"checkpoint file {file} recorded at commit is missing"
+            if file not in recorded:
+                return f"checkpoint file {file} was not there at commit"
+            return (
+                f"checkpoint file {file} differs from the sha256 recorded at commit "
+                f"({found[file][:12]}..., recorded {recorded[file][:12]}...)"
+            )
+    return None
 
 
 def capture_rng_state() -> dict[str, Any]:
@@ -220,6 +434,8 @@ class Checkpointer:
             storage_hook,
         )
         self.retry_backoff_s = retry_backoff_s
+        if not _is_remote(self.folder):
+            ensure_private_dir(fsspec.core.url_to_fs(self.folder)[1])
         self.rank = dist.get_rank()
         self.saves: list[SaveResult] = []
         """every save of this process, in order"""
@@ -253,8 +469,31 @@ class Checkpointer:
         return FsspecReader(path) if _is_remote(path) else FileSystemReader(path)
 
     def latest(self) -> str | None:
-        """Return the newest complete checkpoint folder, or None (see `find_latest_checkpoint`)."""
-        return find_latest_checkpoint(self.folder)
+        """Return the newest complete checkpoint folder in the ledger, or None.
+
+        Complete step folders that the ledger does not list (planted, or a commit killed
+        before its ledger write) are skipped with a warning; nothing of them is read.
+        """
+        ledger = _read_ledger(self.folder)
+        for _, path, done in reversed(list_checkpoints(self.folder)):
+            if not done:
+                continue
+            if path.rstrip("/").rsplit("/", 1)[-1] in ledger:
+                return path
+            warnings.warn(
+                f"skipping checkpoint {path}: it is not in the ledger {_ledger_path(self.folder)} "
+                "(not committed by this trainer, or its commit was interrupted)",
+                stacklevel=2,
+            )
+        return None
+
+    def _commit(self, path: str) -> None:
+        """Rank 0: record the sha256 of every file of the committed step folder `path`."""
+        if self.rank != 0:
+            return
+        ledger = _read_ledger(self.folder)
+        ledger[path.rstrip("/").rsplit("/", 1)[-1]] = _hash_step(path)
+        _write_ledger(self.folder, ledger)
 
     def save(
         self,
@@ -286,6 +525,9 @@ class Checkpointer:
         path = _join(self.folder, f"step-{step:06d}")
         group = self._group
         if self.rank == 0:  # a partial folder of this step from an earlier attempt
+            ledger = _read_ledger(self.folder)
+            if ledger.pop(path.rsplit("/", 1)[-1], None) is not None:
+                _write_ledger(self.folder, ledger)
             fs, root = fsspec.core.url_to_fs(path)
             if fs.exists(root):
                 fs.rm(root, recursive=True)
@@ -306,6 +548,7 @@ class Checkpointer:
             self._pending = (step, path, future)
         else:
             self._save_sync(state, path, step)
+            self._commit(path)
             self._retain()
         result = SaveResult(
             step=step,
@@ -371,6 +614,7 @@ class Checkpointer:
                 stacklevel=2,
             )
         else:
+            self._commit(path)
             self._retain()
         return time.perf_counter() - start
 
@@ -389,6 +633,10 @@ class Checkpointer:
         for path in doomed:
             fs, root = fsspec.core.url_to_fs(path)
             fs.rm(root, recursive=True)
+        kept = {p.rstrip("/").rsplit("/", 1)[-1] for _, p in complete[-self.keep :]}
+        ledger = _read_ledger(self.folder)
+        if set(ledger) - kept:
+            _write_ledger(self.folder, {k: v for k, v in ledger.items() if k in kept})
 
     def load(self, path: str, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         """Load model and optimizer in place from step folder `path`; collective.
@@ -399,11 +647,23 @@ class Checkpointer:
 
         Raises:
             FileNotFoundError: if `path` has no `.metadata` (not a complete checkpoint).
+            UntrustedCheckpointError: `path` is not in the ledger, or a file differs from the
+                sha256 recorded at commit (checked by rank 0 before DCP reads anything).
         """
         fs, root = fsspec.core.url_to_fs(path)
         if not fs.exists(f"{root}/{METADATA_FILE}"):
             raise FileNotFoundError(
                 f"{path} is not a complete checkpoint (no {METADATA_FILE} from DCP)"
+            )
+        verdict = [_verify_step(self.folder, path) if self.rank == 0 else None]
+        if dist.get_world_size() > 1:
+            dist.broadcast_object_list(verdict, src=0)
+        if verdict[0] is not None:
+            raise UntrustedCheckpointError(
+                verdict[0],
+                path,
+                "do not resume from it: delete that step folder to resume from the previous "
+                "checkpoint, or start a new run",
             )
         key = _RANK_KEY.format(self.rank)
         saved_keys = self._reader(path).read_metadata().state_dict_metadata

@@ -21,7 +21,10 @@ def test_run_dir_is_shared_by_the_ranks_of_one_launch(
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     a = resolve_run_dir("d" * 64, "c" * 64)
     assert a == resolve_run_dir("d" * 64, "c" * 64) and a.is_dir()
-    assert a.name.endswith(f"-{os.getppid()}") and a.parent == tmp_path / "drivetrain-train"
+    assert (
+        a.name.endswith(f"-{os.getppid()}")
+        and a.parent == tmp_path / f"drivetrain-train-{os.geteuid()}"
+    )
     assert resolve_run_dir("e" * 64, "c" * 64) != a
 
 

@@ -240,10 +240,11 @@ def test_rng_state_round_trip_is_exact():
 
 
 def test_copying_a_checkpoint_folder_keeps_it_loadable(trained, tmp_path):
-    """A step folder is self-contained (DCP metadata + data files): copy it anywhere."""
+    """A step folder (DCP metadata + data files) and its ledger are self-contained: copy them."""
     model, optimizer = trained
     saved = Checkpointer(tmp_path / "a").save(9, model, optimizer, {"step": 9})
     shutil.copytree(saved.path, tmp_path / "b" / "step-000009")
+    shutil.copy(tmp_path / "a.ledger.json", tmp_path / "b.ledger.json")
     assert (
         Checkpointer(tmp_path / "b").load(str(tmp_path / "b" / "step-000009"), model, optimizer)[
             "step"

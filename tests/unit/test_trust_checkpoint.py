@@ -1,0 +1,145 @@
+"""Checkpoints you can trust (world size 1, gloo): planted or tampered checkpoints and foreign
+or shared folders are refused before DCP unpickles a byte; honest resumes still work."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import stat
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from platform_lib.errors import format_user_error
+from platform_lib.training.checkpoint import (
+    Checkpointer,
+    UntrustedCheckpointError,
+    ensure_private_dir,
+    make_run_dir,
+)
+from platform_lib.training.distributed import destroy_distributed, init_distributed
+from platform_lib.training.parallel import apply_fsdp, build_mesh, build_mp_policy
+
+
+class _Planted:
+    """A pickle that, when loaded, writes a marker file (stands for arbitrary code)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.write_text, (self.marker, "code ran"))
+
+
+@pytest.fixture
+def trained():
+    """An FSDP-sharded 2-layer model after one AdamW step (so the optimizer has state)."""
+    ctx = init_distributed("gloo")
+    torch.manual_seed(0)
+    model = apply_fsdp(
+        torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Linear(16, 1)),
+        build_mesh(ctx),
+        build_mp_policy(False),
+    )
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model(torch.randn(4, 16)).sum().backward()
+    optimizer.step()
+    yield model, optimizer
+    destroy_distributed(ctx)
+
+
+def test_tampered_metadata_is_refused_before_it_is_unpickled(trained, tmp_path):
+    model, optimizer = trained
+    ckpt = Checkpointer(tmp_path / "ckpt")
+    saved = ckpt.save(2, model, optimizer, {"step": 2})
+    marker = tmp_path / "marker"
+    (Path(saved.path) / ".metadata").write_bytes(pickle.dumps(_Planted(marker)))
+    with pytest.raises(UntrustedCheckpointError) as raised:
+        ckpt.load(ckpt.latest(), model, optimizer)
+    line = format_user_error(raised.value)
+    assert "\n" not in line and ".metadata differs from the sha256 recorded at commit" in line
+    assert saved.path in line and not marker.exists()
+
+
+def test_planted_step_folder_is_skipped_and_never_read(trained, tmp_path):
+    model, optimizer = trained
+    root = tmp_path / "ckpt"
+    ckpt = Checkpointer(root)
+    ckpt.save(2, model, optimizer, {"step": 2})
+    marker = tmp_path / "marker"
+    planted = root / "step-000009"
+    planted.mkdir()
+    (planted / ".metadata").write_bytes(pickle.dumps(_Planted(marker)))
+    with pytest.warns(UserWarning, match="skipping checkpoint .*step-000009.*not in the ledger"):
+        latest = ckpt.latest()
+    assert latest == str(root / "step-000002")
+    with pytest.raises(UntrustedCheckpointError, match="not in the ledger"):
+        ckpt.load(str(planted), model, optimizer)
+    assert ckpt.load(latest, model, optimizer)["step"] == 2 and not marker.exists()
+
+
+def test_tampered_data_file_is_refused(trained, tmp_path):
+    model, optimizer = trained
+    ckpt = Checkpointer(tmp_path / "ckpt")
+    saved = ckpt.save(3, model, optimizer, {"step": 3})
+    data = next(Path(saved.path).glob("*.distcp"))
+    blob = bytearray(data.read_bytes())
+    blob[-1] ^= 0xFF
+    data.write_bytes(bytes(blob))
+    with pytest.raises(UntrustedCheckpointError, match=rf"{data.name} differs from the sha256"):
+        ckpt.load(saved.path, model, optimizer)
+
+
+def test_honest_checkpoint_resumes_and_retention_prunes_the_ledger(trained, tmp_path):
+    model, optimizer = trained
+    root = tmp_path / "ckpt"
+    ckpt = Checkpointer(root, keep=1)
+    ckpt.save(1, model, optimizer, {"step": 1})
+    ckpt.save(2, model, optimizer, {"step": 2})
+    assert ckpt.load(ckpt.latest(), model, optimizer)["step"] == 2
+    ledger = json.loads((tmp_path / "ckpt.ledger.json").read_text())["checkpoints"]
+    assert list(ledger) == ["step-000002"] and ".metadata" in ledger["step-000002"]
+    assert stat.S_IMODE(root.stat().st_mode) == 0o700
+
+
+def test_world_writable_checkpoint_folder_is_refused(trained, tmp_path):
+    root = tmp_path / "ckpt"
+    root.mkdir()
+    root.chmod(0o777)
+    with pytest.raises(UntrustedCheckpointError) as raised:
+        Checkpointer(root)
+    line = format_user_error(raised.value)
+    assert "\n" not in line and f"({root})" in line and "mode 777" in line
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid needs root")
+def test_folder_of_another_user_is_refused(tmp_path):
+    root = tmp_path / "ckpt"
+    root.mkdir(mode=0o755)
+    os.chown(root, 65534, 65534)
+    with pytest.raises(UntrustedCheckpointError) as raised:
+        ensure_private_dir(root)
+    line = format_user_error(raised.value)
+    assert "\n" not in line and f"({root})" in line and "owned by uid 65534" in line
+
+
+def test_run_folder_is_private_and_a_foreign_one_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    run = make_run_dir("abc-1")
+    base = tmp_path / f"drivetrain-train-{os.geteuid()}"
+    assert run == base / "abc-1" and make_run_dir("abc-1") == run
+    for folder in (base, run):
+        info = folder.lstat()
+        assert stat.S_IMODE(info.st_mode) == 0o700 and info.st_uid == os.geteuid()
+    planted = base / "abc-2"
+    planted.mkdir(mode=0o777)
+    planted.chmod(0o777)  # as another user's `mkdir` of a predictable name would leave it
+    with pytest.raises(UntrustedCheckpointError, match=r"group or others can write.*abc-2"):
+        make_run_dir("abc-2")
+    (tmp_path / "elsewhere").mkdir()
+    (base / "abc-3").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(UntrustedCheckpointError, match="not a folder"):
+        make_run_dir("abc-3")
