@@ -34,7 +34,11 @@ from platform_lib.shards.check import check_dataset, explain_dataset_error
 from platform_lib.shards.merge import build_part, merge_parts, resolve_part_store
 from platform_lib.shards.split import SPLIT_METHODS
 from platform_lib.sources import DEFAULT_SPLITS, check_source, list_log_urls
-from platform_lib.sources.hashing import check_raw_logs_unchanged, hash_raw_location
+from platform_lib.sources.hashing import (
+    check_raw_logs_unchanged,
+    hash_log_location,
+    hash_raw_location,
+)
 from platform_lib.sources.synthetic import SyntheticConfig, write_synthetic_logs
 from platform_lib.storage import fetch_folder, is_local_url
 from tasks.errors import stale_cache_error, task_errors
@@ -125,7 +129,7 @@ def dataset_config(source: str, split: str, quarantine: bool) -> BuildConfig:
 
 
 class RawLogList(NamedTuple):
-    """The raw logs present at a location: one folder URL and content hash per log, sorted."""
+    """The raw logs present at a location: one folder URL and log hash (id + content) per log."""
 
     logs: list[str]
     log_hashes: list[str]
@@ -136,7 +140,7 @@ def list_raw_logs(source: str, raw_logs: str) -> RawLogList:
     """Return the logs under `raw_logs` now and their content hashes (uncached: the probe)."""
     with task_errors("listing raw_logs", raw_logs):
         logs = list_log_urls(source, raw_logs)
-        return RawLogList(logs=logs, log_hashes=[hash_raw_location(log) for log in logs])
+        return RawLogList(logs=logs, log_hashes=[hash_log_location(log) for log in logs])
 
 
 @task(
