@@ -4,7 +4,8 @@ Cache keys: `materialize_raw_logs` on (source, raw_logs, synthetic config); `has
 and `list_raw_logs` are deliberately NOT cached (they are the cheap probes that tell whether
 the raw bytes changed and which logs are present); `build_log_part` on (source, log_hash,
 config) with the location `log` excluded (`Cache(ignored_inputs=...)`), so moving or copying
-identical logs is a cache hit and changing one byte is a miss for that log only;
+identical logs is a cache hit and changing one byte (or the log's folder name, its log id) is a
+miss for that log only;
 `merge_dataset` on the part locations, which are content addresses. Its output carries the
 manifest's dataset_hash as its Flyte hash, so downstream cache keys follow the dataset's
 content, not the temporary folder it landed in.

@@ -106,7 +106,8 @@ class PandasetLog:
 def list_pandaset_logs(root: str | os.PathLike[str]) -> list[Path]:
     """Return the sorted sequence folders under a PandaSet root, or [root] if it is one.
 
-    A sequence folder is recognised by holding `lidar/poses.json`.
+    A sequence folder is recognised by holding `lidar/poses.json`; names starting with "." are
+    skipped, as the content hash of the root skips them (`raw_files`).
 
     Raises:
         FileNotFoundError: if `root` does not exist or holds no sequence folder.
@@ -115,7 +116,11 @@ def list_pandaset_logs(root: str | os.PathLike[str]) -> list[Path]:
     if (root / "lidar" / "poses.json").is_file():
         return [root]
     logs = (
-        sorted(p for p in root.iterdir() if (p / "lidar" / "poses.json").is_file())
+        sorted(
+            p
+            for p in root.iterdir()
+            if not p.name.startswith(".") and (p / "lidar" / "poses.json").is_file()
+        )
         if root.is_dir()
         else []
     )

@@ -163,7 +163,7 @@ def scan_raw_files(folder: str | os.PathLike[str]) -> RawFiles:
     files: list[str] = []
     dirs: set[str] = set()
     links: dict[str, str] = {}
-    stack = [("", root, (os.path.realpath(root),))]
+    stack: list[tuple[str, Path, tuple[str, ...]]] = [("", root, (os.path.realpath(root),))]
     visited = 0
     while stack:
         rel_dir, path, ancestors = stack.pop()

@@ -325,3 +325,12 @@ def test_every_file_the_reader_opens_is_hashed(choices, extras, poke) -> None:
         with target.open("ab") as fh:
             fh.write(b"\0")  # any byte the reader read changes the hash
         assert hash_raw_log(seq) != before
+
+
+def test_hidden_sequence_folders_are_neither_hashed_nor_read(tmp_path: Path) -> None:
+    from platform_lib.sources.pandaset import list_pandaset_logs
+
+    _write_sequence(tmp_path / "001")
+    _write_sequence(tmp_path / ".001-backup", shade=10)
+    assert [p.name for p in list_pandaset_logs(tmp_path)] == ["001"]
+    assert not any(rel.startswith(".") for rel in list_raw_files(tmp_path))
