@@ -4,7 +4,8 @@ Cache keys: `materialize_raw_logs` on (source, raw_logs, synthetic config); `has
 and `list_raw_logs` are deliberately NOT cached (they are the cheap probes that tell whether
 the raw bytes changed and which logs are present); `build_log_part` on (source, log_hash,
 config) with the location `log` excluded (`Cache(ignored_inputs=...)`), so moving or copying
-identical logs is a cache hit and changing one byte is a miss for that log only;
+identical logs is a cache hit and changing one byte (or the log's folder name, its log id) is a
+miss for that log only;
 `merge_dataset` on the part locations, which are content addresses. Its output carries the
 manifest's dataset_hash as its Flyte hash, so downstream cache keys follow the dataset's
 content, not the temporary folder it landed in.
@@ -34,7 +35,11 @@ from platform_lib.shards.check import check_dataset, explain_dataset_error
 from platform_lib.shards.merge import build_part, merge_parts, resolve_part_store
 from platform_lib.shards.split import SPLIT_METHODS
 from platform_lib.sources import DEFAULT_SPLITS, check_source, list_log_urls
-from platform_lib.sources.hashing import check_raw_logs_unchanged, hash_raw_location
+from platform_lib.sources.hashing import (
+    check_raw_logs_unchanged,
+    hash_log_location,
+    hash_raw_location,
+)
 from platform_lib.sources.synthetic import SyntheticConfig, write_synthetic_logs
 from platform_lib.storage import fetch_folder, is_local_url
 from tasks.errors import stale_cache_error, task_errors
@@ -125,7 +130,7 @@ def dataset_config(source: str, split: str, quarantine: bool) -> BuildConfig:
 
 
 class RawLogList(NamedTuple):
-    """The raw logs present at a location: one folder URL and content hash per log, sorted."""
+    """The raw logs present at a location: one folder URL and log hash (id + content) per log."""
 
     logs: list[str]
     log_hashes: list[str]
@@ -136,7 +141,7 @@ def list_raw_logs(source: str, raw_logs: str) -> RawLogList:
     """Return the logs under `raw_logs` now and their content hashes (uncached: the probe)."""
     with task_errors("listing raw_logs", raw_logs):
         logs = list_log_urls(source, raw_logs)
-        return RawLogList(logs=logs, log_hashes=[hash_raw_location(log) for log in logs])
+        return RawLogList(logs=logs, log_hashes=[hash_log_location(log) for log in logs])
 
 
 @task(

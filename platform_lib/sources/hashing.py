@@ -1,11 +1,21 @@
-"""Content hashes of raw logs: the identity of a build's input, recorded in the manifest.
+r"""Content hashes of raw logs: the identity of a build's input, recorded in the manifest.
 
-`hash_raw_log(log_dir)` = sha256 over the sorted list of (relative POSIX path, sha256 of the
-file bytes) of every regular file below `log_dir`. It depends on file names and contents only
-(not on mtimes, permissions or the folder's own name/location), so a copied log hashes the same.
+`hash_raw_content(folder)` = sha256 over the sorted lines `relpath\0sha256(file bytes)\n` of
+every file in the folder's listing (`platform_lib.sources.raw_files.scan_raw_files`, the same
+listing the readers open files through), plus `relpath\0-> "target"\n` for each symbolic link
+(links are followed and their targets recorded; dangling links, loops, FIFOs, devices and
+sockets are refused: rules in `raw_files`). It depends on names and contents only (not on
+mtimes, permissions or the folder's own name/location), so a copied folder hashes the same; a
+symlink-free folder hashes exactly as it always did.
+
+`hash_raw_log(log_dir)` is the identity of ONE raw log: its log id (the folder's name, which
+the readers use as the log id of every frame) and its content hash. A renamed log, or two logs
+with the same bytes under different names, therefore get different hashes, and so different
+parts and cache keys (`platform_lib.shards.merge.part_key`). `hash_log_location(url)` is the
+same for a log folder given as a local path or an object-storage URL.
 
 `hash_raw_location(url)` is the content key of a whole raw-log location, local or remote: a
-local folder hashes its bytes (`hash_raw_log`); an object-storage prefix (s3://, gs://, ...)
+local folder hashes its bytes (`hash_raw_content`); an object-storage prefix (s3://, gs://, ...)
 uses each object's version id, else its ETag, instead of reading the bytes, so hashing a bucket
 costs one listing (an ETag changes whenever the object's bytes change).
 """
@@ -13,15 +23,21 @@ costs one listing (an ETag changes whenever the object's bytes change).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
 from platform_lib.errors import UserError
+from platform_lib.fsguard import open_regular
+from platform_lib.sources.raw_files import RawFiles, scan_raw_files
 from platform_lib.storage import call_with_retries, resolve_fs
 
 __all__ = [
     "check_raw_logs_unchanged",
     "hash_file",
+    "hash_listing",
+    "hash_log_location",
+    "hash_raw_content",
     "hash_raw_location",
     "hash_raw_log",
     "list_raw_files",
@@ -31,51 +47,93 @@ _CHUNK = 1 << 20
 
 
 def hash_file(path: str | os.PathLike[str]) -> str:
-    """Return the hex sha256 of a file's bytes, read in 1 MiB chunks."""
+    """Return the hex sha256 of a regular file's bytes, read in 1 MiB chunks.
+
+    Raises:
+        NotRegularFileError: `path` is a FIFO, device, socket or folder.
+        OSError: it cannot be opened.
+    """
     digest = hashlib.sha256()
-    with open(path, "rb") as fh:
+    with os.fdopen(open_regular(path), "rb") as fh:
         while chunk := fh.read(_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
 
 
 def list_raw_files(log_dir: str | os.PathLike[str]) -> list[str]:
-    """Return the sorted relative POSIX paths of all regular files below `log_dir`.
+    """Return the sorted relative POSIX paths of the files in `log_dir`'s listing.
 
-    Hidden files and folders (names starting with ".") are skipped: they hold tool state such as
-    `.DS_Store`, never sensor data.
+    The listing (`scan_raw_files`) skips names starting with "." (tool state such as
+    `.DS_Store`, never sensor data) and follows symbolic links.
 
     Raises:
         FileNotFoundError: if `log_dir` is not a directory.
+        UserError: as `scan_raw_files` (dangling link, link loop, FIFO/device/socket).
     """
-    root = Path(log_dir)
-    if not root.is_dir():
-        raise FileNotFoundError(f"{root}: raw log folder does not exist; check the --input path")
-    out = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in filenames:
-            if name.startswith("."):
-                continue
-            full = Path(dirpath, name)
-            if full.is_file():
-                out.append(full.relative_to(root).as_posix())
-    return sorted(out)
+    return list(scan_raw_files(log_dir).files)
+
+
+def hash_listing(listing: RawFiles) -> str:
+    r"""Return the content hash of a listing (see module docstring).
+
+    Raises:
+        UserError: a listed file cannot be read or is no longer a regular file (culprit: it).
+    """
+    lines = []
+    for rel, target in listing.links.items():
+        lines.append((rel, 0, f"{rel}\0-> {json.dumps(target)}\n"))
+    for rel in listing.files:
+        try:
+            lines.append((rel, 1, f"{rel}\0{hash_file(listing.root / rel)}\n"))
+        except UserError:
+            raise
+        except OSError as exc:
+            raise UserError(
+                f"cannot read raw file ({exc.strerror or exc})",
+                str(listing.root / rel),
+                "check that it exists and is readable, then re-run",
+            ) from exc
+    digest = hashlib.sha256()
+    for _, _, line in sorted(lines):
+        digest.update(line.encode())
+    return digest.hexdigest()
+
+
+def hash_raw_content(folder: str | os.PathLike[str]) -> str:
+    """Return the hex sha256 content hash of a folder (names and bytes; see module docstring).
+
+    Raises:
+        FileNotFoundError: if `folder` is not a directory.
+        UserError: as `scan_raw_files` and `hash_listing`.
+    """
+    return hash_listing(scan_raw_files(folder))
+
+
+def _log_hash(log_id: str, content_hash: str) -> str:
+    return hashlib.sha256(f"log\0{log_id}\n{content_hash}\n".encode()).hexdigest()
 
 
 def hash_raw_log(log_dir: str | os.PathLike[str]) -> str:
-    r"""Return the hex sha256 content hash of a raw log folder (see module docstring).
-
-    Each entry contributes `relpath + "\0" + file_sha256 + "\n"`, in sorted relpath order.
+    """Return the identity of one raw log: sha256 over its log id (folder name) and content hash.
 
     Raises:
         FileNotFoundError: if `log_dir` is not a directory.
+        UserError: as `hash_raw_content`.
     """
-    root = Path(log_dir)
-    digest = hashlib.sha256()
-    for rel in list_raw_files(root):
-        digest.update(f"{rel}\0{hash_file(root / rel)}\n".encode())
-    return digest.hexdigest()
+    return _log_hash(Path(log_dir).name, hash_raw_content(log_dir))
+
+
+def hash_log_location(location: str) -> str:
+    """Return the identity of one raw log at a local path or URL (`hash_raw_log` when local).
+
+    The log id is the last part of the location, as the build names a fetched log
+    (`platform_lib.storage.fetch_folder`).
+
+    Raises:
+        As `hash_raw_location`.
+    """
+    _, root, _ = resolve_fs(location)
+    return _log_hash(Path(root.rstrip("/")).name, hash_raw_location(location))
 
 
 def hash_raw_location(location: str) -> str:
@@ -101,11 +159,12 @@ def hash_raw_location(location: str) -> str:
             "pass raw_logs a folder of raw logs (local path or object-storage URL)",
         )
     if local:
-        if not list_raw_files(root):
+        listing = scan_raw_files(root)
+        if not listing.files:
             raise UserError(
                 "raw-log folder is empty", location, "pass raw_logs a folder holding raw logs"
             )
-        return hash_raw_log(root)
+        return hash_listing(listing)
     lines = []
     listing = call_with_retries(lambda: fs.find(root, detail=True), what="listing", url=location)
     for path, info in sorted(listing.items()):
@@ -130,12 +189,12 @@ def hash_raw_location(location: str) -> str:
 
 
 def check_raw_logs_unchanged(location: str, expected_hash: str) -> None:
-    """Fail when the raw logs changed since they were hashed (a cache key would lie).
+    """Fail when the raw log at `location` changed since `hash_log_location` hashed it.
 
     Raises:
         UserError: naming the location and both hashes.
     """
-    now = hash_raw_location(location)
+    now = hash_log_location(location)
     if now != expected_hash:
         raise UserError(
             f"raw logs changed while the dataset was built (content hash {expected_hash[:12]} -> {now[:12]})",

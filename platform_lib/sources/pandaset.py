@@ -13,6 +13,10 @@ holds 2.6x fewer LiDAR points). Boxes annotated twice for the overlap of the two
 mechanical) copy wins; then one row per uuid, preferring sensor_id -1, then 0, then 1
 (see `pandaset_cuboids`).
 
+Files: `load_pandaset_log` lists the sequence folder once (`raw_files.scan_raw_files`, the listing
+the content hash covers; symbolic links followed and recorded) and every file is looked up and
+opened through that listing, never by a path of its own.
+
 Error handling: `iter_pandaset_frames` yields a `FrameError` in place of a bad frame and goes on;
 `read_pandaset_log` / `read_pandaset` raise on the first one. Log-level problems (missing
 poses/intrinsics, missing camera folder) raise `FrameError` with `frame_index=None`.
@@ -44,6 +48,7 @@ from platform_lib.sources.pandaset_files import (
     parse_pose,
     require_columns,
 )
+from platform_lib.sources.raw_files import MAX_IMAGE_BYTES, RawFiles, scan_raw_files
 from platform_lib.sources.validation import check_jpeg_bytes, validate_frame
 
 __all__ = [
@@ -94,12 +99,15 @@ class PandasetLog:
     """annotations/cuboids/ exists"""
     num_lidar_files: int
     """number of lidar/NN.pkl.gz sweeps present"""
+    files: RawFiles
+    """the sequence folder's listing: the only files read (and the ones hashed)"""
 
 
 def list_pandaset_logs(root: str | os.PathLike[str]) -> list[Path]:
     """Return the sorted sequence folders under a PandaSet root, or [root] if it is one.
 
-    A sequence folder is recognised by holding `lidar/poses.json`.
+    A sequence folder is recognised by holding `lidar/poses.json`; names starting with "." are
+    skipped, as the content hash of the root skips them (`raw_files`).
 
     Raises:
         FileNotFoundError: if `root` does not exist or holds no sequence folder.
@@ -108,7 +116,11 @@ def list_pandaset_logs(root: str | os.PathLike[str]) -> list[Path]:
     if (root / "lidar" / "poses.json").is_file():
         return [root]
     logs = (
-        sorted(p for p in root.iterdir() if (p / "lidar" / "poses.json").is_file())
+        sorted(
+            p
+            for p in root.iterdir()
+            if not p.name.startswith(".") and (p / "lidar" / "poses.json").is_file()
+        )
         if root.is_dir()
         else []
     )
@@ -126,15 +138,18 @@ def load_pandaset_log(log_dir: str | os.PathLike[str]) -> PandasetLog:
     Raises:
         FrameError: (frame_index None) reasons "missing_file", "corrupt_metadata",
             "missing_camera" (a camera folder is absent), "bad_calibration".
+        UserError: the folder's listing refused an entry (dangling link, link loop, FIFO,
+            device, socket; `raw_files.scan_raw_files`) or a file is over its size bound.
     """
     log_dir = Path(log_dir)
     log_id = log_dir.name
-    lidar_files = index_numbered_files(log_dir / "lidar", ".pkl.gz")
+    raw = scan_raw_files(log_dir)
+    lidar_files = index_numbered_files(raw, log_dir / "lidar", ".pkl.gz")
     indices = set(lidar_files)
     cameras = {}
     for name in CAMERA_NAMES:
         folder = log_dir / "camera" / name
-        if not folder.is_dir():
+        if not raw.has_dir(folder):
             raise FrameError(
                 f"{folder}: camera folder is missing; a PandaSet sequence has all of "
                 f"{list(CAMERA_NAMES)}: re-copy the sequence",
@@ -143,7 +158,7 @@ def load_pandaset_log(log_dir: str | os.PathLike[str]) -> PandasetLog:
                 log_id=log_id,
             )
         intr_path = folder / "intrinsics.json"
-        intr = load_json(intr_path, log_id=log_id)
+        intr = load_json(intr_path, files=raw, log_id=log_id)
         try:
             k = np.array(
                 [[intr["fx"], 0.0, intr["cx"]], [0.0, intr["fy"], intr["cy"]], [0.0, 0.0, 1.0]],
@@ -156,27 +171,28 @@ def load_pandaset_log(log_dir: str | os.PathLike[str]) -> PandasetLog:
                 reason="bad_calibration",
                 log_id=log_id,
             ) from exc
-        files = index_numbered_files(folder, ".jpg")
+        files = index_numbered_files(raw, folder, ".jpg")
         indices |= set(files)
         cameras[name] = {
             "intrinsics": k,
             "files": files,
             "folder": folder,
-            "poses": load_json(folder / "poses.json", log_id=log_id),
-            "timestamps": load_json(folder / "timestamps.json", log_id=log_id),
+            "poses": load_json(folder / "poses.json", files=raw, log_id=log_id),
+            "timestamps": load_json(folder / "timestamps.json", files=raw, log_id=log_id),
         }
     for sub in ("cuboids", "semseg"):
-        indices |= set(index_numbered_files(log_dir / "annotations" / sub, ".pkl.gz"))
+        indices |= set(index_numbered_files(raw, log_dir / "annotations" / sub, ".pkl.gz"))
     return PandasetLog(
         log_dir=log_dir,
         log_id=log_id,
         frame_indices=tuple(range(max(indices) + 1)) if indices else (),
-        lidar_poses=load_json(log_dir / "lidar" / "poses.json", log_id=log_id),
-        lidar_timestamps=load_json(log_dir / "lidar" / "timestamps.json", log_id=log_id),
+        lidar_poses=load_json(log_dir / "lidar" / "poses.json", files=raw, log_id=log_id),
+        lidar_timestamps=load_json(log_dir / "lidar" / "timestamps.json", files=raw, log_id=log_id),
         cameras=cameras,
-        has_semseg=(log_dir / "annotations" / "semseg").is_dir(),
-        has_cuboids=(log_dir / "annotations" / "cuboids").is_dir(),
+        has_semseg=raw.has_dir(log_dir / "annotations" / "semseg"),
+        has_cuboids=raw.has_dir(log_dir / "annotations" / "cuboids"),
         num_lidar_files=len(lidar_files),
+        files=raw,
     )
 
 
@@ -185,7 +201,7 @@ def _read_camera(
 ) -> tuple[CameraImage, Path]:
     cam = log.cameras[name]
     path = cam["folder"] / f"{i:02d}.jpg"
-    if not path.is_file():
+    if not log.files.has_file(path):
         raise FrameError(
             f"{path}: camera image of frame {i} is missing (camera folder {cam['folder']} holds "
             f"{len(cam['files'])} images, lidar folder {log.log_dir / 'lidar'} holds "
@@ -195,7 +211,7 @@ def _read_camera(
             log_id=log.log_id,
             frame_index=i,
         )
-    data = path.read_bytes()
+    data = log.files.read(path, max_bytes=MAX_IMAGE_BYTES)
     check_jpeg_bytes(data, str(path), log_id=log.log_id, frame_index=i)
     try:
         with Image.open(io.BytesIO(data)) as img:  # parses the header only, no pixel decode
@@ -247,7 +263,9 @@ def read_pandaset_frame(log: PandasetLog, frame_index: int) -> Frame:
     """
     i, log_id, lidar_dir = frame_index, log.log_id, log.log_dir / "lidar"
     lidar_path = lidar_dir / f"{i:02d}.pkl.gz"
-    df = load_pickled_frame(lidar_path, reason="corrupt_lidar", log_id=log_id, frame_index=i)
+    df = load_pickled_frame(
+        lidar_path, files=log.files, reason="corrupt_lidar", log_id=log_id, frame_index=i
+    )
     require_columns(df, _LIDAR_COLUMNS, lidar_path, log_id=log_id, frame_index=i)
     world_from_ego = (
         parse_pose(log.lidar_poses, i, lidar_dir / "poses.json", log_id=log_id, frame_index=i)
@@ -273,14 +291,16 @@ def read_pandaset_frame(log: PandasetLog, frame_index: int) -> Frame:
     lidar_seg = None
     if log.has_semseg:
         seg_path = log.log_dir / "annotations" / "semseg" / f"{i:02d}.pkl.gz"
-        seg = load_pickled_frame(seg_path, reason="corrupt_semseg", log_id=log_id, frame_index=i)
+        seg = load_pickled_frame(
+            seg_path, files=log.files, reason="corrupt_semseg", log_id=log_id, frame_index=i
+        )
         require_columns(seg, ("class",), seg_path, log_id=log_id, frame_index=i)
         lidar_seg = seg["class"].to_numpy().astype(np.int32)
         files["lidar_seg"] = str(seg_path)
     cuboids = Cuboids.empty()
     if log.has_cuboids:
         cub_path = log.log_dir / "annotations" / "cuboids" / f"{i:02d}.pkl.gz"
-        cuboids = read_pandaset_cuboids(cub_path, log_id, i, ego_from_world)
+        cuboids = read_pandaset_cuboids(cub_path, log_id, i, ego_from_world, files=log.files)
         files["cuboids"] = str(cub_path)
     cameras = {}
     for name in CAMERA_NAMES:

@@ -16,6 +16,7 @@ import pandas as pd
 from platform_lib.sources.frame import Cuboids
 from platform_lib.sources.geometry import transform_points
 from platform_lib.sources.pandaset_files import load_pickled_frame, require_columns
+from platform_lib.sources.raw_files import RawFiles
 
 __all__ = ["map_pandaset_label", "read_pandaset_cuboids", "select_cuboid_rows"]
 
@@ -69,7 +70,9 @@ def select_cuboid_rows(df: pd.DataFrame) -> pd.DataFrame:
     return kept.sort_index(kind="stable")
 
 
-def read_pandaset_cuboids(path: Path, log_id: str, i: int, ego_from_world: np.ndarray) -> Cuboids:
+def read_pandaset_cuboids(
+    path: Path, log_id: str, i: int, ego_from_world: np.ndarray, *, files: RawFiles
+) -> Cuboids:
     """Read annotations/cuboids/NN.pkl.gz of frame `i` into ego-frame `Cuboids`.
 
     Args:
@@ -77,11 +80,14 @@ def read_pandaset_cuboids(path: Path, log_id: str, i: int, ego_from_world: np.nd
         log_id: sequence id, for error messages.
         i: frame index.
         ego_from_world: (4, 4) inverse of the sweep's world_from_ego.
+        files: the sequence folder's listing (`raw_files.RawFiles`), through which it is opened.
 
     Raises:
         FrameError: "missing_cuboids", "corrupt_cuboids", "missing_column".
     """
-    df = load_pickled_frame(path, reason="corrupt_cuboids", log_id=log_id, frame_index=i)
+    df = load_pickled_frame(
+        path, files=files, reason="corrupt_cuboids", log_id=log_id, frame_index=i
+    )
     require_columns(df, _CUBOID_COLUMNS, path, log_id=log_id, frame_index=i)
     df = select_cuboid_rows(df)
     center_w = df[["position.x", "position.y", "position.z"]].to_numpy(np.float64)

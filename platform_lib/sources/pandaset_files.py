@@ -6,11 +6,13 @@ Layout of one sequence folder (as published by the PandaSet devkit):
     annotations/cuboids/NN.pkl.gz, annotations/semseg/NN.pkl.gz (+ classes.json), meta/
 
 Poses are lists of {"position": {x,y,z}, "heading": {w,x,y,z}} = world_from_sensor, per frame.
+
+Files are looked up and opened only through the sequence's listing (`raw_files.RawFiles`, the
+one the content hash covers), with the size and JSON-nesting bounds of `raw_files`.
 """
 
 from __future__ import annotations
 
-import json
 import pickle
 import re
 import zlib
@@ -21,6 +23,7 @@ import pandas as pd
 
 from platform_lib.sources.frame import FrameError
 from platform_lib.sources.geometry import make_transform, quaternion_to_matrix
+from platform_lib.sources.raw_files import MAX_ARRAY_BYTES, MAX_JSON_BYTES, RawFiles, parse_json
 
 __all__ = [
     "index_numbered_files",
@@ -33,25 +36,25 @@ __all__ = [
 _NUMBERED = re.compile(r"^(\d+)\.(jpg|pkl\.gz)$")
 
 
-def index_numbered_files(folder: Path, suffix: str) -> dict[int, Path]:
-    """Return {frame index: path} for files `NN<suffix>` in `folder` (empty if it is absent)."""
+def index_numbered_files(files: RawFiles, folder: Path, suffix: str) -> dict[int, Path]:
+    """Return {frame index: path} for listed files `NN<suffix>` in `folder` (empty if absent)."""
     out: dict[int, Path] = {}
-    if not folder.is_dir():
-        return out
-    for path in folder.iterdir():
-        match = _NUMBERED.match(path.name)
-        if match and path.name.endswith(suffix):
-            out[int(match.group(1))] = path
+    for name in files.names_in(folder):
+        match = _NUMBERED.match(name)
+        if match and name.endswith(suffix):
+            out[int(match.group(1))] = folder / name
     return out
 
 
-def load_json(path: Path, *, log_id: str | None = None):
-    """Load a JSON metadata file.
+def load_json(path: Path, *, files: RawFiles, log_id: str | None = None):
+    """Load a JSON metadata file (at most `MAX_JSON_BYTES`, nested at most `MAX_JSON_DEPTH`).
 
     Raises:
-        FrameError: reason "missing_file" if absent, "corrupt_metadata" if not valid JSON.
+        FrameError: reason "missing_file" if absent, "corrupt_metadata" if not valid UTF-8
+            JSON or nested too deep.
+        UserError: larger than `MAX_JSON_BYTES`; NotRegularFileError: not a regular file.
     """
-    if not path.is_file():
+    if not files.has_file(path):
         raise FrameError(
             f"{path}: required PandaSet metadata file is missing; re-copy the sequence folder "
             "from the original download",
@@ -59,9 +62,10 @@ def load_json(path: Path, *, log_id: str | None = None):
             reason="missing_file",
             log_id=log_id,
         )
+    data = files.read(path, max_bytes=MAX_JSON_BYTES)
     try:
-        return json.loads(path.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return parse_json(data)
+    except ValueError as exc:
         raise FrameError(
             f"{path}: not valid JSON ({exc}); re-copy it from the original download",
             path=path,
@@ -118,7 +122,9 @@ def parse_pose(
     return make_transform(rotation, translation)
 
 
-def load_pickled_frame(path: Path, *, reason: str, log_id: str, frame_index: int) -> pd.DataFrame:
+def load_pickled_frame(
+    path: Path, *, files: RawFiles, reason: str, log_id: str, frame_index: int
+) -> pd.DataFrame:
     """Load a gzip-pickled pandas DataFrame (PandaSet lidar/annotation file).
 
     Only open files from a trusted source: unpickling can run code.
@@ -126,8 +132,9 @@ def load_pickled_frame(path: Path, *, reason: str, log_id: str, frame_index: int
     Raises:
         FrameError: "missing_<what>" if absent; `reason` (e.g. "corrupt_lidar") if the gzip
             stream or the pickle is truncated/corrupt or does not hold a DataFrame.
+        UserError: larger than `MAX_ARRAY_BYTES`; NotRegularFileError: not a regular file.
     """
-    if not path.is_file():
+    if not files.has_file(path):
         what = reason.removeprefix("corrupt_")
         raise FrameError(
             f"{path}: {what} file of frame {frame_index} is missing; re-copy it from the original "
@@ -137,27 +144,29 @@ def load_pickled_frame(path: Path, *, reason: str, log_id: str, frame_index: int
             log_id=log_id,
             frame_index=frame_index,
         )
-    try:
-        df = pd.read_pickle(path, compression="gzip")  # pandas' compat unpickler for old files
-    except (
-        EOFError,
-        OSError,
-        zlib.error,
-        pickle.UnpicklingError,
-        AttributeError,
-        ImportError,
-        IndexError,
-        TypeError,
-        ValueError,
-    ) as exc:
-        raise FrameError(
-            f"{path}: cannot decompress/unpickle ({type(exc).__name__}: {exc}); the file is "
-            "truncated or corrupt: re-copy it from the original download or quarantine the frame",
-            path=path,
-            reason=reason,
-            log_id=log_id,
-            frame_index=frame_index,
-        ) from exc
+    # Opened outside the try: a refused type or size is not a corrupt file.
+    with files.open(path, max_bytes=MAX_ARRAY_BYTES) as handle:
+        try:
+            df = pd.read_pickle(handle, compression="gzip")  # pandas' compat unpickler
+        except (
+            EOFError,
+            OSError,
+            zlib.error,
+            pickle.UnpicklingError,
+            AttributeError,
+            ImportError,
+            IndexError,
+            TypeError,
+            ValueError,
+        ) as exc:
+            raise FrameError(
+                f"{path}: cannot decompress/unpickle ({type(exc).__name__}: {exc}); the file is "
+                "truncated or corrupt: re-copy it from the original download or quarantine the frame",
+                path=path,
+                reason=reason,
+                log_id=log_id,
+                frame_index=frame_index,
+            ) from exc
     if not isinstance(df, pd.DataFrame):
         raise FrameError(
             f"{path}: holds a {type(df).__name__}, expected a pandas DataFrame; re-copy it",

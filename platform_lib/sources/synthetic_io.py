@@ -1,12 +1,13 @@
 """Reading synthetic raw logs (layout in `platform_lib.sources.synthetic`) into Frames.
 
-Every failure raises `FrameError` naming the raw file, with a reason slug.
+Every failure raises `FrameError` naming the raw file, with a reason slug. `load_synthetic_log`
+lists the log folder once (`raw_files.scan_raw_files`, the listing the content hash covers) and
+every file is looked up and opened through that listing, with the bounds of `raw_files`.
 """
 
 from __future__ import annotations
 
 import io
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,14 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from platform_lib.sources.frame import CameraImage, Cuboids, Frame, FrameError
+from platform_lib.sources.raw_files import (
+    MAX_ARRAY_BYTES,
+    MAX_IMAGE_BYTES,
+    MAX_JSON_BYTES,
+    RawFiles,
+    parse_json,
+    scan_raw_files,
+)
 from platform_lib.sources.validation import check_jpeg_bytes, validate_frame
 
 __all__ = ["SyntheticLog", "load_synthetic_log", "read_synthetic_frame"]
@@ -38,16 +47,19 @@ class SyntheticLog:
     """F x 4x4 world_from_ego"""
     timestamps: list
     """F floats, s"""
+    files: RawFiles
+    """the log folder's listing: the only files read (and the ones hashed)"""
 
 
 def _load_json(
+    files: RawFiles,
     path: Path,
     log_id: str | None,
     frame_index: int | None = None,
     missing: str = "missing_file",
     corrupt: str = "corrupt_metadata",
 ):
-    if not path.is_file():
+    if not files.has_file(path):
         raise FrameError(
             f"{path}: file is missing; regenerate the synthetic log "
             "(write_synthetic_logs) or quarantine the frame",
@@ -56,9 +68,10 @@ def _load_json(
             log_id=log_id,
             frame_index=frame_index,
         )
+    data = files.read(path, max_bytes=MAX_JSON_BYTES)
     try:
-        return json.loads(path.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return parse_json(data)
+    except ValueError as exc:
         raise FrameError(
             f"{path}: not valid JSON ({exc}); regenerate the synthetic log",
             path=path,
@@ -73,9 +86,12 @@ def load_synthetic_log(log_dir: str | os.PathLike[str]) -> SyntheticLog:
 
     Raises:
         FrameError: (frame_index None) "missing_file", "corrupt_metadata", "count_mismatch".
+        UserError: the folder's listing refused an entry (`raw_files.scan_raw_files`) or a
+            file is over its size bound.
     """
     log_dir = Path(log_dir)
-    meta = _load_json(log_dir / "meta.json", None)
+    files = scan_raw_files(log_dir)
+    meta = _load_json(files, log_dir / "meta.json", None)
     if not isinstance(meta, dict) or meta.get("format") != "drivetrain-synthetic-v1":
         found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
         raise FrameError(
@@ -94,7 +110,7 @@ def load_synthetic_log(log_dir: str | os.PathLike[str]) -> SyntheticLog:
                 "intrinsics": np.array(c["intrinsics"], dtype=np.float64),
                 "extrinsics": np.array(c["extrinsics"], dtype=np.float64),
             }
-            for name, c in _load_json(log_dir / "calib.json", log_id)["cameras"].items()
+            for name, c in _load_json(files, log_dir / "calib.json", log_id)["cameras"].items()
         }
     except (KeyError, TypeError, ValueError) as exc:
         raise FrameError(
@@ -103,8 +119,8 @@ def load_synthetic_log(log_dir: str | os.PathLike[str]) -> SyntheticLog:
             reason="corrupt_metadata",
             log_id=log_id,
         ) from exc
-    poses = _load_json(log_dir / "poses.json", log_id)
-    timestamps = _load_json(log_dir / "timestamps.json", log_id)
+    poses = _load_json(files, log_dir / "poses.json", log_id)
+    timestamps = _load_json(files, log_dir / "timestamps.json", log_id)
     for name, values in (("poses.json", poses), ("timestamps.json", timestamps)):
         if not isinstance(values, list) or len(values) != num_frames:
             raise FrameError(
@@ -121,11 +137,12 @@ def load_synthetic_log(log_dir: str | os.PathLike[str]) -> SyntheticLog:
         calib=calib,
         poses=poses,
         timestamps=timestamps,
+        files=files,
     )
 
 
-def _load_npy(path: Path, what: str, log_id: str, i: int) -> np.ndarray:
-    if not path.is_file():
+def _load_npy(files: RawFiles, path: Path, what: str, log_id: str, i: int) -> np.ndarray:
+    if not files.has_file(path):
         raise FrameError(
             f"{path}: {what} file of frame {i} is missing; regenerate the log or "
             "quarantine the frame",
@@ -134,18 +151,19 @@ def _load_npy(path: Path, what: str, log_id: str, i: int) -> np.ndarray:
             log_id=log_id,
             frame_index=i,
         )
-    try:
-        with open(path, "rb") as fh:
+    # Opened outside the try: a refused type or size is not a corrupt file.
+    with files.open(path, max_bytes=MAX_ARRAY_BYTES) as fh:
+        try:
             return np.load(fh, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
-        raise FrameError(
-            f"{path}: unreadable .npy ({exc}); the file is truncated or corrupt: "
-            "regenerate the log or quarantine the frame",
-            path=path,
-            reason=f"corrupt_{what}",
-            log_id=log_id,
-            frame_index=i,
-        ) from exc
+        except (ValueError, OSError, EOFError) as exc:
+            raise FrameError(
+                f"{path}: unreadable .npy ({exc}); the file is truncated or corrupt: "
+                "regenerate the log or quarantine the frame",
+                path=path,
+                reason=f"corrupt_{what}",
+                log_id=log_id,
+                frame_index=i,
+            ) from exc
 
 
 def read_synthetic_frame(log: SyntheticLog, frame_index: int) -> Frame:
@@ -166,10 +184,13 @@ def read_synthetic_frame(log: SyntheticLog, frame_index: int) -> Frame:
         "lidar_pose": str(root / "poses.json"),
         "timestamps": str(root / "timestamps.json"),
     }
-    lidar = _load_npy(Path(files["lidar"]), "lidar", log_id, i)
-    seg = _load_npy(Path(files["lidar_seg"]), "lidar_seg", log_id, i)
-    radar = _load_npy(Path(files["radar"]), "radar", log_id, i)
-    raw = _load_json(Path(files["cuboids"]), log_id, i, "missing_cuboids", "corrupt_cuboids")
+    raw_files = log.files
+    lidar = _load_npy(raw_files, Path(files["lidar"]), "lidar", log_id, i)
+    seg = _load_npy(raw_files, Path(files["lidar_seg"]), "lidar_seg", log_id, i)
+    radar = _load_npy(raw_files, Path(files["radar"]), "radar", log_id, i)
+    raw = _load_json(
+        raw_files, Path(files["cuboids"]), log_id, i, "missing_cuboids", "corrupt_cuboids"
+    )
     missing = [k for k in _CUBOID_KEYS if not isinstance(raw, dict) or k not in raw]
     if missing:
         raise FrameError(
@@ -201,7 +222,7 @@ def read_synthetic_frame(log: SyntheticLog, frame_index: int) -> Frame:
     cameras = {}
     for name in sorted(log.calib):
         path = root / "camera" / name / f"{stem}.jpg"
-        if not path.is_file():
+        if not raw_files.has_file(path):
             raise FrameError(
                 f"{path}: camera image of frame {i} is missing; regenerate the log or "
                 "quarantine the frame",
@@ -210,7 +231,7 @@ def read_synthetic_frame(log: SyntheticLog, frame_index: int) -> Frame:
                 log_id=log_id,
                 frame_index=i,
             )
-        data = path.read_bytes()
+        data = raw_files.read(path, max_bytes=MAX_IMAGE_BYTES)
         check_jpeg_bytes(data, str(path), log_id=log_id, frame_index=i)
         try:
             with Image.open(io.BytesIO(data)) as img:
