@@ -26,6 +26,7 @@ __all__ = [
     "NotRegularFileError",
     "PathOutsideRootError",
     "ensure_inside",
+    "file_kind",
     "hold_owner_lock",
     "open_regular",
     "read_regular",
@@ -73,7 +74,7 @@ class PathOutsideRootError(UserError):
         return type(self), (self.path, self.root)
 
 
-def _file_kind(mode: int) -> str | None:
+def file_kind(mode: int) -> str | None:
     for test, kind in _KINDS:
         if test(mode):
             return kind
@@ -102,7 +103,7 @@ def open_regular(path: str | os.PathLike[str], *, max_bytes: int | None = None) 
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         info = os.fstat(fd)
-        kind = _file_kind(info.st_mode)
+        kind = file_kind(info.st_mode)
         if kind is not None:
             raise NotRegularFileError(path, kind)
         if max_bytes is not None and info.st_size > max_bytes:
@@ -158,7 +159,9 @@ def hold_owner_lock(lock_path: str | os.PathLike[str]) -> int:
     return fd
 
 
-def remove_if_orphaned(lock_path: str | os.PathLike[str], *leftovers: str | os.PathLike[str]) -> bool:
+def remove_if_orphaned(
+    lock_path: str | os.PathLike[str], *leftovers: str | os.PathLike[str]
+) -> bool:
     """Remove `leftovers` and `lock_path` when no live process holds the lock; return True if removed.
 
     A lock held by a live owner (in any PID namespace sharing the file system) is left alone.

@@ -7,12 +7,18 @@ Layout of one sequence folder (as published by the PandaSet devkit):
 
 Poses are lists of {"position": {x,y,z}, "heading": {w,x,y,z}} = world_from_sensor, per frame.
 
+PandaSet ships lidar points and annotations as gzip'd pandas pickles. They are unpickled with
+`FramePickleUnpickler`, which resolves only the handful of numpy/pandas globals a DataFrame
+pickle names (`_FRAME_GLOBALS`); any other global (`os.system`, `builtins.eval`, ...) is refused
+before it is imported, so a hostile raw-log file cannot run code at build time.
+
 Files are looked up and opened only through the sequence's listing (`raw_files.RawFiles`, the
 one the content hash covers), with the size and JSON-nesting bounds of `raw_files`.
 """
 
 from __future__ import annotations
 
+import gzip
 import pickle
 import re
 import zlib
@@ -28,6 +34,7 @@ from platform_lib.sources.raw_files import MAX_ARRAY_BYTES, MAX_JSON_BYTES, RawF
 __all__ = [
     "index_numbered_files",
     "load_json",
+    "FramePickleUnpickler",
     "load_pickled_frame",
     "parse_pose",
     "require_columns",
@@ -122,12 +129,66 @@ def parse_pose(
     return make_transform(rotation, translation)
 
 
+#: (module, name) of every global a pandas DataFrame pickle may name (pandas 1.x-3.x, numpy
+#: 1.x-2.x): data constructors only, none that calls, imports or evaluates anything else;
+#: numpy 1's `numpy.core` is read as numpy 2's `numpy._core`.
+_FRAME_GLOBALS = frozenset(
+    {
+        ("builtins", "slice"),
+        ("builtins", "bytearray"),
+        ("numpy", "dtype"),
+        ("numpy", "ndarray"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "scalar"),
+        ("numpy._core.numeric", "_frombuffer"),
+        ("pandas", "DataFrame"),
+        ("pandas", "Series"),
+        ("pandas", "Index"),
+        ("pandas", "RangeIndex"),
+        ("pandas.core.frame", "DataFrame"),
+        ("pandas.core.series", "Series"),
+        ("pandas.core.indexes.base", "Index"),
+        ("pandas.core.indexes.base", "_new_Index"),
+        ("pandas.core.indexes.range", "RangeIndex"),
+        ("pandas.core.internals.managers", "BlockManager"),
+        ("pandas.core.internals.managers", "SingleBlockManager"),
+        ("pandas.core.internals.blocks", "new_block"),
+        ("pandas._libs.internals", "_unpickle_block"),
+        # pandas 3 string columns and column names (Arrow-backed)
+        ("pandas", "StringDtype"),
+        ("pandas.arrays", "ArrowStringArray"),
+        ("pyarrow.lib", "_restore_array"),
+        ("pyarrow.lib", "py_buffer"),
+        ("pyarrow.lib", "type_for_alias"),
+    }
+)
+
+
+class FramePickleUnpickler(pickle.Unpickler):
+    """Unpickler that builds pandas DataFrames and refuses every other global (no foreign code).
+
+    Raises:
+        pickle.UnpicklingError: the pickle names a global outside `_FRAME_GLOBALS`.
+    """
+
+    def find_class(self, module: str, name: str) -> object:
+        """Resolve `module.name` only when a DataFrame pickle may name it."""
+        if module.startswith("numpy.core"):
+            module = "numpy._core" + module.removeprefix("numpy.core")
+        if (module, name) not in _FRAME_GLOBALS:
+            raise pickle.UnpicklingError(
+                f"refused global {module}.{name}: a PandaSet DataFrame pickle never names it "
+                "(the file may be hostile)"
+            )
+        return super().find_class(module, name)
+
+
 def load_pickled_frame(
     path: Path, *, files: RawFiles, reason: str, log_id: str, frame_index: int
 ) -> pd.DataFrame:
     """Load a gzip-pickled pandas DataFrame (PandaSet lidar/annotation file).
 
-    Only open files from a trusted source: unpickling can run code.
+    Unpickled with `FramePickleUnpickler`: globals other than a DataFrame's are refused.
 
     Raises:
         FrameError: "missing_<what>" if absent; `reason` (e.g. "corrupt_lidar") if the gzip
@@ -147,7 +208,8 @@ def load_pickled_frame(
     # Opened outside the try: a refused type or size is not a corrupt file.
     with files.open(path, max_bytes=MAX_ARRAY_BYTES) as handle:
         try:
-            df = pd.read_pickle(handle, compression="gzip")  # pandas' compat unpickler
+            with gzip.GzipFile(fileobj=handle) as stream:
+                df = FramePickleUnpickler(stream).load()
         except (
             EOFError,
             OSError,

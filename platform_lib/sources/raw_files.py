@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from platform_lib.errors import UserError
-from platform_lib.fsguard import NotRegularFileError, _file_kind, open_regular
+from platform_lib.fsguard import NotRegularFileError, file_kind, open_regular
 
 __all__ = [
     "MAX_ARRAY_BYTES",
@@ -217,7 +217,7 @@ def scan_raw_files(folder: str | os.PathLike[str]) -> RawFiles:
             elif stat.S_ISREG(info.st_mode):
                 files.append(rel)
             else:
-                raise NotRegularFileError(full, _file_kind(info.st_mode) or "not a regular file")
+                raise NotRegularFileError(full, file_kind(info.st_mode) or "not a regular file")
     return RawFiles(root=root, files=tuple(sorted(files)), dirs=frozenset(dirs), links=links)
 
 

@@ -334,3 +334,27 @@ def test_hidden_sequence_folders_are_neither_hashed_nor_read(tmp_path: Path) -> 
     _write_sequence(tmp_path / ".001-backup", shade=10)
     assert [p.name for p in list_pandaset_logs(tmp_path)] == ["001"]
     assert not any(rel.startswith(".") for rel in list_raw_files(tmp_path))
+
+
+def test_hostile_pandaset_pickle_is_refused_without_running_code(pandaset_copy, tmp_path):
+    """A lidar pkl.gz whose pickle calls os.system is a corrupt-frame error, and nothing runs."""
+    import gzip
+    import pickle
+
+    from platform_lib.sources.frame import FrameError
+    from platform_lib.sources.pandaset_files import load_pickled_frame
+    from platform_lib.sources.raw_files import scan_raw_files
+
+    marker = tmp_path / "ran"
+
+    class Hostile:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    path = pandaset_copy / "lidar" / "01.pkl.gz"
+    with gzip.open(path, "wb") as handle:
+        pickle.dump(Hostile(), handle, protocol=2)
+    files = scan_raw_files(pandaset_copy)
+    with pytest.raises(FrameError) as caught:
+        load_pickled_frame(path, files=files, reason="corrupt_lidar", log_id="002", frame_index=1)
+    assert "refused global posix.system" in str(caught.value) and not marker.exists()
