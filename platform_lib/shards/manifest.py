@@ -280,7 +280,7 @@ class ShardLocationError(UserError, ManifestError):
             f"shard_roots= or ${SHARD_ROOTS_ENV} if you trust this manifest",
         )
 
-    def __reduce__(self):  # type: ignore[override]
+    def __reduce__(self):
         """Pickle with the original arguments."""
         return type(self), (self.location, self.manifest, self.allowed)
 
