@@ -14,6 +14,7 @@ across PID namespaces where a process id means nothing.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import shutil
@@ -100,7 +101,13 @@ def open_regular(path: str | os.PathLike[str], *, max_bytes: int | None = None) 
         UserError: the file is larger than `max_bytes`.
         OSError: the open itself failed (missing file, permission).
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:  # a socket (or a device without a driver) cannot be opened: ENXIO
+        kind = _file_kind(os.stat(path).st_mode) if exc.errno == errno.ENXIO else None
+        if kind is not None:
+            raise NotRegularFileError(path, kind) from None
+        raise
     try:
         info = os.fstat(fd)
         kind = file_kind(info.st_mode)

@@ -16,8 +16,9 @@ what is worth retrying:
 A transient error that outlasts the retries becomes `StorageUnreachableError` (itself
 transient, so a Flyte task turns it into a retryable error); a credentials or permission
 error becomes `StorageAccessError`, a one-line `UserError` naming the URL and how to supply
-credentials. Flyte knows nothing of this module: `tasks/errors.py` maps transient errors to
-`FlyteRecoverableException`.
+credentials. `open_input` / `read_input` open a dataset file of any filesystem, a local one
+through `platform_lib.fsguard` (regular files only, size bounded). Flyte knows nothing of this
+module: `tasks/errors.py` maps transient errors to `FlyteRecoverableException`.
 """
 
 from __future__ import annotations
@@ -26,12 +27,14 @@ import errno
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 import fsspec
 import tenacity
+from fsspec.implementations.local import LocalFileSystem
 
 from platform_lib.errors import UserError
+from platform_lib.fsguard import open_regular, read_regular
 
 __all__ = [
     "LOCAL_PROTOCOLS",
@@ -44,6 +47,8 @@ __all__ = [
     "is_local_url",
     "is_transient",
     "iter_causes",
+    "open_input",
+    "read_input",
     "resolve_fs",
 ]
 
@@ -299,6 +304,44 @@ def resolve_fs(
             options.setdefault(key, value)
     fs, root = fsspec.core.url_to_fs(text, **options)
     return fs, root.rstrip("/") or root, is_local_url(text)
+
+
+def open_input(fs: fsspec.AbstractFileSystem, path: str) -> IO[bytes]:
+    """Open `path` of `fs` for binary reading; a local file only when it is a regular file.
+
+    A local path goes through `fsguard.open_regular` (non-blocking open + fstat: a FIFO,
+    device, socket or folder is refused before a byte is read); others through `fs.open`.
+
+    Raises:
+        NotRegularFileError: a local path that is not a regular file (names the path).
+        OSError: the open failed (missing file, permission, store errors).
+    """
+    if isinstance(fs, LocalFileSystem):
+        return os.fdopen(open_regular(path), "rb")
+    return fs.open(path, "rb")
+
+
+def read_input(fs: fsspec.AbstractFileSystem, path: str, *, max_bytes: int) -> bytes:
+    """Return the bytes of `path` of `fs`, refusing a file over `max_bytes` (before reading it all).
+
+    A local path goes through `fsguard.read_regular`; a remote one is fetched with one ranged
+    read of at most `max_bytes + 1` bytes.
+
+    Raises:
+        NotRegularFileError: a local path that is not a regular file (names the path).
+        UserError: the file holds more than `max_bytes` bytes.
+        OSError: the read failed (missing file, permission, store errors).
+    """
+    if isinstance(fs, LocalFileSystem):
+        return read_regular(path, max_bytes=max_bytes)
+    data = fs.cat_file(path, start=0, end=max_bytes + 1)
+    if len(data) > max_bytes:
+        raise UserError(
+            f"file holds more than the {max_bytes} bytes allowed",
+            fs.unstrip_protocol(path),
+            "check that this is the file you meant; it is too large to be one",
+        )
+    return data
 
 
 def default_retries() -> int:

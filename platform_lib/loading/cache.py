@@ -9,9 +9,10 @@ deleted. Shard paths must be `shards/shard-NNNNNN.tar` (checked before any file 
 so a remote manifest can never make the cache write outside its folder.
 
 A download holds an exclusive `flock` on its temporary file until it is renamed; the sweep
-deletes a temporary file only when it can take that lock itself. Liveness is thus judged by
-the kernel's lock, not by a process id, so a live download of a process in another PID
-namespace (two containers sharing a hostPath cache) is never deleted.
+deletes a temporary file only when it can take that lock itself (`fsguard.remove_if_orphaned`).
+Liveness is thus judged by the kernel's lock, not by a process id, so a live download of a
+process in another PID namespace (two containers sharing a hostPath cache) is never deleted.
+A cached shard is opened only when it is a regular file (`fsguard.open_regular`).
 
 Layout: `<cache_dir>/<dataset_hash[:16]>/<shard path>`, e.g. `.../3fa1.../shards/shard-000000.tar`.
 """
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import filelock
 
+from platform_lib.fsguard import open_regular, remove_if_orphaned
 from platform_lib.loading.errors import (
     CacheFullError,
     ManifestError,
@@ -47,23 +49,6 @@ def resolve_cache_dir(cache_dir: str | None) -> Path:
     """Return the cache folder: `cache_dir`, else `$DRIVETRAIN_CACHE`, else ~/.cache/drivetrain/shards."""
     default = os.environ.get("DRIVETRAIN_CACHE", str(Path.home() / ".cache/drivetrain/shards"))
     return Path(cache_dir or default)
-
-
-def _remove_if_orphaned(tmp: Path) -> bool:
-    """Delete a `.<shard>.tmp-*` download whose writer holds no lock on it; return True if deleted."""
-    try:
-        fd = os.open(tmp, os.O_RDONLY)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False  # a live download (maybe of another PID namespace) holds it
-    else:
-        tmp.unlink(missing_ok=True)
-        return True
-    finally:
-        os.close(fd)  # also releases our lock
 
 
 def _create_locked(path: Path) -> int:
@@ -135,6 +120,7 @@ class ShardCache:
             CacheFullError: the cache disk is full (ENOSPC, EDQUOT, EFBIG).
             ObjectStoreUnreachableError: the download kept failing after retries.
             ShardFormatError: the object's size differs from the manifest.
+            NotRegularFileError: the cached file is not a regular file.
         """
         try:
             check_shard_path(shard_path)
@@ -153,7 +139,7 @@ class ShardCache:
             else:
                 self._download(shard_path, local, expected_bytes)
             os.utime(local)
-            fd = os.open(local, os.O_RDONLY)
+            fd = open_regular(local)
         self._evict(keep=local)
         return fd
 
@@ -218,7 +204,7 @@ class ShardCache:
             for marker in self.base.glob(f"*/{CACHE_MARKER}"):
                 for path in marker.parent.rglob("*.tar*"):
                     if path.name.startswith(".") and ".tar.tmp-" in path.name:
-                        _remove_if_orphaned(path)
+                        remove_if_orphaned(path)  # the download's own file is its lock
                     elif path.name.endswith(".tar") and not path.name.startswith("."):
                         st = path.stat()
                         cached.append((st.st_mtime_ns, st.st_size, path))

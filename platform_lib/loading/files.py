@@ -1,7 +1,9 @@
 """Shard files of one dataset in one process: open, verify once per node, read into buffers.
 
-Shards are opened in place or through the node cache; a sample's byte range is read straight
-into a caller's buffer.
+Shards are opened in place or through the node cache, once per process and shard, and only
+when they are regular files (`platform_lib.fsguard.open_regular`: one fstat per open, none per
+sample): a FIFO, device, socket or folder raises `ShardNotRegularError`, never a hang. A
+sample's byte range is read straight into a caller's buffer.
 
 Verify policy (`LoaderConfig.verify`):
     "shard"   sha256 of the whole shard against the manifest when it enters the node cache or
@@ -25,17 +27,38 @@ from pathlib import Path
 
 import filelock
 
+from platform_lib.fsguard import NotRegularFileError, open_regular, read_regular
 from platform_lib.loading.cache import ShardCache, resolve_cache_dir
+from platform_lib.loading.errors import LoaderError
 from platform_lib.shards.errors import ShardFormatError
 from platform_lib.shards.manifest import ShardEntry, check_shard_path
 from platform_lib.shards.sample import Check, hash_shard, read_sample_into, verify_sample
 from platform_lib.shards.view import DatasetView
 
-__all__ = ["ShardFiles", "ShardVerifications", "VERIFY_POLICIES"]
+__all__ = ["ShardFiles", "ShardNotRegularError", "ShardVerifications", "VERIFY_POLICIES"]
 
 log = logging.getLogger(__name__)
 
 VERIFY_POLICIES = ("shard", "member", "none")
+#: Largest verification record read, in bytes (a record is about 200 bytes).
+_MAX_RECORD_BYTES = 4096
+
+
+class ShardNotRegularError(LoaderError, NotRegularFileError):
+    """A shard is a FIFO, device, socket or folder: always raised, never skipped.
+
+    A `NotRegularFileError` (one line: what, the path, what to do) that is also a
+    `DatasetError` rebuilt from its message alone, which is how `torch.utils.data` re-raises a
+    worker's error in the main process.
+    """
+
+    def __init__(self, path: str, kind: str = "") -> None:
+        if kind:
+            super().__init__(path, kind)
+            return
+        Exception.__init__(self, path)  # rebuilt from a message: `path` is the whole message
+        self.path, self.kind = path, kind
+        self.what, self.culprit, self.fix = path, "", ""
 
 
 class ShardVerifications:
@@ -45,15 +68,15 @@ class ShardVerifications:
         self.folder = resolve_cache_dir(cache_dir) / dataset_hash[:16] / "verified"
         self.hashed = 0  # shards this process hashed (the rest came from the record)
 
-    def check(self, path: Path, entry: ShardEntry) -> bool:
-        """Return True when the file at `path` has the manifest's size and sha256.
+    def check(self, fd: int, path: Path, entry: ShardEntry) -> bool:
+        """Return True when the open shard `fd` (the file at `path`) has the manifest's size and sha256.
 
         Hashes at most once per node and file version; later calls read the record.
         """
         record = self.folder / f"{check_shard_path(entry.path)}.json"
         record.parent.mkdir(parents=True, exist_ok=True)
         with filelock.FileLock(f"{record}.lock"):
-            st = os.stat(path)
+            st = os.fstat(fd)
             stamp = {
                 "size": st.st_size,
                 "mtime_ns": st.st_mtime_ns,
@@ -61,19 +84,15 @@ class ShardVerifications:
                 "device": st.st_dev,
                 "sha256": entry.sha256,
             }
-            try:
-                saved = json.loads(record.read_text())
+            try:  # a record that is not a small regular JSON file is redone
+                saved = json.loads(read_regular(record, max_bytes=_MAX_RECORD_BYTES))
                 if {k: saved.get(k) for k in stamp} == stamp:
                     return bool(saved["ok"])
-            except (OSError, ValueError):
+            except (OSError, ValueError, AttributeError, KeyError):
                 pass
             ok = st.st_size == entry.bytes
             if ok:
-                fd = os.open(path, os.O_RDONLY)
-                try:
-                    ok = hash_shard(fd)[0] == entry.sha256
-                finally:
-                    os.close(fd)
+                ok = hash_shard(fd)[0] == entry.sha256
                 self.hashed += 1
             tmp = record.with_name(f"{record.name}.tmp-{os.getpid()}")
             tmp.write_text(json.dumps({**stamp, "ok": ok}))
@@ -132,24 +151,38 @@ class ShardFiles:
         return f"{self.view.url}/{self.view.shard_paths[shard]}"
 
     def _open(self, shard: int) -> int:
+        """Open shard `shard` (regular files only) and choose its checks; return the fd.
+
+        Raises:
+            ShardNotRegularError: the shard's file is a FIFO, device, socket or folder.
+            ShardFormatError: the shard's file is missing.
+        """
         entry = self.view.manifest.shards[shard]
-        if self.cache is not None:
-            fd = self.cache.open(entry.path, entry.bytes)
-            path = self.cache.folder / entry.path
-        else:
-            check_shard_path(entry.path)
-            path = Path(self.view.shard_files[shard])
-            try:
-                fd = os.open(path, os.O_RDONLY)
-            except FileNotFoundError as exc:
-                raise ShardFormatError(
-                    f"shard {self.label(shard)} is missing; rebuild the dataset or restore the file"
-                ) from exc
+        try:
+            if self.cache is not None:
+                fd = self.cache.open(entry.path, entry.bytes)
+                path = self.cache.folder / entry.path
+            else:
+                check_shard_path(entry.path)
+                path = Path(self.view.shard_files[shard])
+                try:
+                    fd = open_regular(path)
+                except FileNotFoundError as exc:
+                    raise ShardFormatError(
+                        f"shard {self.label(shard)} is missing; rebuild the dataset or restore "
+                        "the file"
+                    ) from exc
+        except NotRegularFileError as exc:
+            raise ShardNotRegularError(exc.path, exc.kind) from None
         check: Check = (
             "sha256" if self.verify == "member" else "none" if self.verify == "none" else "xxh3"
         )
-        if self.verifications is not None and not self.verifications.check(path, entry):
-            check = "sha256"
+        try:
+            if self.verifications is not None and not self.verifications.check(fd, path, entry):
+                check = "sha256"
+        except BaseException:
+            os.close(fd)
+            raise
         self._checks[shard] = check
         return fd
 

@@ -2,8 +2,13 @@ r"""manifest.json as a typed object: the identity and inventory of a dataset, wr
 
 `Manifest` (pydantic, frozen) is what every reader gets: it is validated when loaded, so no
 caller reads a dict by key or re-checks a field. Shard paths must be `shards/shard-NNNNNN.tar`
-(no absolute path, no `..`): a manifest from object storage can therefore never make a reader
-or the node cache touch a file outside the dataset or cache folder.
+(no absolute path, no `..`), so the node cache never writes outside its folder. A merged
+dataset's shard `location`s are checked by `shard_location` before any byte is read: a
+manifest may name shards only inside its own folder or inside a root the user declared
+(`shard_roots=` of the reader, `$DRIVETRAIN_SHARD_ROOTS`; for a local manifest also the local
+part store). A remote manifest (s3://, http(s)://, gs://...) can therefore never make a node
+open a local file the user did not declare. manifest.json itself is read only when it is a
+regular file of at most `MAX_MANIFEST_BYTES`.
 
 `dataset_hash` = sha256 of the text `index:<index sha256>\n` followed by one line
 `<shard path>:<shard sha256>\n` per shard in manifest order; it changes whenever any byte of
@@ -15,29 +20,37 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import posixpath
 import re
+from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from platform_lib.errors import UserError
+from platform_lib.fsguard import PathOutsideRootError, ensure_inside
 from platform_lib.shards.errors import ManifestError, ManifestMissingError
 from platform_lib.shards.writer import fsync_dir
-from platform_lib.storage import resolve_fs
+from platform_lib.storage import is_local_url, read_input, resolve_fs
 
 __all__ = [
     "FORMAT_VERSION",
     "MANIFEST_NAME",
+    "MAX_MANIFEST_BYTES",
     "SHARD_PATH_FORM",
+    "SHARD_ROOTS_ENV",
     "IndexEntry",
     "Manifest",
     "Sensors",
     "ShardEntry",
+    "ShardLocationError",
     "Splits",
     "builder_version",
     "check_shard_path",
     "compute_dataset_hash",
+    "declared_shard_roots",
     "dumps_manifest",
     "load_manifest",
     "shard_location",
@@ -46,6 +59,10 @@ __all__ = [
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
+#: Largest manifest.json read, in bytes (64 MiB: some 200,000 shard entries).
+MAX_MANIFEST_BYTES = 64 * 2**20
+#: Environment variable: comma-separated folders (paths or URLs) shard locations may point into.
+SHARD_ROOTS_ENV = "DRIVETRAIN_SHARD_ROOTS"
 #: The only shard path form a manifest may hold (relative, inside `shards/`).
 SHARD_PATH_FORM = "shards/shard-NNNNNN.tar"
 _SHARD_PATH = r"^shards/shard-[0-9]{6}\.tar$"
@@ -204,14 +221,22 @@ class Manifest(_Record):
             ManifestError: another format version, or fields missing / mistyped / out of range
                 (each named with its path, e.g. `shards.0.path`); `where` names the file.
         """
-        if isinstance(data, dict) and data.get("format_version", FORMAT_VERSION) != FORMAT_VERSION:
+        version = data.get("format_version", FORMAT_VERSION) if isinstance(data, dict) else 1
+        if version != FORMAT_VERSION:
+            shown = version if type(version) is int and abs(version) < 10**9 else "(not 1)"
             raise ManifestError(
-                f"{where} has format_version {data['format_version']}, this "
+                f"{where} has format_version {shown}, this "
                 f"drivetrain reads {FORMAT_VERSION}; rebuild the dataset or "
                 "upgrade drivetrain"
             )
         try:
-            return cls.model_validate_json(json.dumps(data))  # JSON semantics: lists -> tuples
+            text = json.dumps(data)  # validated as JSON: lists -> tuples
+        except (ValueError, TypeError, RecursionError) as exc:  # too deep, or not JSON data
+            raise ManifestError(
+                f"{where} cannot be read as JSON data ({type(exc).__name__}); rebuild the dataset"
+            ) from None
+        try:
+            return cls.model_validate_json(text)
         except ValidationError as exc:
             problems = "; ".join(
                 f"field {'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}"
@@ -243,21 +268,108 @@ def compute_dataset_hash(index_sha256: str, shards: list[ShardEntry] | list[dict
     return digest.hexdigest()
 
 
-def shard_location(root: str | Path, entry: ShardEntry) -> str:
-    """Return where the bytes of the shard `entry` (one manifest shard) are.
+class ShardLocationError(UserError, ManifestError):
+    """A manifest names a shard `location` outside its own folder and every declared root."""
+
+    def __init__(self, location: str, manifest: str, allowed: str) -> None:
+        self.location, self.manifest, self.allowed = location, manifest, allowed
+        super().__init__(
+            f"shard location {location} is outside {allowed}",
+            manifest,
+            "keep the shards under the dataset folder, or declare their folder with "
+            f"shard_roots= or ${SHARD_ROOTS_ENV} if you trust this manifest",
+        )
+
+    def __reduce__(self):
+        """Pickle with the original arguments."""
+        return type(self), (self.location, self.manifest, self.allowed)
+
+
+def declared_shard_roots(roots: Sequence[str | os.PathLike[str]] = ()) -> tuple[str, ...]:
+    """Return the folders the user declared for shard locations: `roots`, then `$DRIVETRAIN_SHARD_ROOTS`."""
+    env = os.environ.get(SHARD_ROOTS_ENV, "").split(",")
+    return tuple(
+        text for text in (os.fspath(r).strip().rstrip("/") for r in (*roots, *env)) if text
+    )
+
+
+def _local_path(url: str) -> str:
+    for prefix in ("file://", "local://"):
+        if url.startswith(prefix):
+            return url[len(prefix) :]
+    return url
+
+
+def _url_inside(url: str, folder: str) -> bool:
+    """True when `url` is `folder/...` on the same store (no `..` segment anywhere)."""
+    protocol, _, rest = url.partition("://")
+    base_protocol, _, base = folder.partition("://")
+    if protocol != base_protocol or ".." in rest.split("/"):
+        return False
+    base = posixpath.normpath(base).rstrip("/")
+    return posixpath.normpath(rest).startswith(f"{base}/")
+
+
+def _check_location(target: str, root: str, roots: tuple[str, ...], location: str) -> None:
+    """Refuse `target` (a shard's resolved location) outside `root` and the declared `roots`.
+
+    A local manifest may name any URL (the node only downloads it into the cache by shard
+    path) and local paths inside its folder, the local part store or `roots`; a remote
+    manifest may name only URLs under its own folder URL or under `roots`, and local paths
+    only inside a local folder of `roots`.
+    """
+    local_manifest = is_local_url(root)
+    if not is_local_url(target):
+        folders = [] if local_manifest else [root, *roots]
+        if local_manifest or any(_url_inside(target, f) for f in folders if "://" in f):
+            return
+    else:
+        folders = [_local_path(r) for r in roots if is_local_url(r)]
+        if local_manifest:
+            from platform_lib.shards.merge import resolve_part_store  # merge imports this module
+
+            store = resolve_part_store()
+            roots = (*roots, store) if is_local_url(store) else roots
+            folders = [_local_path(root), *folders, *([store] if is_local_url(store) else [])]
+        for folder in folders:
+            try:
+                ensure_inside(_local_path(target), folder)
+                return
+            except PathOutsideRootError:
+                continue
+    allowed = "the dataset folder" + (f" and the declared roots {list(roots)}" if roots else "")
+    raise ShardLocationError(location, f"{root}/{MANIFEST_NAME}", allowed)
+
+
+def shard_location(
+    root: str | Path, entry: ShardEntry, *, roots: Sequence[str | os.PathLike[str]] = ()
+) -> str:
+    """Return where the bytes of the shard `entry` (one manifest shard) are, once checked.
 
     `<root>/<path>` for a dataset built in one piece; for a merged dataset
     (`platform_lib.shards.merge`) the entry's `location`: a URL or absolute path as is, a
     relative one joined to `root`. `path` stays the dataset-relative name of the shard (what
-    the node cache writes under), so a location is only ever read, never written.
+    the node cache writes under), so a location is only ever read, never written. A location
+    must lie inside the dataset folder or a declared root (module docstring): links and `..`
+    are resolved for local paths, a `..` segment in a URL is refused.
+
+    Args:
+        root: the dataset folder or URL (where manifest.json is).
+        entry: the shard entry.
+        roots: folders (paths or URLs) the user trusts to hold shards, besides
+            `$DRIVETRAIN_SHARD_ROOTS`.
+
+    Raises:
+        ShardLocationError: the location leaves the dataset folder and every declared root;
+            names the location and the manifest.
     """
     root = str(root).rstrip("/")
     location = entry.location
     if not location:
         return f"{root}/{entry.path}"
-    if "://" in location or location.startswith("/"):
-        return location
-    return f"{root}/{location}"
+    target = location if "://" in location or location.startswith("/") else f"{root}/{location}"
+    _check_location(target, root, declared_shard_roots(roots), location)
+    return target
 
 
 def dumps_manifest(manifest: Manifest) -> bytes:
@@ -291,16 +403,25 @@ def load_manifest(root: str | Path, *, storage_options: dict[str, Any] | None = 
     Raises:
         ManifestMissingError: the folder has no manifest.json (not a dataset, or a build that
             did not finish); the message names the folder and says to rebuild.
-        ManifestError: the manifest is not valid JSON or does not follow docs/format.md.
+        ManifestError: the manifest is not valid JSON, does not follow docs/format.md, or
+            holds more than `MAX_MANIFEST_BYTES`.
+        NotRegularFileError: a local manifest.json is a FIFO, device, socket or folder.
         OSError: the store could not be read (callers decide whether to retry).
     """
     root_str = str(root).rstrip("/")
     fs, path, _ = resolve_fs(root_str, storage_options)
     manifest_path = f"{path.rstrip('/')}/{MANIFEST_NAME}"
     try:
-        raw = fs.cat_file(manifest_path)
+        raw = read_input(fs, manifest_path, max_bytes=MAX_MANIFEST_BYTES)
     except (FileNotFoundError, NotADirectoryError):
         raw = None
+    except UserError as exc:
+        if type(exc) is not UserError:  # NotRegularFileError
+            raise
+        raise ManifestError(
+            f"{root_str}/{MANIFEST_NAME} holds more than {MAX_MANIFEST_BYTES} bytes; "
+            "check that this is a Drivetrain dataset"
+        ) from None
     if raw is None:
         raise ManifestMissingError(
             f"{root_str} is not a complete Drivetrain dataset: it has no {MANIFEST_NAME} "
@@ -309,7 +430,7 @@ def load_manifest(root: str | Path, *, storage_options: dict[str, Any] | None = 
         )
     try:
         data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise ManifestError(
             f"{root_str}/{MANIFEST_NAME} is not valid JSON ({exc}); rebuild the dataset"
         ) from exc

@@ -2,13 +2,17 @@
 
 A thin tool over `DatasetView` (validated manifest + columnar index): a member is one ranged
 read `[offset, offset + size)`, a sample one ranged read `[sample_offset, sample_offset +
-sample_size)`. Works on local paths and fsspec URLs (e.g. s3://bucket/ds). The streaming
+sample_size)`. Works on local paths and fsspec URLs (e.g. s3://bucket/ds). A local shard is
+opened once (regular files only, `platform_lib.fsguard`) and kept open, and every range is
+checked against the file's real size before a buffer is allocated for it. The streaming
 loader reads the same view with `sample.read_sample_into` instead.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from functools import cached_property
 from pathlib import Path
@@ -16,13 +20,15 @@ from typing import IO, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from fsspec.implementations.local import LocalFileSystem
 
+from platform_lib.fsguard import open_regular
 from platform_lib.shards.errors import SampleIntegrityError, ShardFormatError
 from platform_lib.shards.index import INDEX_NAME, read_index
 from platform_lib.shards.manifest import Manifest, load_manifest, shard_location
 from platform_lib.shards.tar import check_member_name, iter_tar_members, split_member_name
 from platform_lib.shards.view import DatasetView, view_from_table
-from platform_lib.storage import resolve_fs
+from platform_lib.storage import open_input, resolve_fs
 
 __all__ = ["DatasetReader", "iter_tar_samples", "open_dataset"]
 
@@ -128,6 +134,13 @@ def iter_tar_samples(
 class DatasetReader:
     """Read samples of a published dataset by key (random access) or by shard (sequential).
 
+    Args:
+        root: dataset folder or fsspec URL.
+        storage_options: fsspec options of a remote root.
+        shard_roots: folders (paths or URLs) a merged dataset's shard locations may point
+            into besides the dataset folder (`platform_lib.shards.manifest.shard_location`).
+        max_open: local shard files kept open, in files.
+
     Attributes:
         root: dataset folder or URL as given.
         manifest: the validated manifest (`Manifest`).
@@ -135,12 +148,19 @@ class DatasetReader:
         index: index.parquet as an Arrow table (`schemas.index.INDEX_SCHEMA`).
     """
 
-    def __init__(self, root: str | Path, *, storage_options: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        root: str | Path,
+        *,
+        storage_options: dict[str, Any] | None = None,
+        shard_roots: Sequence[str] = (),
+        max_open: int = 8,
+    ) -> None:
         self.root = str(root).rstrip("/")
         options = dict(storage_options or {})
         self.manifest: Manifest = load_manifest(self.root, storage_options=options)
         self._fs, self._path, is_local = resolve_fs(self.root, options)
-        with self._fs.open(f"{self._path}/{INDEX_NAME}", "rb") as f:
+        with open_input(self._fs, f"{self._path}/{INDEX_NAME}") as f:
             self.index: pa.Table = read_index(f, where=f"{self.root}/{INDEX_NAME}")
         self.view: DatasetView = view_from_table(
             self.index,
@@ -149,11 +169,40 @@ class DatasetReader:
             root=self._path,
             is_local=is_local,
             storage_options=options,
+            shard_roots=shard_roots,
         )
         self._files = {
-            e.path: resolve_fs(shard_location(self.root, e), options)[:2]
+            e.path: resolve_fs(shard_location(self.root, e, roots=shard_roots), options)[:2]
             for e in self.manifest.shards
         }  # path -> (filesystem, file); merged: parts
+        self._open: OrderedDict[str, tuple[int, int]] = OrderedDict()  # path -> (fd, bytes)
+        self._max_open = max_open
+
+    def close(self) -> None:
+        """Close the local shard files kept open."""
+        while self._open:
+            os.close(self._open.popitem()[1][0])
+
+    def __enter__(self) -> DatasetReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if "_open" in self.__dict__:
+            self.close()
+
+    def _local_shard(self, shard: str) -> tuple[int, int]:
+        """Return (fd, real size in bytes) of local shard `shard`, opened once (regular files only)."""
+        if shard in self._open:
+            self._open.move_to_end(shard)
+            return self._open[shard]
+        fd = open_regular(self._files[shard][1])
+        self._open[shard] = (fd, os.fstat(fd).st_size)
+        if len(self._open) > self._max_open:
+            os.close(self._open.popitem(last=False)[1][0])
+        return self._open[shard]
 
     def __len__(self) -> int:
         return len(self.view)
@@ -176,7 +225,20 @@ class DatasetReader:
     def _read_range(self, i: int, start: int, size: int) -> bytes:
         shard = self.view.shard_path(i)
         fs, path = self._files[shard]
-        data = fs.cat_file(path, start=start, end=start + size)
+        if isinstance(fs, LocalFileSystem):
+            fd, real = self._local_shard(shard)
+            if start + size > real:  # checked before the buffer is allocated
+                raise ShardFormatError(
+                    f"truncated shard: the data ends at byte {max(start, real)}, inside sample "
+                    f"{self.view.key(i)} (the index puts it at [{start}, {start + size}), the "
+                    f"file has {real} bytes); run `drivetrain data validate` and rebuild or "
+                    "re-download it",
+                    shard=shard,
+                    offset=max(start, real),
+                )
+            data = os.pread(fd, size, start)
+        else:
+            data = fs.cat_file(path, start=start, end=start + size)
         if len(data) != size:
             raise ShardFormatError(
                 f"truncated shard: the data ends at byte {start + len(data)}, "
@@ -209,6 +271,7 @@ class DatasetReader:
         Raises:
             KeyError: unknown key or member name.
             ShardFormatError: the shard is shorter than the index says.
+            NotRegularFileError: the local shard is a FIFO, device, socket or folder.
             SampleIntegrityError: (verify) the bytes differ from the index.
         """
         i = self.view.row_of(key)
@@ -233,6 +296,7 @@ class DatasetReader:
         Raises:
             KeyError: unknown key.
             ShardFormatError: truncated shard (offset: where the data ends).
+            NotRegularFileError: the local shard is a FIFO, device, socket or folder.
             SampleIntegrityError: (verify) bytes differing from the index.
         """
         i = self.view.row_of(key)
@@ -253,6 +317,7 @@ class DatasetReader:
         Raises:
             KeyError: not a shard of this dataset.
             ShardFormatError: see `iter_tar_samples`.
+            NotRegularFileError: the local shard is a FIFO, device, socket or folder.
         """
         path = self.shard_paths[shard] if isinstance(shard, int) else shard
         if path not in self.shard_paths:
@@ -263,7 +328,7 @@ class DatasetReader:
         rows = (self.view.shard_id == sid).nonzero()[0]
         keys = [self.view.key(int(i)) for i in rows]
         fs, file = self._files[path]
-        with fs.open(file, "rb") as f:
+        with open_input(fs, file) as f:
             yield from iter_tar_samples(f, shard=path, expected_keys=keys)
 
     def iter_samples(self) -> Iterator[dict[str, Any]]:
@@ -273,13 +338,19 @@ class DatasetReader:
 
 
 def open_dataset(
-    root: str | Path, *, storage_options: dict[str, Any] | None = None
+    root: str | Path,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    shard_roots: Sequence[str] = (),
 ) -> DatasetReader:
-    """Open the dataset at `root` (local path or fsspec URL).
+    """Open the dataset at `root` (local path or fsspec URL); see `DatasetReader` for the options.
 
     Raises:
         ManifestMissingError: `root` holds no manifest.json (incomplete build / not a dataset).
         ManifestError: manifest.json off-contract (incl. absolute or escaping shard paths).
+        ShardLocationError: a shard location outside the dataset folder and `shard_roots`.
         DatasetIndexError: index.parquet off-schema or inconsistent with the manifest.
+        NotRegularFileError: a local manifest, index or shard is a FIFO, device, socket or
+            folder (shards: when first read).
     """
-    return DatasetReader(root, storage_options=storage_options)
+    return DatasetReader(root, storage_options=storage_options, shard_roots=shard_roots)

@@ -4,7 +4,10 @@ Checks, collecting every problem (with shard, member and byte offset where deter
 manifest keys and dataset_hash; index.parquet sha256/size, Arrow schema, pandera rules,
 content hashes; each shard's size and sha256; a tar scan of each shard (member names safe,
 regular files, header checksums, zero padding) compared member by member with the index
-(offset, size, sha256, sample ranges) and the manifest's per-shard sample counts.
+(offset, size, sha256, sample ranges) and the manifest's per-shard sample counts. Local files
+are opened only when they are regular files (`platform_lib.fsguard`), and shard locations
+only inside the dataset folder or a declared root (`manifest.shard_location`): both refusals
+raise (one line) instead of being listed.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import io
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +33,7 @@ from platform_lib.shards.manifest import (
 )
 from platform_lib.shards.tar import BLOCK_SIZE, check_member_name, iter_tar_members, padded_size
 from platform_lib.shards.view import view_from_table
+from platform_lib.storage import open_input
 from schemas.index import validate_index_frame
 
 __all__ = ["Problem", "ValidationReport", "validate_dataset"]
@@ -284,7 +289,11 @@ def _check_summary(manifest: Manifest, rows: list[dict[str, Any]], problems: lis
 
 
 def validate_dataset(
-    root: str, *, progress: bool | None = None, read_shards: bool = True
+    root: str,
+    *,
+    progress: bool | None = None,
+    read_shards: bool = True,
+    shard_roots: Sequence[str] = (),
 ) -> ValidationReport:
     """Check the dataset at `root` (local path or fsspec URL) against docs/format.md.
 
@@ -294,10 +303,16 @@ def validate_dataset(
         read_shards: also read every shard byte (sha256, tar structure, every member against
             the index). False checks manifest and index only: for a merged dataset whose parts
             were validated when they were built (`platform_lib.shards.merge`).
+        shard_roots: folders (paths or URLs) a merged dataset's shard locations may point into
+            besides the dataset folder.
 
     Returns:
         A report whose `problems` list every violation; `ok` when there is none. Never raises
-        for bad data (only for I/O errors other than missing files).
+        for bad data (only for I/O errors other than missing files, and the refusals below).
+
+    Raises:
+        NotRegularFileError: a local manifest, index or shard is a FIFO, device, socket or folder.
+        ShardLocationError: a shard location outside the dataset folder and `shard_roots`.
     """
     root = str(root).rstrip("/")
     report = ValidationReport(root=root)
@@ -310,6 +325,7 @@ def validate_dataset(
     report.dataset_hash = manifest.dataset_hash
     fs, base = fsspec.core.url_to_fs(root)
     shards = manifest.shards
+    locations = [shard_location(root, entry, roots=shard_roots) for entry in shards]
     index_entry = manifest.index
     if compute_dataset_hash(index_entry.sha256, list(shards)) != manifest.dataset_hash:
         problems.append(
@@ -325,7 +341,8 @@ def validate_dataset(
             )
         )
     try:
-        index_bytes = fs.cat_file(f"{base}/{INDEX_NAME}")
+        with open_input(fs, f"{base}/{INDEX_NAME}") as f:
+            index_bytes = f.read()  # bounded by the file's real size
     except FileNotFoundError:
         problems.append(Problem(message=f"{INDEX_NAME} is missing; rebuild the dataset"))
         return report
@@ -375,6 +392,7 @@ def validate_dataset(
             is_local=True,
             storage_options={},
             error_policy="skip",
+            shard_roots=shard_roots,
         )
         problems.extend(
             Problem(message=f"{INDEX_NAME} {reason} (key {key})") for key, reason in checked.skipped
@@ -385,7 +403,9 @@ def validate_dataset(
     for row in rows:
         rows_of.setdefault(row["shard"], []).append(row)
     show = sys.stderr.isatty() if progress is None else progress
-    for entry in tqdm(shards, disable=not show, unit="shard", desc="validate"):
+    for entry, location in tqdm(
+        list(zip(shards, locations, strict=True)), disable=not show, unit="shard", desc="validate"
+    ):
         path = entry.path
         report.num_shards += 1
         shard_rows = rows_of.get(path, [])
@@ -400,8 +420,9 @@ def validate_dataset(
         if not read_shards:
             continue
         try:
-            shard_fs, shard_file = fsspec.core.url_to_fs(shard_location(root, entry))
-            data = shard_fs.cat_file(shard_file)
+            shard_fs, shard_file = fsspec.core.url_to_fs(location)
+            with open_input(shard_fs, shard_file) as f:
+                data = f.read()  # bounded by the file's real size
         except FileNotFoundError:
             problems.append(
                 Problem(message="shard file is missing; rebuild or re-download it", shard=path)

@@ -20,6 +20,7 @@ Rows are sorted by (shard_id, sample_offset): units laid out in this order read 
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +31,7 @@ import pyarrow.compute as pc
 from platform_lib.shards.errors import DatasetIndexError
 from platform_lib.shards.index import INDEX_NAME, read_index
 from platform_lib.shards.manifest import Manifest, load_manifest, shard_location
-from platform_lib.storage import resolve_fs
+from platform_lib.storage import open_input, resolve_fs
 
 __all__ = ["DatasetView", "check_index_rows", "load_view", "view_from_table"]
 
@@ -238,7 +239,12 @@ def check_index_rows(
 
 
 def _shard_files(
-    manifest: Manifest, url: str, root: str, is_local: bool, storage_options: dict[str, Any]
+    manifest: Manifest,
+    url: str,
+    root: str,
+    is_local: bool,
+    storage_options: dict[str, Any],
+    shard_roots: Sequence[str],
 ) -> dict[str, Any]:
     """Where each shard's bytes are: `<root>/<path>`, or the parts of a merged dataset."""
     if not any(s.location for s in manifest.shards):
@@ -247,7 +253,7 @@ def _shard_files(
             "store_url": url,
             "is_local": is_local,
         }
-    located = [shard_location(url, s) for s in manifest.shards]
+    located = [shard_location(url, s, roots=shard_roots) for s in manifest.shards]
     files = tuple(resolve_fs(loc, storage_options)[1] for loc in located)
     local = all("://" not in loc or loc.startswith(("file://", "local://")) for loc in located)
     return {"shard_files": files, "store_url": located[0], "is_local": local}
@@ -299,10 +305,15 @@ def view_from_table(
     storage_options: dict[str, Any],
     split: str | None = None,
     error_policy: str = "raise",
+    shard_roots: Sequence[str] = (),
 ) -> DatasetView:
     """Build the view of `split` (None: all rows) from an index table checked by `read_index`.
 
+    `shard_roots`: folders a merged dataset's shard locations may point into besides its own
+    (`platform_lib.shards.manifest.shard_location`).
+
     Raises:
+        ShardLocationError: a shard location outside the dataset folder and `shard_roots`.
         DatasetIndexError: a row is inconsistent with the manifest (error_policy "raise"; the
             message names the index row, key and shard id); with "skip" the row is left out
             and listed in `DatasetView.skipped`.
@@ -312,7 +323,7 @@ def view_from_table(
         "url": url,
         "root": root,
         "storage_options": dict(storage_options),
-        **_shard_files(manifest, url, root, is_local, storage_options),
+        **_shard_files(manifest, url, root, is_local, storage_options, shard_roots),
     }
     table = table.append_column("__row__", pa.array(np.arange(table.num_rows, dtype=np.int64)))
     if split is not None:
@@ -342,10 +353,13 @@ def load_view(
     split: str | None = None,
     storage_options: dict[str, Any] | None = None,
     error_policy: str = "raise",
+    shard_roots: Sequence[str] = (),
 ) -> DatasetView:
     """Open the dataset at `url` (local folder or fsspec URL): validated manifest + index view.
 
     Raises:
+        NotRegularFileError: a local manifest.json or index.parquet is not a regular file.
+        ShardLocationError: a shard location outside the dataset folder and `shard_roots`.
         ManifestMissingError: no manifest.json (unfinished build or wrong path).
         ManifestError: manifest.json off-contract (e.g. an absolute or `..` shard path).
         DatasetIndexError: index.parquet unreadable, off-schema, or a row inconsistent with the
@@ -355,7 +369,7 @@ def load_view(
     options = dict(storage_options or {})
     fs, root, is_local = resolve_fs(url, options)
     manifest = load_manifest(url, storage_options=options)
-    with fs.open(f"{root}/{INDEX_NAME}", "rb") as f:
+    with open_input(fs, f"{root}/{INDEX_NAME}") as f:
         table = read_index(f, where=f"{url}/{INDEX_NAME}")
     return view_from_table(
         table,
@@ -366,4 +380,5 @@ def load_view(
         storage_options=options,
         split=split,
         error_policy=error_policy,
+        shard_roots=shard_roots,
     )

@@ -33,14 +33,15 @@ def test_merged_dataset_reads_like_a_built_one_and_holds_no_shard_bytes(
     manifest = merge_parts([p.location for p in parts], tmp_path / "ds", CONFIG, source="synthetic")
 
     assert sorted(p.name for p in (tmp_path / "ds").iterdir()) == ["index.parquet", "manifest.json"]
-    report = validate_dataset(str(tmp_path / "ds"))
+    roots = [str(tmp_path / "store")]  # the parts' folder: declared, as a part store is
+    report = validate_dataset(str(tmp_path / "ds"), shard_roots=roots)
     assert report.ok, report.describe()
     assert manifest.num_shards > 4  # tiny shards: several per log, renumbered globally
     assert manifest.shard_paths == [f"shards/shard-{i:06d}.tar" for i in range(manifest.num_shards)]
     assert [log.log_id for log in manifest.source_logs] == sorted(p.log_id for p in parts)
     assert manifest.splits.counts["val"] == 8 and manifest.splits.counts["train"] == 24
     # every sample reads back with the bytes of its part (merged reader vs the part's own reader)
-    merged = open_dataset(tmp_path / "ds")
+    merged = open_dataset(tmp_path / "ds", shard_roots=roots)
     for part in parts:
         own = open_dataset(part.location)
         for key in own.keys:
@@ -52,8 +53,9 @@ def test_merged_dataset_reads_like_a_built_one_and_holds_no_shard_bytes(
     # the merge's own check reads no shard byte; the full validation still reads them all
     shard = Path(parts[0].location) / "shards" / "shard-000000.tar"
     shard.rename(shard.with_suffix(".moved"))
-    assert validate_dataset(str(tmp_path / "ds"), read_shards=False).ok
-    assert "shard file is missing" in validate_dataset(str(tmp_path / "ds")).describe()
+    assert validate_dataset(str(tmp_path / "ds"), read_shards=False, shard_roots=roots).ok
+    missing = validate_dataset(str(tmp_path / "ds"), shard_roots=roots).describe()
+    assert "shard file is missing" in missing
 
 
 def test_dataset_hash_is_independent_of_part_order_parallelism_and_location(
