@@ -160,7 +160,12 @@ def _read_exact(fs: Any, path: str, expected: int, *, is_local: bool, where: str
                 if st.st_size != expected:
                     raise wrong_size(st.st_size)
                 data = f.read(expected + 1)
-            stamp = {"mtime_ns": st.st_mtime_ns, "inode": st.st_ino, "device": st.st_dev}
+            stamp = {  # ctime: an in-place rewrite changes it even when mtime is put back
+                "mtime_ns": st.st_mtime_ns,
+                "ctime_ns": st.st_ctime_ns,
+                "inode": st.st_ino,
+                "device": st.st_dev,
+            }
     except FileNotFoundError:
         raise DatasetIndexError(f"{where} is missing; rebuild the dataset") from None
     if len(data) != expected:  # changed while read
