@@ -174,6 +174,15 @@ def _corrupt(why: object, *, shard: str | None, offset: int) -> ShardFormatError
     )
 
 
+def _cut_header(end: int, *, shard: str | None) -> ShardFormatError:
+    return ShardFormatError(
+        f"truncated shard: the data ends at byte {end}, inside a tar header; rebuild or "
+        "re-download it",
+        shard=shard,
+        offset=end,
+    )
+
+
 def _parse_header(block: bytes, *, shard: str | None, offset: int) -> tarfile.TarInfo:
     """Parse one 512-byte header block with `tarfile` (checksum, octal / base-256 numbers)."""
     try:
@@ -243,12 +252,7 @@ def iter_tar_members(
         if not header or header == _ZERO_BLOCK:
             return
         if len(header) < BLOCK_SIZE:
-            raise ShardFormatError(
-                f"truncated shard: the data ends at byte {pos + len(header)}, inside a tar "
-                "header; rebuild or re-download it",
-                shard=shard,
-                offset=pos + len(header),
-            )
+            raise _cut_header(pos + len(header), shard=shard)
         info, start, blocks = _parse_header(header, shard=shard, offset=pos), pos, [header]
         while info.type in _EXTENSIONS:  # gather records + the described header for tarfile
             size = info.size
@@ -263,7 +267,9 @@ def iter_tar_members(
                     offset=end,
                 )
             pos, following = end, bytes(reader.read(BLOCK_SIZE))
-            if len(following) < BLOCK_SIZE or following == _ZERO_BLOCK:
+            if len(following) < BLOCK_SIZE:
+                raise _cut_header(pos + len(following), shard=shard)
+            if following == _ZERO_BLOCK:
                 raise _corrupt("extension header without a member", shard=shard, offset=pos)
             blocks += [bytes(records), following]
             if sum(map(len, blocks)) > 2 * _MAX_EXTENSION_BYTES:
