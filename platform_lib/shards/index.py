@@ -115,7 +115,8 @@ def read_index(source: str | Path | Any, *, where: str = "") -> pa.Table:
         table = pq.read_table(source)
     except (pa.ArrowException, OSError) as exc:
         raise DatasetIndexError(
-            f"{where or source}: not a readable Parquet index ({exc}); rebuild the dataset"
+            f"{where or source}: not a readable Parquet index ({' '.join(str(exc).split())}); "
+            "rebuild the dataset"
         ) from exc
     schema = next(
         (s for s in (INDEX_SCHEMA, INDEX_SCHEMA_WITHOUT_XXH3) if _same_schema(table.schema, s)),
