@@ -138,7 +138,9 @@ def read_index(source: str | Path | Any, *, where: str = "") -> pa.Table:
     return table if table.schema.equals(schema, check_metadata=False) else table.cast(schema)
 
 
-def _read_exact(fs: Any, path: str, expected: int, *, is_local: bool, where: str):
+def _read_exact(
+    fs: Any, path: str, expected: int, *, is_local: bool, where: str
+) -> tuple[bytes, dict[str, Any]]:
     """Return (bytes, stamp) of the index file, refusing a size other than `expected` unread."""
 
     def wrong_size(size: int) -> DatasetIndexError:
@@ -147,6 +149,7 @@ def _read_exact(fs: Any, path: str, expected: int, *, is_local: bool, where: str
             "truncated index); rebuild the dataset or restore the manifest's index.parquet"
         )
 
+    stamp: dict[str, Any]
     try:
         if not is_local:
             info = fs.info(path)
