@@ -4,6 +4,9 @@ The writer options are fixed so the same rows give the same file bytes: no panda
 (the table is built from Python rows with an explicit schema), fixed compression, page and
 row-group settings. Parquet stores no creation time; `created_by` names the pyarrow version,
 so byte identity holds for a fixed pyarrow release (recorded in the manifest build config).
+
+Readers trust an index only as the manifest's: `load_index` checks its size and sha256 (hashed
+once per node, recorded like the shard check), `check_index_table` its row count and keys.
 """
 
 from __future__ import annotations
@@ -11,15 +14,29 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from platform_lib.fsguard import open_regular
 from platform_lib.shards.errors import DatasetIndexError
+from platform_lib.shards.sample import check_once
 from schemas.index import INDEX_SCHEMA, INDEX_SCHEMA_WITHOUT_XXH3
 
-__all__ = ["INDEX_NAME", "PARQUET_OPTIONS", "build_index_table", "read_index", "write_index"]
+if TYPE_CHECKING:
+    from platform_lib.shards.manifest import IndexEntry, Manifest
+
+__all__ = [
+    "INDEX_NAME",
+    "PARQUET_OPTIONS",
+    "build_index_table",
+    "check_index_table",
+    "load_index",
+    "read_index",
+    "write_index",
+]
 
 INDEX_NAME = "index.parquet"
 
@@ -98,7 +115,8 @@ def read_index(source: str | Path | Any, *, where: str = "") -> pa.Table:
         table = pq.read_table(source)
     except (pa.ArrowException, OSError) as exc:
         raise DatasetIndexError(
-            f"{where or source}: not a readable Parquet index ({exc}); rebuild the dataset"
+            f"{where or source}: not a readable Parquet index ({' '.join(str(exc).split())}); "
+            "rebuild the dataset"
         ) from exc
     schema = next(
         (s for s in (INDEX_SCHEMA, INDEX_SCHEMA_WITHOUT_XXH3) if _same_schema(table.schema, s)),
@@ -118,3 +136,112 @@ def read_index(source: str | Path | Any, *, where: str = "") -> pa.Table:
             f"{where or source}: columns {nulls} hold nulls; rebuild the dataset"
         )
     return table if table.schema.equals(schema, check_metadata=False) else table.cast(schema)
+
+
+def _read_exact(
+    fs: Any, path: str, expected: int, *, is_local: bool, where: str
+) -> tuple[bytes, dict[str, Any]]:
+    """Return (bytes, stamp) of the index file, refusing a size other than `expected` unread."""
+
+    def wrong_size(size: int) -> DatasetIndexError:
+        return DatasetIndexError(
+            f"{where}: {size} bytes, the manifest's index entry says {expected} (replaced or "
+            "truncated index); rebuild the dataset or restore the manifest's index.parquet"
+        )
+
+    stamp: dict[str, Any]
+    try:
+        if not is_local:
+            info = fs.info(path)
+            if info.get("size") != expected:
+                raise wrong_size(info.get("size"))
+            data = fs.cat_file(path)
+            stamp = {"object": repr(sorted(info.items(), key=str))}
+        else:
+            fd = open_regular(path)
+            with os.fdopen(fd, "rb") as f:
+                st = os.fstat(fd)
+                if st.st_size != expected:
+                    raise wrong_size(st.st_size)
+                data = f.read(expected + 1)
+            stamp = {  # ctime: an in-place rewrite changes it even when mtime is put back
+                "mtime_ns": st.st_mtime_ns,
+                "ctime_ns": st.st_ctime_ns,
+                "inode": st.st_ino,
+                "device": st.st_dev,
+            }
+    except FileNotFoundError:
+        raise DatasetIndexError(f"{where} is missing; rebuild the dataset") from None
+    if len(data) != expected:  # changed while read
+        raise wrong_size(len(data))
+    return data, {"size": expected, **stamp}
+
+
+def load_index(
+    fs: Any,
+    path: str,
+    entry: IndexEntry,
+    *,
+    is_local: bool,
+    where: str,
+    record: Path | None,
+) -> tuple[pa.Table, bool]:
+    """Read index.parquet, check that it is the manifest's, and parse it (`read_index`).
+
+    Order: size against `entry.bytes` (before reading a byte), then sha256 against
+    `entry.sha256`, at most once per node and file version (`sample.check_once` with `record`),
+    then the schema. The table is parsed from the very bytes that were checked.
+
+    Args:
+        fs: fsspec filesystem of the dataset.
+        path: the index file inside `fs`.
+        entry: the manifest's index entry.
+        is_local: a local file (opened with `fsguard.open_regular`, stamped by inode and mtime)
+            or an object (stamped by its listing: size, ETag / mtime).
+        where: the index location for messages.
+        record: the node's verification record of this index, or None (hash on every load).
+
+    Returns:
+        (table, hashed): the index, and whether this call computed its sha256.
+
+    Raises:
+        DatasetIndexError: missing, size or sha256 other than the manifest's, or unreadable /
+            off-schema (`read_index`); one line naming `where` and what differs.
+        NotRegularFileError: a local index that is a FIFO, device, socket or folder.
+        OSError: the store could not be read (callers retry transient ones).
+    """
+    data, stamp = _read_exact(fs, path, entry.bytes, is_local=is_local, where=where)
+    ok, hashed = check_once(
+        record,
+        {**stamp, "sha256": entry.sha256},
+        lambda: hashlib.sha256(data).hexdigest() == entry.sha256,
+    )
+    if not ok:
+        raise DatasetIndexError(
+            f"{where}: sha256 differs from the manifest's index sha256 {entry.sha256} (replaced "
+            "or corrupt index); rebuild the dataset or restore the manifest's index.parquet"
+        )
+    return read_index(pa.BufferReader(data), where=where), hashed
+
+
+def check_index_table(table: pa.Table, manifest: Manifest, *, where: str) -> None:
+    """Check the whole index against the manifest: row count and unique sample keys.
+
+    Raises:
+        DatasetIndexError: the row count differs from `manifest.num_samples` (rows dropped or
+            added), or a key appears twice (names the key and its rows).
+    """
+    if table.num_rows != manifest.num_samples:
+        raise DatasetIndexError(
+            f"{where}: {table.num_rows} rows, the manifest says num_samples "
+            f"{manifest.num_samples} (rows dropped or added); rebuild the dataset"
+        )
+    keys = table["key"]
+    if pc.count_distinct(keys).as_py() != table.num_rows:
+        counts = pc.value_counts(keys)
+        key = counts.filter(pc.greater(counts.field("counts"), 1))[0]["values"].as_py()
+        rows = pc.indices_nonzero(pc.equal(keys, key)).to_pylist()[:3]
+        raise DatasetIndexError(
+            f"{where}: sample key {key!r} appears more than once (rows {rows}); keys must be "
+            "unique (each sample once per epoch); rebuild the dataset"
+        )

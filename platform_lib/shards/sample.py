@@ -10,24 +10,43 @@ Checks, by strength:
               dataset built without xxh3 gets no per-read check here
     "none"    nothing (a truncated shard is still reported)
 Errors name shard, member (`<key>.<ext>`) and byte offset.
+
+Whole files (a shard, the index) are hashed at most once per node and file version:
+`check_once` keeps the verdict in a record under `<node cache>/<dataset_hash[:16]>/verified/`,
+keyed by the file's stamp (size, mtime, inode, ... and the expected sha256).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
-from typing import Literal
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
+import filelock
 import xxhash
 
 from platform_lib.shards.errors import SampleIntegrityError, ShardFormatError
 from platform_lib.shards.tar import iter_tar_members
-from platform_lib.shards.view import DatasetView
 
-__all__ = ["Check", "hash_shard", "read_sample_into", "verify_sample"]
+if TYPE_CHECKING:  # view.py reads the index through index.py, which uses `check_once`
+    from platform_lib.shards.view import DatasetView
+
+__all__ = [
+    "Check",
+    "check_once",
+    "hash_shard",
+    "read_sample_into",
+    "verification_folder",
+    "verify_sample",
+]
 
 Check = Literal["sha256", "xxh3", "none"]
 _CHUNK = 8 << 20
+#: Longest wait for another process's hash of the same file, in s; then this one hashes too.
+_RECORD_WAIT_S = 600.0
 
 
 def _truncated(view: DatasetView, i: int, end: int, shard: str) -> ShardFormatError:
@@ -139,3 +158,58 @@ def hash_shard(fd: int) -> tuple[str, int]:
             return digest.hexdigest(), offset
         digest.update(view[:n])
         offset += n
+
+
+def verification_folder(cache_dir: str | None, dataset_hash: str) -> Path:
+    """Return the node's verification-record folder of a dataset.
+
+    `<cache_dir>/<dataset_hash[:16]>/verified`; `cache_dir` None: `$DRIVETRAIN_CACHE`, else
+    ~/.cache/drivetrain/shards (the node cache of `platform_lib.loading`).
+    """
+    default = os.environ.get("DRIVETRAIN_CACHE", str(Path.home() / ".cache/drivetrain/shards"))
+    return Path(cache_dir or default) / dataset_hash[:16] / "verified"
+
+
+def check_once(
+    record: Path | None, stamp: dict[str, Any], check: Callable[[], bool]
+) -> tuple[bool, bool]:
+    """Return a whole-file check's verdict, running `check` at most once per node and stamp.
+
+    One process runs `check` under a file lock and writes `{**stamp, "ok": verdict}` to
+    `record` (temporary name + rename); later calls with the same stamp read the verdict.
+    Without a usable record (None, unwritable folder, a lock held past 600 s) `check` runs here.
+
+    Args:
+        record: the record file (JSON), or None for no record.
+        stamp: what identifies the file version and the expected content (JSON values), e.g.
+            size, mtime_ns, inode, device and the manifest's sha256.
+        check: returns True when the file is good (e.g. hashes it against the manifest).
+
+    Returns:
+        (ok, ran): the verdict, and whether this call ran `check`.
+    """
+    if record is None:
+        return check(), True
+    try:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        lock = filelock.FileLock(f"{record}.lock", timeout=_RECORD_WAIT_S)
+        lock.acquire()
+    except (OSError, filelock.Timeout):
+        return check(), True
+    try:
+        try:
+            saved = json.loads(record.read_text())
+            if {k: saved.get(k) for k in stamp} == stamp and isinstance(saved.get("ok"), bool):
+                return saved["ok"], False
+        except (OSError, ValueError):
+            pass
+        ok = check()
+        tmp = record.with_name(f"{record.name}.tmp-{os.getpid()}")
+        try:
+            tmp.write_text(json.dumps({**stamp, "ok": ok}))
+            os.replace(tmp, record)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+        return ok, True
+    finally:
+        lock.release()

@@ -4,9 +4,10 @@ Writing: every header has mtime 0, uid/gid 0, empty uname/gname and mode 0o644, 
 member bytes give the same tar bytes on any machine (Python's `tarfile`, PAX format).
 
 Reading: `iter_tar_members` is the one tar walk of the code base (sequential scans, the
-per-sample header check, validation). It parses ustar/PAX headers (POSIX.1-2001 pax
-interchange format; GNU base-256 sizes) from a buffer without copying member data, or from
-a stream. Offsets are byte offsets in the shard file.
+per-sample header check, validation). Headers (ustar, POSIX.1-2001 pax, GNU base-256 sizes)
+are parsed by Python's `tarfile`; the walk itself keeps byte offsets, so members are read by
+byte range from a buffer without copying their data, or from a stream. Offsets are byte
+offsets in the shard file.
 """
 
 from __future__ import annotations
@@ -97,7 +98,14 @@ def split_member_name(name: str) -> tuple[str, str]:
 
 _ZERO_BLOCK = bytes(BLOCK_SIZE)
 _REGULAR = (b"0", b"\0", b"7")
-_PAX = (b"x", b"g")
+#: PAX (`x`, `g`) and GNU long-name (`L`, `K`) headers: records that describe the next header.
+_EXTENSIONS = (b"x", b"g", b"L", b"K")
+#: Most bytes of extension records in front of one member (a PAX path is a few hundred bytes).
+_MAX_EXTENSION_BYTES = 1 << 20
+#: Stream reads are at most this long, in bytes (a forged size allocates nothing up front).
+_READ_CHUNK = 1 << 20
+#: Header field parsing: member names are UTF-8; undecodable bytes are kept to be reported.
+_ENCODING, _ERRORS = "utf-8", "surrogateescape"
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,33 +131,6 @@ class TarMember:
         return self.kind in _REGULAR
 
 
-def _octal(field: bytes, *, shard: str | None, offset: int) -> int:
-    if field[:1] and field[0] & 0x80:  # GNU base-256 (sizes >= 8 GiB)
-        return int.from_bytes(field[1:], "big")
-    try:
-        return int(field.rstrip(b"\0 ").lstrip(b" ") or b"0", 8)
-    except ValueError:
-        raise ShardFormatError(
-            f"corrupt tar header: numeric field {field!r} is not octal; "
-            "rebuild or re-download the shard",
-            shard=shard,
-            offset=offset,
-        ) from None
-
-
-def _pax_path(records: bytes | memoryview) -> bytes | None:
-    """Return the raw `path` value of a PAX extended header, if any."""
-    buf, path, pos = bytes(records), None, 0
-    while pos < len(buf) and buf[pos] != 0:
-        space = buf.index(b" ", pos)
-        length = int(buf[pos:space])
-        key, _, value = buf[space + 1 : pos + length - 1].partition(b"=")
-        if key == b"path":
-            path = value
-        pos += length
-    return path
-
-
 class _Buffer:
     """Sequential reads over a buffer, returning views (no copies)."""
 
@@ -166,23 +147,71 @@ class _Buffer:
 
 
 class _Stream:
-    """Sequential reads over a binary stream (no seeking needed)."""
+    """Sequential reads over a binary stream (no seeking needed), in bounded chunks."""
 
     def __init__(self, fileobj: IO[bytes]) -> None:
         self._file = fileobj
 
-    def read(self, size: int) -> bytes:
-        parts, left = [], size
+    def _chunks(self, size: int) -> Iterator[bytes]:
+        left = size
         while left > 0:
-            chunk = self._file.read(left)
+            chunk = self._file.read(min(left, _READ_CHUNK))
             if not chunk:
-                break
-            parts.append(chunk)
+                return
             left -= len(chunk)
-        return b"".join(parts)
+            yield chunk
+
+    def read(self, size: int) -> bytes:
+        return b"".join(self._chunks(size))
 
     def skip(self, size: int) -> int:
-        return len(self.read(size))
+        return sum(len(chunk) for chunk in self._chunks(size))
+
+
+def _corrupt(why: object, *, shard: str | None, offset: int) -> ShardFormatError:
+    return ShardFormatError(
+        f"corrupt tar header ({why}); rebuild or re-download the shard", shard=shard, offset=offset
+    )
+
+
+def _cut_header(end: int, *, shard: str | None) -> ShardFormatError:
+    return ShardFormatError(
+        f"truncated shard: the data ends at byte {end}, inside a tar header; rebuild or "
+        "re-download it",
+        shard=shard,
+        offset=end,
+    )
+
+
+def _parse_header(block: bytes, *, shard: str | None, offset: int) -> tarfile.TarInfo:
+    """Parse one 512-byte header block with `tarfile` (checksum, octal / base-256 numbers)."""
+    try:
+        info = tarfile.TarInfo.frombuf(block, _ENCODING, _ERRORS)
+    except tarfile.HeaderError as exc:
+        raise _corrupt(exc, shard=shard, offset=offset) from None
+    if info.size < 0:
+        raise _corrupt(f"negative size {info.size}", shard=shard, offset=offset)
+    return info
+
+
+def _parse_extended(blocks: bytes, *, shard: str | None, offset: int) -> tarfile.TarInfo:
+    """Parse extension headers, their records and the header they describe with `tarfile`.
+
+    `blocks` runs from the first extension header to the end of the described header; the
+    returned `offset_data` is relative to its start.
+    """
+    try:
+        with tarfile.open(
+            fileobj=io.BytesIO(blocks), mode="r:", encoding=_ENCODING, errors=_ERRORS
+        ) as tar:
+            info = tar.next()
+    except (tarfile.TarError, ValueError, EOFError) as exc:
+        raise _corrupt(f"extension header: {exc}", shard=shard, offset=offset) from None
+    if info is None or info.offset_data != len(blocks) or info.size < 0:
+        raise _corrupt(
+            "extension header does not describe the next member", shard=shard, offset=offset
+        )
+    return info
 
 
 def iter_tar_members(
@@ -194,6 +223,9 @@ def iter_tar_members(
 ) -> Iterator[TarMember]:
     """Yield the entries of a tar archive (or of a sample's byte range) in order.
 
+    Headers are parsed by `tarfile` (`TarInfo.frombuf`; PAX and GNU long-name extensions with
+    `tarfile.open` over the few header blocks only); member data are never copied from a buffer.
+
     Args:
         source: a buffer holding whole tar entries (data are yielded as views into it, no
             copy) or a readable binary stream positioned at an entry's header.
@@ -202,54 +234,54 @@ def iter_tar_members(
         read_data: False skips member data (`TarMember.data` is None).
 
     Yields:
-        `TarMember` per entry except PAX extension headers (their `path` names the next
-        member). Stops at an all-zero block (end of archive) or at the end of the source.
+        `TarMember` per entry except extension headers (their `path` names the next member).
+        Stops at an all-zero block (end of archive) or at the end of the source.
 
     Raises:
-        ShardFormatError: a header with a bad checksum or size field, a member name that is
-            not UTF-8, or member data cut short (truncated shard: the offset is where the data
-            ends); names shard, member and byte offset.
+        ShardFormatError: a header with a bad checksum, number field or extension record, a
+            negative size, a member name that is not UTF-8, or a header or member data cut
+            short (truncated shard: the offset is where the data ends); names shard, member
+            and byte offset.
     """
     reader = (
         _Buffer(source) if isinstance(source, bytes | bytearray | memoryview) else _Stream(source)
     )
-    pos, pax_name, pax_start = base_offset, None, None
+    pos = base_offset
     while True:
-        header = reader.read(BLOCK_SIZE)
-        if len(header) < BLOCK_SIZE or header == _ZERO_BLOCK:
+        header = bytes(reader.read(BLOCK_SIZE))
+        if not header or header == _ZERO_BLOCK:
             return
-        header = bytes(header)
-        stored = _octal(header[148:156], shard=shard, offset=pos)
-        if stored != sum(header[:148]) + 256 + sum(header[156:]):
-            raise ShardFormatError(
-                "corrupt tar header (checksum mismatch); rebuild or re-download the shard",
-                shard=shard,
-                offset=pos,
-            )
-        size, kind = _octal(header[124:136], shard=shard, offset=pos), header[156:157]
-        data_offset = pos + BLOCK_SIZE
-        if kind in _PAX:
-            records = reader.read(size)
-            if len(records) < size:
+        if len(header) < BLOCK_SIZE:
+            raise _cut_header(pos + len(header), shard=shard)
+        info, start, blocks = _parse_header(header, shard=shard, offset=pos), pos, [header]
+        while info.type in _EXTENSIONS:  # gather records + the described header for tarfile
+            size = info.size
+            records = reader.read(padded_size(size)) if size <= _MAX_EXTENSION_BYTES else b""
+            end = pos + BLOCK_SIZE + len(records)
+            if size > _MAX_EXTENSION_BYTES or len(records) < padded_size(size):
+                why = "too long" if size > _MAX_EXTENSION_BYTES else "truncated shard"
                 raise ShardFormatError(
-                    f"tar data ends at byte {data_offset + len(records)} inside "
-                    "a PAX header (truncated shard); rebuild or re-download it",
+                    f"tar extension header of {size} bytes ({why}): the data ends at byte "
+                    f"{end}; rebuild or re-download the shard",
                     shard=shard,
-                    offset=data_offset + len(records),
+                    offset=end,
                 )
-            reader.skip(padded_size(size) - size)
-            pax_name = _pax_path(records) or pax_name
-            pax_start = pos if pax_start is None else pax_start
-            pos = data_offset + padded_size(size)
-            continue
-        if pax_name is not None:
-            raw = pax_name
-        else:
-            short, prefix = header[0:100].split(b"\0", 1)[0], header[345:500].split(b"\0", 1)[0]
-            raw = prefix + b"/" + short if prefix else short
+            pos, following = end, bytes(reader.read(BLOCK_SIZE))
+            if len(following) < BLOCK_SIZE:
+                raise _cut_header(pos + len(following), shard=shard)
+            if following == _ZERO_BLOCK:
+                raise _corrupt("extension header without a member", shard=shard, offset=pos)
+            blocks += [bytes(records), following]
+            if sum(map(len, blocks)) > 2 * _MAX_EXTENSION_BYTES:
+                raise _corrupt("too many extension headers", shard=shard, offset=start)
+            info = _parse_header(following, shard=shard, offset=pos)
+            if info.type not in _EXTENSIONS:
+                info = _parse_extended(b"".join(blocks), shard=shard, offset=start)
+        data_offset, size, name = pos + BLOCK_SIZE, info.size, info.name
         try:
-            name: str = raw.decode("utf-8")
-        except UnicodeDecodeError:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            raw = name.encode("utf-8", "surrogateescape")
             raise ShardFormatError(
                 f"the tar member name {raw!r} is not valid UTF-8; rebuild the "
                 "shard with `drivetrain data build` (keys are ASCII)",
@@ -274,10 +306,10 @@ def iter_tar_members(
         reader.skip(padded_size(size) - size)
         yield TarMember(
             name=name,
-            kind=kind,
-            header_offset=pax_start if pax_start is not None else pos,
+            kind=info.type,
+            header_offset=start,
             data_offset=data_offset,
             size=size,
             data=data,
         )
-        pos, pax_name, pax_start = data_offset + padded_size(size), None, None
+        pos = data_offset + padded_size(size)

@@ -29,9 +29,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from platform_lib.shards.errors import DatasetIndexError
-from platform_lib.shards.index import INDEX_NAME, read_index
+from platform_lib.shards.index import INDEX_NAME, check_index_table, load_index
 from platform_lib.shards.manifest import Manifest, load_manifest, shard_location
-from platform_lib.storage import open_input, resolve_fs
+from platform_lib.shards.sample import verification_folder
+from platform_lib.storage import resolve_fs
 
 __all__ = ["DatasetView", "check_index_rows", "load_view", "view_from_table"]
 
@@ -181,7 +182,8 @@ def check_index_rows(
 
     Checked (vectorised): shard id in range and equal to the row's `shard` path; every member
     the manifest's sensors require present; sample range inside the shard's bytes; each member
-    range inside its sample range.
+    range inside its sample range (so inside its shard). Ranges are compared without int64
+    overflow, so only sizes bounded by the manifest's shard sizes pass (what sizes the ring).
     """
     n, problems = len(view), dict[int, str]()
     shards = view.manifest.shards
@@ -221,19 +223,24 @@ def check_index_rows(
     limit = np.where(
         bad_id, 0, view.shard_bytes[np.clip(sid, 0, max(len(shards) - 1, 0))] if len(shards) else 0
     )
-    lo, hi = view.sample_offset, view.sample_offset + view.sample_size
-    for i in np.flatnonzero((lo < 0) | (view.sample_size <= 0) | (hi > limit)):
+    # compared as differences, never sums: int64 sums of hostile sizes wrap around
+    lo, size = view.sample_offset, view.sample_size
+    bad_sample = (lo < 0) | (size <= 0) | (lo > limit) | (size > limit - np.maximum(lo, 0))
+    for i in np.flatnonzero(bad_sample):
         problems.setdefault(
-            int(i), f"sample bytes [{lo[i]}, {hi[i]}) outside the shard's {limit[i]} bytes"
+            int(i),
+            f"sample bytes [{lo[i]}, {lo[i]} + {size[i]}) outside the shard's {limit[i]} bytes",
         )
-    m_lo, m_hi = view.member_offset, view.member_offset + view.member_size
-    outside = (m_lo < lo[row_of_member]) | (m_hi > hi[row_of_member]) | (view.member_size < 0)
+    hi = np.where(bad_sample, lo, lo + np.where(bad_sample, 0, size))
+    m_lo, m_size = view.member_offset, view.member_size
+    m_room = hi[row_of_member] - np.maximum(m_lo, lo[row_of_member])
+    outside = (m_lo < lo[row_of_member]) | (m_size < 0) | (m_room < 0) | (m_size > m_room)
     for m in np.flatnonzero(outside):
         row = int(row_of_member[m])
         problems.setdefault(
             row,
-            f"member {view.member_name(int(m))!r} bytes [{m_lo[m]}, {m_hi[m]}) "
-            f"outside the sample [{lo[row]}, {hi[row]})",
+            f"member {view.member_name(int(m))!r} bytes [{m_lo[m]}, {m_lo[m]} + {m_size[m]}) "
+            f"outside the sample [{lo[row]}, {hi[row]}) of the shard's {limit[row]} bytes",
         )
     return sorted(problems.items())
 
@@ -314,11 +321,13 @@ def view_from_table(
 
     Raises:
         ShardLocationError: a shard location outside the dataset folder and `shard_roots`.
-        DatasetIndexError: a row is inconsistent with the manifest (error_policy "raise"; the
+        DatasetIndexError: the row count differs from the manifest or a key repeats
+            (`check_index_table`, whatever the policy); a row is inconsistent with the manifest (error_policy "raise"; the
             message names the index row, key and shard id); with "skip" the row is left out
             and listed in `DatasetView.skipped`.
     """
     where = f"{url}/{INDEX_NAME}"
+    check_index_table(table, manifest, where=where)
     location = {
         "url": url,
         "root": root,
@@ -354,23 +363,37 @@ def load_view(
     storage_options: dict[str, Any] | None = None,
     error_policy: str = "raise",
     shard_roots: Sequence[str] = (),
+    cache_dir: str | None = None,
 ) -> DatasetView:
     """Open the dataset at `url` (local folder or fsspec URL): validated manifest + index view.
+
+    The index must be the manifest's (size, sha256, row count, unique keys, every member range
+    inside its shard) before any row is used; its sha256 is computed once per node and file
+    version and recorded in `<cache_dir>/<dataset_hash[:16]>/verified/index.parquet.json`
+    (beside the shard records; `cache_dir` None: the default node cache).
 
     Raises:
         NotRegularFileError: a local manifest.json or index.parquet is not a regular file.
         ShardLocationError: a shard location outside the dataset folder and `shard_roots`.
         ManifestMissingError: no manifest.json (unfinished build or wrong path).
         ManifestError: manifest.json off-contract (e.g. an absolute or `..` shard path).
-        DatasetIndexError: index.parquet unreadable, off-schema, or a row inconsistent with the
-            manifest (see `view_from_table`).
+        DatasetIndexError: index.parquet missing, of another size or sha256 than the
+            manifest's, unreadable, off-schema, or a row inconsistent with the manifest
+            (see `load_index`, `view_from_table`).
+        NotRegularFileError: a local index that is not a regular file.
         OSError: the store could not be read (the loader retries transient ones).
     """
     options = dict(storage_options or {})
     fs, root, is_local = resolve_fs(url, options)
     manifest = load_manifest(url, storage_options=options)
-    with open_input(fs, f"{root}/{INDEX_NAME}") as f:
-        table = read_index(f, where=f"{url}/{INDEX_NAME}")
+    table, _ = load_index(
+        fs,
+        f"{root}/{INDEX_NAME}",
+        manifest.index,
+        is_local=is_local,
+        where=f"{url}/{INDEX_NAME}",
+        record=verification_folder(cache_dir, manifest.dataset_hash) / f"{INDEX_NAME}.json",
+    )
     return view_from_table(
         table,
         manifest,

@@ -79,6 +79,29 @@ def write_test_dataset(
     return root
 
 
+def write_index_rows(root: Path, rows: list[dict], schema=None) -> None:
+    """Replace the index of the dataset at `root` and record it in the manifest (a rebuilt index).
+
+    The manifest's index entry (sha256, bytes), num_samples and dataset_hash follow the new
+    file, as a build writing these rows would have them.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from platform_lib.shards.manifest import compute_dataset_hash
+
+    path = root / "index.parquet"
+    schema = schema or pq.read_schema(path)
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
+    data = path.read_bytes()
+    manifest = json.loads((root / "manifest.json").read_text())
+    sha = hashlib.sha256(data).hexdigest()
+    manifest["index"].update(sha256=sha, bytes=len(data))
+    manifest["num_samples"] = len(rows)
+    manifest["dataset_hash"] = compute_dataset_hash(sha, manifest["shards"])
+    (root / "manifest.json").write_text(json.dumps(manifest))
+
+
 def add_empty_shard(root: Path, position: int = 1) -> None:
     """Insert an empty tar shard into the manifest of the dataset at `root` (ids re-numbered)."""
     path = "shards/shard-900000.tar"  # any shards/shard-NNNNNN.tar name; its position is its id
@@ -102,7 +125,7 @@ def add_empty_shard(root: Path, position: int = 1) -> None:
     ids = table["shard_id"]
     shifted = pc.if_else(pc.greater_equal(ids, position), pc.add(ids, 1), ids).cast(ids.type)
     table = table.set_column(table.schema.get_field_index("shard_id"), "shard_id", shifted)
-    pq.write_table(table, root / "index.parquet")
+    write_index_rows(root, table.to_pylist(), table.schema)
 
 
 def rename_keys(root: Path, rename: dict[str, str]) -> None:
@@ -112,7 +135,6 @@ def rename_keys(root: Path, rename: dict[str, str]) -> None:
     """
     import io
 
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     manifest = json.loads((root / "manifest.json").read_text())
@@ -146,5 +168,5 @@ def rename_keys(root: Path, rename: dict[str, str]) -> None:
             offsets = {i.name.split(".", 1)[1]: (i.offset_data, i.size) for i in mine}
             for member in row["members"]:
                 member["offset"], member["size"] = offsets[member["name"]]
-    pq.write_table(pa.Table.from_pylist(rows, schema=schema), root / "index.parquet")
     (root / "manifest.json").write_text(json.dumps(manifest))
+    write_index_rows(root, rows, schema)

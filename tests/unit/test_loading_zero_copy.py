@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 import simplejpeg
 import torch
-from loading_helpers import write_test_dataset
+from loading_helpers import write_index_rows, write_test_dataset
 
 from platform_lib.imaging.decode import CameraResize
 from platform_lib.loading import (
@@ -256,7 +256,7 @@ def test_datasets_built_without_xxh3_stay_readable(tmp_path):
             for f in table.schema
         ]
     )
-    pq.write_table(pa.Table.from_pylist(rows, schema=schema), root / "index.parquet")
+    write_index_rows(root, rows, schema)
     for verify in ("shard", "member"):
         loader = build_loader(
             str(root),
