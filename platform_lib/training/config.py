@@ -28,7 +28,7 @@ import difflib
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 from annotated_types import Ge, Gt, Le
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
@@ -94,8 +94,10 @@ def _integral_to_int(value: Any) -> Any:
 Int = Annotated[int, Le(INT64_MAX), BeforeValidator(_integral_to_int)]
 #: A float field: an int or a float, never a bool, finite.
 Float = Annotated[float, Field(allow_inf_nan=False)]
-#: The model zoo's preset names.
-ModelName = Literal[tuple(sorted(MODEL_PRESETS))]  # type: ignore[valid-type]
+if TYPE_CHECKING:
+    ModelName = str
+else:  #: The model zoo's preset names, as a `Literal` built from the zoo.
+    ModelName = Literal[tuple(sorted(MODEL_PRESETS))]
 
 
 class _Section(BaseModel):
@@ -119,22 +121,22 @@ class ModelConfig(_Section):
 
     name: ModelName = "bev_fusion_small"
     """model preset name in the model zoo (`platform_lib.models.list_models()`)"""
-    pos_weight: Float = Field(3.0, gt=0.0)
+    pos_weight: Float = Field(default=3.0, gt=0.0)
     """weight of occupied cells in the BCE-with-logits loss (occupancy is sparse), unitless"""
 
 
 class OptimizerConfig(_Section):
     """AdamW with linear warmup, then cosine decay to 10 % of `lr` at `max_steps`."""
 
-    lr: Float = Field(2e-3, gt=0.0)
+    lr: Float = Field(default=2e-3, gt=0.0)
     """peak AdamW learning rate, per step"""
-    weight_decay: Float = Field(1e-4, ge=0.0)
+    weight_decay: Float = Field(default=1e-4, ge=0.0)
     """AdamW decoupled weight decay, per step (norm and bias parameters get none)"""
-    grad_clip: Float = Field(1.0, ge=0.0)
+    grad_clip: Float = Field(default=1.0, ge=0.0)
     """max global L2 norm of the gradients; 0 disables clipping"""
-    max_steps: Int = Field(200, ge=1)
+    max_steps: Int = Field(default=200, ge=1)
     """optimizer steps of the run (a resumed run continues up to this step), in steps"""
-    warmup_steps: Int = Field(10, ge=0)
+    warmup_steps: Int = Field(default=10, ge=0)
     """linear learning-rate warmup, in steps"""
 
     @model_validator(mode="after")
@@ -156,28 +158,28 @@ class ParallelConfig(_Section):
     """bf16 parameters/activations in forward and backward, fp32 gradient reduction and master weights"""
     reshard_after_forward: bool = True
     """FSDP frees gathered parameters after forward (less memory, one more all-gather per block)"""
-    num_threads: Int = Field(1, ge=1)
+    num_threads: Int = Field(default=1, ge=1)
     """intra-op CPU threads per rank (torch.set_num_threads), in threads"""
-    collective_timeout_s: Float = Field(600.0, gt=0.0)
+    collective_timeout_s: Float = Field(default=600.0, gt=0.0)
     """a collective not complete after this long is a hang (process group timeout), in s"""
 
 
 class DataConfig(_Section):
     """The batches: splits, batch size and the streaming loader's knobs (`training.data`)."""
 
-    batch_size: Int = Field(4, ge=1)
+    batch_size: Int = Field(default=4, ge=1)
     """samples per rank per optimizer step, in samples"""
     train_split: str = "train"
     """index split trained on"""
     val_split: str = "val"
     """index split evaluated on"""
-    num_workers: Int = Field(1, ge=0)
+    num_workers: Int = Field(default=1, ge=0)
     """loader worker processes per rank, in processes (0: load in the training process)"""
-    prefetch_depth: Int = Field(2, ge=1)
+    prefetch_depth: Int = Field(default=2, ge=1)
     """batches each loader worker prepares ahead of the training loop, in batches"""
-    shuffle_buffer: Int = Field(2048, ge=1)
+    shuffle_buffer: Int = Field(default=2048, ge=1)
     """window of the loader's block shuffle, in samples"""
-    batch_delay_s: Float = Field(0.0, ge=0.0)
+    batch_delay_s: Float = Field(default=0.0, ge=0.0)
     """injected delay before each batch reaches the training loop, in s (tests of input-bound runs); 0: none"""
 
     @model_validator(mode="after")
@@ -193,38 +195,38 @@ class DataConfig(_Section):
 class CheckpointConfig(_Section):
     """Distributed checkpoints of model, optimizer, loader and RNG state."""
 
-    interval: Int = Field(100, ge=1)
+    interval: Int = Field(default=100, ge=1)
     """distributed checkpoint every this many steps (and at the last step), in steps"""
-    keep: Int = Field(2, ge=1)
+    keep: Int = Field(default=2, ge=1)
     """most recent complete checkpoints kept on disk, in checkpoints"""
     folder: str = ""
     """checkpoint folder: a local path or fsspec URL (s3://bucket/run/checkpoints); "" = <run>/checkpoints"""
     async_save: bool = False
     """stage the state in host memory and write it in a background thread (DCP async_save)"""
-    preemption_grace_s: Float = Field(25.0, gt=0.0)
+    preemption_grace_s: Float = Field(default=25.0, gt=0.0)
     """on SIGTERM, the final checkpoint must be complete within this time, in s"""
 
 
 class MetricsConfig(_Section):
     """Per-step metrics (rank 0 writes metrics.jsonl) and telemetry (`platform_lib.telemetry`, docs/goodput.md)."""
 
-    log_interval: Int = Field(1, ge=1)
+    log_interval: Int = Field(default=1, ge=1)
     """steps between metrics lines, in steps"""
-    mlflow_interval: Int = Field(10, ge=0)
+    mlflow_interval: Int = Field(default=10, ge=0)
     """steps between metric pushes to the run's MLflow run during training (rank 0), in steps; 0: off"""
-    telemetry_flush_interval: Int = Field(20, ge=1)
+    telemetry_flush_interval: Int = Field(default=20, ge=1)
     """steps between appends of step records to telemetry/rank-N.jsonl, in steps"""
-    anomaly_min_step_s: Float = Field(1.0, ge=0.0)
+    anomaly_min_step_s: Float = Field(default=1.0, ge=0.0)
     """steps shorter than this are left out of step-time anomaly detection, in s (ml-goodput-measurement: 1 s)"""
-    straggler_threshold: Float = Field(0.7, gt=0.0, le=1.0)
+    straggler_threshold: Float = Field(default=0.7, gt=0.0, le=1.0)
     """a rank whose median step is slower than fastest / this is flagged a straggler (score below it)"""
-    baseline_tolerance: Float = Field(0.05, ge=0.0)
+    baseline_tolerance: Float = Field(default=0.05, ge=0.0)
     """regression tolerance against the workload baseline: step time, memory, checkpoint (fraction), input wait (points)"""
-    goodput_window_s: Float = Field(0.0, ge=0.0)
+    goodput_window_s: Float = Field(default=0.0, ge=0.0)
     """rolling goodput window, in s; 0: a tenth of the run"""
-    profile_first_step: Int = Field(0, ge=0)
+    profile_first_step: Int = Field(default=0, ge=0)
     """first step of the torch.profiler window (Chrome/Perfetto trace in telemetry/); 0: no profiling"""
-    profile_steps: Int = Field(3, ge=1)
+    profile_steps: Int = Field(default=3, ge=1)
     """steps in the profiler window, in steps"""
     profile_all_ranks: bool = False
     """profile every rank instead of rank 0 only"""
@@ -240,7 +242,7 @@ class TrainConfig(_Section):
 
     preset: str = "custom"
     """name of the preset this config came from (recorded for lineage)"""
-    seed: Int = Field(0, ge=0)
+    seed: Int = Field(default=0, ge=0)
     """seed of weights init (same on every rank) and data order"""
     model: ModelConfig = ModelConfig()
     """which network and loss weighting"""
@@ -317,7 +319,7 @@ def describe_field(f: FieldInfo) -> str:
         for kind, op in ((Ge, ">="), (Gt, ">"), (Le, "<="))
         if kind in bounds
     ]
-    return " ".join([kinds.get(f.annotation, "a value"), " and ".join(parts)]).strip()  # type: ignore[call-overload]
+    return " ".join([kinds.get(f.annotation, "a value"), " and ".join(parts)]).strip()  # type: ignore[arg-type]
 
 
 def _choices(f: FieldInfo) -> tuple[Any, ...]:
