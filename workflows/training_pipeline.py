@@ -51,6 +51,7 @@ def training_pipeline(
         preset: training preset (`platform_lib.training.presets`).
         overrides: JSON object of preset fields to replace, e.g. '{"max_steps": 5}' or
             '{"optimizer.lr": 0.01}' (`platform_lib.training.overrides`); "" keeps the preset.
+            `preset` and `seed` are inputs of their own: overrides naming them are an error.
         seed: training seed (weights init and data order).
         model_name: registered model name; empty: "drivetrain-bev-<source>".
         synthetic: generator settings when synthetic logs are generated.

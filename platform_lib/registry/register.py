@@ -120,7 +120,7 @@ def register_model_version(
         staged = Path(tmp) / "model.safetensors"
         shutil.copyfile(weights_path, staged)
         client.log_artifact(run_id, str(staged), "model")
-    config = {"format": MODEL_FORMAT, "train_config": dataclasses.asdict(train_config)}
+    config = {"format": MODEL_FORMAT, "train_config": train_config.to_dict()}
     client.log_dict(run_id, config, "model/config.json")
     client.log_dict(run_id, dataclasses.asdict(lineage), "lineage.json")
     try:

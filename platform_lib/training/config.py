@@ -8,26 +8,31 @@
       checkpoint  CheckpointConfig  distributed checkpoints
       metrics     MetricsConfig     metrics lines
 
-Each section is a frozen kw_only dataclass of scalar fields (so the whole config is a
-cacheable Flyte input and a set of MLflow params). Bounds are declared next to each field
-(`setting(default, ge=1)`) and checked by `check_fields` in the section's `__post_init__`,
-which then runs the section's cross-field checks; `TrainConfig.__post_init__` runs the checks
-that span sections. To add a field: one `setting(...)` line plus a one-line docstring with the
-unit, in the section it belongs to; overrides, hashing and MLflow params follow.
+Each section is a frozen pydantic model of scalar fields with `extra="forbid"` (so the whole
+config is a cacheable Flyte input and a set of MLflow params); pydantic checks the types
+(strictly: no "4" for 4, no 1 for true), the `Field` bounds and the `Literal` choices, and a
+`model_validator` the cross-field rules. To add a field: one annotated line with its default
+and bounds plus a one-line docstring with the unit, in the section it belongs to; overrides,
+hashing and MLflow params follow. Every int field declares its lower bound (`ge`); `Int`
+adds the int64 upper bound of a Flyte literal.
 
 Field names are unique across sections, so an override may name a field alone
-(`{"max_steps": 5}`) or by path (`{"optimizer.max_steps": 5}`), see `apply_overrides` in
-`platform_lib.training.overrides`.
+(`{"max_steps": 5}`) or by path (`{"optimizer.max_steps": 5}`), see
+`platform_lib.training.overrides`. `config_error` turns pydantic's errors into one
+`ConfigError` line naming the field and what it allows.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import difflib
 import hashlib
 import json
-import math
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+
+from annotated_types import Ge, Gt, Le
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic.fields import FieldInfo
 
 from platform_lib.errors import UserError
 from platform_lib.models.presets import MODEL_PRESETS
@@ -35,6 +40,7 @@ from platform_lib.models.presets import MODEL_PRESETS
 __all__ = [
     "INT64_MAX",
     "INT64_MIN",
+    "SECTIONS",
     "CheckpointConfig",
     "ConfigError",
     "DataConfig",
@@ -44,16 +50,18 @@ __all__ = [
     "ParallelConfig",
     "TrainConfig",
     "canonical_json",
-    "check_fields",
-    "check_value",
-    "describe_bounds",
-    "field_type",
+    "config_error",
+    "describe_field",
     "hash_config",
-    "setting",
+    "list_fields",
+    "replace",
+    "show_value",
 ]
 
 #: Bounds of a Flyte integer literal (int64): larger ints cannot be a task input.
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+#: The fix of an error in a built config (a preset, overrides or a stored config).
+_FIX = "change the preset or the overrides so that each field is in range"
 
 
 class ConfigError(UserError):
@@ -75,334 +83,343 @@ def _rebuild_config_error(
     return ConfigError(what, culprit, fix, fields=fields)
 
 
-def setting(
-    default: Any,
-    *,
-    ge: float | None = None,
-    gt: float | None = None,
-    le: float | None = None,
-    choices: tuple[str, ...] | None = None,
-) -> Any:
-    """Return a dataclass field with `default` and the bounds `check_fields` enforces.
-
-    Args:
-        default: the field's default (a scalar).
-        ge: smallest allowed value (inclusive).
-        gt: values must be greater than this.
-        le: largest allowed value (inclusive).
-        choices: allowed string values.
-    """
-    bounds = {
-        k: v for k, v in (("ge", ge), ("gt", gt), ("le", le), ("choices", choices)) if v is not None
-    }
-    return field(default=default, metadata={"bounds": bounds})
+def _integral_to_int(value: Any) -> Any:
+    """An integral float in int64 range for an int field is that int (`20.0` -> 20)."""
+    if isinstance(value, float) and value.is_integer() and INT64_MIN <= value <= INT64_MAX:
+        return int(value)
+    return value
 
 
-def describe_bounds(f: dataclasses.Field[Any]) -> str:
-    """Return the allowed values of field `f` in words, e.g. "an int >= 1"."""
-    bounds = f.metadata.get("bounds", {})
-    if "choices" in bounds:
-        return "one of " + ", ".join(repr(c) for c in bounds["choices"])
-    kinds: dict[type | None, str] = {
-        int: "an int",
-        float: "a number",
-        bool: "true or false",
-        str: "a string",
-    }
-    kind = kinds.get(field_type(f), "a value")
-    parts = [
-        f"{op} {bounds[key]}"
-        for key, op in (("ge", ">="), ("gt", ">"), ("le", "<="))
-        if key in bounds
-    ]
-    if field_type(f) is int:
-        parts = parts or [f">= {INT64_MIN}"]
-        if "le" not in bounds:
-            parts.append(f"<= {INT64_MAX}")
-    return " ".join([kind, " and ".join(parts)]).strip()
+#: An int field: an int or an integral float, never a bool; at most int64 (a Flyte literal).
+Int = Annotated[int, Le(INT64_MAX), BeforeValidator(_integral_to_int)]
+#: A float field: an int or a float, never a bool, finite.
+Float = Annotated[float, Field(allow_inf_nan=False)]
+if TYPE_CHECKING:
+    ModelName = str
+else:  #: The model zoo's preset names, as a `Literal` built from the zoo.
+    ModelName = Literal[tuple(sorted(MODEL_PRESETS))]
 
 
-def field_type(f: dataclasses.Field[Any]) -> type | None:
-    """Return the scalar type (int, float, bool, str) of field `f`, None for other types."""
-    text = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")
-    return {"int": int, "float": float, "bool": bool, "str": str}.get(
-        str(text).replace(" | None", "")
-    )
+class _Section(BaseModel):
+    """A frozen config section of scalar fields, strictly typed, unknown fields refused."""
 
-
-def check_value(f: dataclasses.Field[Any], value: Any) -> tuple[Any, str | None]:
-    """Return (`value` coerced to the type of field `f`, None) or (value, why it is not allowed).
-
-    An int for a float field becomes a float (so `lr=1` and `lr=1.0` are one config), an
-    integral float for an int field an int; ints must fit in int64 (a Flyte literal). The
-    reason reads "must be <allowed values>".
-    """
-    kind, bounds = field_type(f), f.metadata.get("bounds", {})
-    if isinstance(value, bool) and kind is not bool:
-        return value, f"must be {describe_bounds(f)}"
-    if kind is float and isinstance(value, int):
-        value = float(value)
-    elif kind is int and isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if kind is not None and not isinstance(value, kind):
-        return value, f"must be {describe_bounds(f)}"
-    bad = (
-        (kind is float and not math.isfinite(value))
-        or (kind is int and not INT64_MIN <= value <= INT64_MAX)
-        or ("ge" in bounds and not value >= bounds["ge"])
-        or ("gt" in bounds and not value > bounds["gt"])
-        or ("le" in bounds and not value <= bounds["le"])
-        or ("choices" in bounds and value not in bounds["choices"])
-    )
-    return value, (f"must be {describe_bounds(f)}" if bad else None)
-
-
-def check_fields(section: Any, prefix: str, *, skip: tuple[str, ...] = ()) -> list[str]:
-    """Coerce (`check_value`) and check every scalar field of `section` against its bounds.
-
-    Args:
-        section: a config section dataclass instance (frozen: coerced via object.__setattr__).
-        prefix: its path in TrainConfig with a trailing dot, e.g. "optimizer."; "" at the top.
-        skip: names of fields not to check (TrainConfig's sections).
-
-    Returns:
-        One message per bad field, naming it by its dotted path (empty when all are fine).
-    """
-    problems = []
-    for f in dataclasses.fields(section):
-        if f.name in skip:
-            continue
-        value, problem = check_value(f, getattr(section, f.name))
-        if problem:
-            problems.append(f"{prefix}{f.name} {problem}, got {value!r}")
-        elif value is not getattr(section, f.name):
-            object.__setattr__(section, f.name, value)
-    return problems
-
-
-def _raise_if(problems: list[str]) -> None:
-    if problems:
-        fields = tuple(dict.fromkeys(p.split(" ", 1)[0] for p in problems))
-        raise ConfigError(
-            "invalid training config: " + "; ".join(problems),
-            ", ".join(fields),
-            "change the preset or the overrides so that each field is in range",
-            fields=fields,
-        )
-
-
-@dataclass(kw_only=True, frozen=True)
-class ModelConfig:
-    """Which network of the model zoo trains, and how its loss weighs the classes."""
-
-    name: str = setting("bev_fusion_small", choices=tuple(sorted(MODEL_PRESETS)))
-    """model preset name in the model zoo (`platform_lib.models.list_models()`)"""
-    pos_weight: float = setting(3.0, gt=0.0)
-    """weight of occupied cells in the BCE-with-logits loss (occupancy is sparse), unitless"""
-
-    def __post_init__(self) -> None:
-        """Check the bounds of every field (`check_fields`)."""
-        _raise_if(check_fields(self, "model."))
-
-
-@dataclass(kw_only=True, frozen=True)
-class OptimizerConfig:
-    """AdamW with linear warmup, then cosine decay to 10 % of `lr` at `max_steps`."""
-
-    lr: float = setting(2e-3, gt=0.0)
-    """peak AdamW learning rate, per step"""
-    weight_decay: float = setting(1e-4, ge=0.0)
-    """AdamW decoupled weight decay, per step (norm and bias parameters get none)"""
-    grad_clip: float = setting(1.0, ge=0.0)
-    """max global L2 norm of the gradients; 0 disables clipping"""
-    max_steps: int = setting(200, ge=1)
-    """optimizer steps of the run (a resumed run continues up to this step), in steps"""
-    warmup_steps: int = setting(10, ge=0)
-    """linear learning-rate warmup, in steps"""
-
-    def __post_init__(self) -> None:
-        """Check bounds, then that the warmup ends before the last step."""
-        problems = check_fields(self, "optimizer.")
-        if not problems and 0 < self.max_steps <= self.warmup_steps:
-            problems.append(
-                f"optimizer.warmup_steps ({self.warmup_steps}) must be < optimizer.max_steps "
-                f"({self.max_steps})"
-            )
-        _raise_if(problems)
-
-
-@dataclass(kw_only=True, frozen=True)
-class ParallelConfig:
-    """Process group, FSDP2 sharding, mixed precision and CPU threads of each rank."""
-
-    backend: str = setting("auto", choices=("auto", "gloo", "nccl"))
-    """process group backend: "auto" (nccl with CUDA, else gloo), "gloo" or "nccl" (CUDA only)"""
-    mixed_precision: bool = setting(True)
-    """bf16 parameters/activations in forward and backward, fp32 gradient reduction and master weights"""
-    reshard_after_forward: bool = setting(True)
-    """FSDP frees gathered parameters after forward (less memory, one more all-gather per block)"""
-    num_threads: int = setting(1, ge=1)
-    """intra-op CPU threads per rank (torch.set_num_threads), in threads"""
-    collective_timeout_s: float = setting(600.0, gt=0.0)
-    """a collective not complete after this long is a hang (process group timeout), in s"""
-
-    def __post_init__(self) -> None:
-        """Check the bounds of every field (`check_fields`)."""
-        _raise_if(check_fields(self, "parallel."))
-
-
-@dataclass(kw_only=True, frozen=True)
-class DataConfig:
-    """The batches: splits, batch size and the streaming loader's knobs (`training.data`)."""
-
-    batch_size: int = setting(4, ge=1)
-    """samples per rank per optimizer step, in samples"""
-    train_split: str = setting("train")
-    """index split trained on"""
-    val_split: str = setting("val")
-    """index split evaluated on"""
-    num_workers: int = setting(1, ge=0)
-    """loader worker processes per rank, in processes (0: load in the training process)"""
-    prefetch_depth: int = setting(2, ge=1)
-    """batches each loader worker prepares ahead of the training loop, in batches"""
-    shuffle_buffer: int = setting(2048, ge=1)
-    """window of the loader's block shuffle, in samples"""
-    batch_delay_s: float = setting(0.0, ge=0.0)
-    """injected delay before each batch reaches the training loop, in s (tests of input-bound runs); 0: none"""
-
-    def __post_init__(self) -> None:
-        """Check bounds, then that the two splits are distinct and named."""
-        problems = check_fields(self, "data.")
-        if not problems and (not self.train_split or self.train_split == self.val_split):
-            problems.append(
-                f"data.train_split ({self.train_split!r}) and data.val_split ({self.val_split!r}) "
-                "must be distinct, non-empty split names"
-            )
-        _raise_if(problems)
-
-
-@dataclass(kw_only=True, frozen=True)
-class CheckpointConfig:
-    """Distributed checkpoints of model, optimizer, loader and RNG state."""
-
-    interval: int = setting(100, ge=1)
-    """distributed checkpoint every this many steps (and at the last step), in steps"""
-    keep: int = setting(2, ge=1)
-    """most recent complete checkpoints kept on disk, in checkpoints"""
-    folder: str = setting("")
-    """checkpoint folder: a local path or fsspec URL (s3://bucket/run/checkpoints); "" = <run>/checkpoints"""
-    async_save: bool = setting(False)
-    """stage the state in host memory and write it in a background thread (DCP async_save)"""
-    preemption_grace_s: float = setting(25.0, gt=0.0)
-    """on SIGTERM, the final checkpoint must be complete within this time, in s"""
-
-    def __post_init__(self) -> None:
-        """Check the bounds of every field (`check_fields`)."""
-        _raise_if(check_fields(self, "checkpoint."))
-
-
-@dataclass(kw_only=True, frozen=True)
-class MetricsConfig:
-    """Per-step metrics (rank 0 writes metrics.jsonl) and telemetry (`platform_lib.telemetry`, docs/goodput.md)."""
-
-    log_interval: int = setting(1, ge=1)
-    """steps between metrics lines, in steps"""
-    mlflow_interval: int = setting(10, ge=0)
-    """steps between metric pushes to the run's MLflow run during training (rank 0), in steps; 0: off"""
-    telemetry_flush_interval: int = setting(20, ge=1)
-    """steps between appends of step records to telemetry/rank-N.jsonl, in steps"""
-    anomaly_min_step_s: float = setting(1.0, ge=0.0)
-    """steps shorter than this are left out of step-time anomaly detection, in s (ml-goodput-measurement: 1 s)"""
-    straggler_threshold: float = setting(0.7, gt=0.0, le=1.0)
-    """a rank whose median step is slower than fastest / this is flagged a straggler (score below it)"""
-    baseline_tolerance: float = setting(0.05, ge=0.0)
-    """regression tolerance against the workload baseline: step time, memory, checkpoint (fraction), input wait (points)"""
-    goodput_window_s: float = setting(0.0, ge=0.0)
-    """rolling goodput window, in s; 0: a tenth of the run"""
-    profile_first_step: int = setting(0, ge=0)
-    """first step of the torch.profiler window (Chrome/Perfetto trace in telemetry/); 0: no profiling"""
-    profile_steps: int = setting(3, ge=1)
-    """steps in the profiler window, in steps"""
-    profile_all_ranks: bool = setting(False)
-    """profile every rank instead of rank 0 only"""
-
-    def __post_init__(self) -> None:
-        """Check the bounds of every field (`check_fields`)."""
-        _raise_if(check_fields(self, "metrics."))
-
-
-#: Section name -> its dataclass, in TrainConfig order.
-SECTIONS: dict[str, type] = {
-    "model": ModelConfig,
-    "optimizer": OptimizerConfig,
-    "parallel": ParallelConfig,
-    "data": DataConfig,
-    "checkpoint": CheckpointConfig,
-    "metrics": MetricsConfig,
-}
-
-
-@dataclass(kw_only=True, frozen=True)
-class TrainConfig:
-    """Everything that decides a training run besides the dataset, by component.
-
-    Raises:
-        ConfigError: (a ValueError) from `__post_init__` of a section or of the whole,
-            naming every field with an impossible value by its dotted path.
-    """
-
-    preset: str = setting("custom")
-    """name of the preset this config came from (recorded for lineage)"""
-    seed: int = setting(0, ge=0)
-    """seed of weights init (same on every rank) and data order"""
-    model: ModelConfig = field(default_factory=ModelConfig)
-    """which network and loss weighting"""
-    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
-    """AdamW and its schedule"""
-    parallel: ParallelConfig = field(default_factory=ParallelConfig)
-    """process group, FSDP, precision, threads"""
-    data: DataConfig = field(default_factory=DataConfig)
-    """batches, splits, loader"""
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    """distributed checkpoints"""
-    metrics: MetricsConfig = field(default_factory=MetricsConfig)
-    """metrics lines"""
-
-    def __post_init__(self) -> None:
-        """Check the top-level scalars and that every section has its type."""
-        problems = []
-        for f in dataclasses.fields(self):
-            if f.name in SECTIONS and not isinstance(getattr(self, f.name), SECTIONS[f.name]):
-                problems.append(
-                    f"{f.name} must be a {SECTIONS[f.name].__name__}, got {getattr(self, f.name)!r}"
-                )
-        problems += check_fields(self, "", skip=tuple(SECTIONS))
-        _raise_if(problems)
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     def to_dict(self) -> dict[str, Any]:
         """Return the config as a nested JSON-serialisable dict ({"optimizer": {"lr": ...}, ...})."""
-        return dataclasses.asdict(self)
+        return self.model_dump()
+
+
+def _cross_field(problem: str) -> ConfigError:
+    """Return the error of a broken cross-field rule; `problem` starts with the field's path."""
+    field = problem.split(" ", 1)[0]
+    return ConfigError(f"invalid training config: {problem}", field, _FIX, fields=(field,))
+
+
+class ModelConfig(_Section):
+    """Which network of the model zoo trains, and how its loss weighs the classes."""
+
+    name: ModelName = "bev_fusion_small"
+    """model preset name in the model zoo (`platform_lib.models.list_models()`)"""
+    pos_weight: Float = Field(default=3.0, gt=0.0)
+    """weight of occupied cells in the BCE-with-logits loss (occupancy is sparse), unitless"""
+
+
+class OptimizerConfig(_Section):
+    """AdamW with linear warmup, then cosine decay to 10 % of `lr` at `max_steps`."""
+
+    lr: Float = Field(default=2e-3, gt=0.0)
+    """peak AdamW learning rate, per step"""
+    weight_decay: Float = Field(default=1e-4, ge=0.0)
+    """AdamW decoupled weight decay, per step (norm and bias parameters get none)"""
+    grad_clip: Float = Field(default=1.0, ge=0.0)
+    """max global L2 norm of the gradients; 0 disables clipping"""
+    max_steps: Int = Field(default=200, ge=1)
+    """optimizer steps of the run (a resumed run continues up to this step), in steps"""
+    warmup_steps: Int = Field(default=10, ge=0)
+    """linear learning-rate warmup, in steps"""
+
+    @model_validator(mode="after")
+    def _warmup_ends_before_the_last_step(self) -> OptimizerConfig:
+        if self.max_steps <= self.warmup_steps:
+            raise _cross_field(
+                f"optimizer.warmup_steps ({self.warmup_steps}) must be < optimizer.max_steps "
+                f"({self.max_steps})"
+            )
+        return self
+
+
+class ParallelConfig(_Section):
+    """Process group, FSDP2 sharding, mixed precision and CPU threads of each rank."""
+
+    backend: Literal["auto", "gloo", "nccl"] = "auto"
+    """process group backend: "auto" (nccl with CUDA, else gloo), "gloo" or "nccl" (CUDA only)"""
+    mixed_precision: bool = True
+    """bf16 parameters/activations in forward and backward, fp32 gradient reduction and master weights"""
+    reshard_after_forward: bool = True
+    """FSDP frees gathered parameters after forward (less memory, one more all-gather per block)"""
+    num_threads: Int = Field(default=1, ge=1)
+    """intra-op CPU threads per rank (torch.set_num_threads), in threads"""
+    collective_timeout_s: Float = Field(default=600.0, gt=0.0)
+    """a collective not complete after this long is a hang (process group timeout), in s"""
+
+
+class DataConfig(_Section):
+    """The batches: splits, batch size and the streaming loader's knobs (`training.data`)."""
+
+    batch_size: Int = Field(default=4, ge=1)
+    """samples per rank per optimizer step, in samples"""
+    train_split: str = "train"
+    """index split trained on"""
+    val_split: str = "val"
+    """index split evaluated on"""
+    num_workers: Int = Field(default=1, ge=0)
+    """loader worker processes per rank, in processes (0: load in the training process)"""
+    prefetch_depth: Int = Field(default=2, ge=1)
+    """batches each loader worker prepares ahead of the training loop, in batches"""
+    shuffle_buffer: Int = Field(default=2048, ge=1)
+    """window of the loader's block shuffle, in samples"""
+    batch_delay_s: Float = Field(default=0.0, ge=0.0)
+    """injected delay before each batch reaches the training loop, in s (tests of input-bound runs); 0: none"""
+
+    @model_validator(mode="after")
+    def _splits_are_distinct_and_named(self) -> DataConfig:
+        if not self.train_split or self.train_split == self.val_split:
+            raise _cross_field(
+                f"data.train_split ({self.train_split!r}) and data.val_split ({self.val_split!r}) "
+                "must be distinct, non-empty split names"
+            )
+        return self
+
+
+class CheckpointConfig(_Section):
+    """Distributed checkpoints of model, optimizer, loader and RNG state."""
+
+    interval: Int = Field(default=100, ge=1)
+    """distributed checkpoint every this many steps (and at the last step), in steps"""
+    keep: Int = Field(default=2, ge=1)
+    """most recent complete checkpoints kept on disk, in checkpoints"""
+    folder: str = ""
+    """checkpoint folder: a local path or fsspec URL (s3://bucket/run/checkpoints); "" = <run>/checkpoints"""
+    async_save: bool = False
+    """stage the state in host memory and write it in a background thread (DCP async_save)"""
+    preemption_grace_s: Float = Field(default=25.0, gt=0.0)
+    """on SIGTERM, the final checkpoint must be complete within this time, in s"""
+
+
+class MetricsConfig(_Section):
+    """Per-step metrics (rank 0 writes metrics.jsonl) and telemetry (`platform_lib.telemetry`, docs/goodput.md)."""
+
+    log_interval: Int = Field(default=1, ge=1)
+    """steps between metrics lines, in steps"""
+    mlflow_interval: Int = Field(default=10, ge=0)
+    """steps between metric pushes to the run's MLflow run during training (rank 0), in steps; 0: off"""
+    telemetry_flush_interval: Int = Field(default=20, ge=1)
+    """steps between appends of step records to telemetry/rank-N.jsonl, in steps"""
+    anomaly_min_step_s: Float = Field(default=1.0, ge=0.0)
+    """steps shorter than this are left out of step-time anomaly detection, in s (ml-goodput-measurement: 1 s)"""
+    straggler_threshold: Float = Field(default=0.7, gt=0.0, le=1.0)
+    """a rank whose median step is slower than fastest / this is flagged a straggler (score below it)"""
+    baseline_tolerance: Float = Field(default=0.05, ge=0.0)
+    """regression tolerance against the workload baseline: step time, memory, checkpoint (fraction), input wait (points)"""
+    goodput_window_s: Float = Field(default=0.0, ge=0.0)
+    """rolling goodput window, in s; 0: a tenth of the run"""
+    profile_first_step: Int = Field(default=0, ge=0)
+    """first step of the torch.profiler window (Chrome/Perfetto trace in telemetry/); 0: no profiling"""
+    profile_steps: Int = Field(default=3, ge=1)
+    """steps in the profiler window, in steps"""
+    profile_all_ranks: bool = False
+    """profile every rank instead of rank 0 only"""
+
+
+class TrainConfig(_Section):
+    """Everything that decides a training run besides the dataset, by component.
+
+    Built from code (`TrainConfig(...)`, `model_validate`) an impossible value raises
+    pydantic's `ValidationError`; `replace`, `from_dict` and `platform_lib.training.overrides`
+    raise a one-line `ConfigError` (a `UserError`) naming the field instead.
+    """
+
+    preset: str = "custom"
+    """name of the preset this config came from (recorded for lineage)"""
+    seed: Int = Field(default=0, ge=0)
+    """seed of weights init (same on every rank) and data order"""
+    model: ModelConfig = ModelConfig()
+    """which network and loss weighting"""
+    optimizer: OptimizerConfig = OptimizerConfig()
+    """AdamW and its schedule"""
+    parallel: ParallelConfig = ParallelConfig()
+    """process group, FSDP, precision, threads"""
+    data: DataConfig = DataConfig()
+    """batches, splits, loader"""
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    """distributed checkpoints"""
+    metrics: MetricsConfig = MetricsConfig()
+    """metrics lines"""
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
-        """Build a config from `to_dict` output (nested) or any override mapping.
+    def from_dict(cls, values: Mapping[str, Any], *, culprit: str = "config") -> TrainConfig:
+        """Build a config from `to_dict` output (nested, every section optional).
 
         Raises:
             ConfigError: naming unknown fields, wrong types or out-of-range values.
         """
-        from platform_lib.training.overrides import apply_overrides
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            raise config_error(exc, culprit) from None
 
-        return apply_overrides(cls(), values, culprit="config")
+
+#: Section name -> its model, in TrainConfig order.
+SECTIONS: dict[str, type[_Section]] = {
+    name: f.annotation
+    for name, f in TrainConfig.model_fields.items()
+    if isinstance(f.annotation, type) and issubclass(f.annotation, _Section)
+}
+
+_Config = TypeVar("_Config", bound=_Section)
+
+
+def replace(config: _Config, **changes: Any) -> _Config:
+    """Return a copy of `config` (a section or TrainConfig) with `changes`, validated.
+
+    Raises:
+        ConfigError: a changed value is impossible (culprit "config"; see `config_error`).
+    """
+    try:
+        return type(config)(**{**dict(config), **changes})
+    except ValidationError as exc:
+        raise config_error(exc, "config", list(changes), prefix=_prefix(type(config))) from None
+
+
+def _prefix(model: type[BaseModel]) -> str:
+    """Return the dotted-path prefix of a section model ("optimizer."), "" for TrainConfig."""
+    return next((f"{name}." for name, cls in SECTIONS.items() if cls is model), "")
+
+
+def list_fields() -> dict[str, FieldInfo]:
+    """Return every settable field of TrainConfig by dotted path ("seed", "optimizer.lr", ...)."""
+    paths: dict[str, FieldInfo] = {}
+    for name, f in TrainConfig.model_fields.items():
+        if name in SECTIONS:
+            paths.update({f"{name}.{g}": info for g, info in SECTIONS[name].model_fields.items()})
+        else:
+            paths[name] = f
+    return paths
+
+
+def describe_field(f: FieldInfo) -> str:
+    """Return the allowed values of field `f` in words, e.g. "an int >= 1 and <= 9223372036854775807"."""
+    if _choices(f):
+        return "one of " + ", ".join(repr(c) for c in _choices(f))
+    kinds = {int: "an int", float: "a number", bool: "true or false", str: "a string"}
+    bounds = {type(m): m for m in f.metadata if isinstance(m, Ge | Gt | Le)}
+    parts = [
+        f"{op} {getattr(bounds[kind], kind.__name__.lower())}"
+        for kind, op in ((Ge, ">="), (Gt, ">"), (Le, "<="))
+        if kind in bounds
+    ]
+    return " ".join([kinds.get(f.annotation, "a value"), " and ".join(parts)]).strip()  # type: ignore[arg-type]
+
+
+def _choices(f: FieldInfo) -> tuple[Any, ...]:
+    """Return the choices of a `Literal` field, () for other fields."""
+    return getattr(f.annotation, "__args__", ())
+
+
+def _has_kind(f: FieldInfo, value: Any) -> bool:
+    """True when `value` has the kind of field `f` (so only its range or choice is off)."""
+    kind = str if _choices(f) else f.annotation
+    if kind is bool or isinstance(value, bool):
+        return kind is bool and isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+    if kind is float:
+        return isinstance(value, int | float)
+    return isinstance(value, kind) if isinstance(kind, type) else True
+
+
+def show_value(value: Any, limit: int = 200) -> str:
+    """Return `repr(value)`, cut to `limit` characters (a huge value stays a short line)."""
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):  # an int past str()'s digit limit, a deep nest
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def config_error(
+    exc: ValidationError, culprit: str, order: Sequence[str] = (), *, prefix: str = ""
+) -> ConfigError:
+    """Return the one-line error of a TrainConfig built from user input (`model_validate`).
+
+    One problem is reported, the first of: a section given a value that is not an object,
+    unknown fields (all of them, with the closest valid name), a value of the wrong type or
+    out of range, a broken cross-field rule. Within a kind, the field that comes first in
+    `order` (the dotted paths as the user gave them) wins.
+
+    Args:
+        exc: pydantic's error from validating TrainConfig or one of its sections.
+        culprit: the input named in the message ("overrides", "config").
+        order: dotted paths in the order the user gave them.
+        prefix: the section's path with a trailing dot ("optimizer.") when `exc` came from
+            validating a section alone.
+    """
+    fields = list_fields()
+
+    def rank(path: str) -> int:
+        given = (i for i, p in enumerate(order) if p == path or p.startswith(path + "."))
+        return next(given, len(order))
+
+    errors = sorted(
+        ((prefix + ".".join(str(part) for part in e["loc"]), e) for e in exc.errors()),
+        key=lambda pair: rank(pair[0]),
+    )
+    for path, e in errors:
+        if path in SECTIONS and e["type"] == "model_type":
+            names = list(SECTIONS[path].model_fields)
+            return ConfigError(
+                f"{path!r} is a section, not a field",
+                culprit,
+                f'name one of its fields, e.g. {{"{path}.{names[0]}": ...}}; '
+                f"fields: {', '.join(f'{path}.{n}' for n in names)}",
+                fields=(path,),
+            )
+    unknown = [path for path, e in errors if e["type"] == "extra_forbidden"]
+    if unknown:
+        names = [*fields, *dict.fromkeys(p.rsplit(".", 1)[-1] for p in fields)]
+        hints = [m for k in unknown for m in difflib.get_close_matches(k, names, n=1)]
+        hint = f"; did you mean {', '.join(repr(h) for h in hints)}?" if hints else ""
+        return ConfigError(
+            f"unknown field{'s' if len(unknown) > 1 else ''} {', '.join(repr(k) for k in unknown)}",
+            culprit,
+            f"use one of {', '.join(fields)}{hint}",
+            fields=tuple(unknown),
+        )
+    for path, e in errors:
+        if path in fields:
+            f, value = fields[path], e["input"]
+            off = "not one of the allowed values" if _choices(f) else "out of range"
+            return ConfigError(
+                f"{path}={show_value(value)} is {off if _has_kind(f, value) else 'of the wrong type'}",
+                culprit,
+                f"give {describe_field(f)}",
+                fields=(path,),
+            )
+    cause = errors[0][1].get("ctx", {}).get("error")  # a model_validator's cross-field rule
+    if isinstance(cause, ConfigError):
+        return ConfigError(cause.what, culprit, cause.fix, fields=cause.fields)
+    return ConfigError(f"invalid training config: {errors[0][1]['msg']}", culprit, _FIX)
 
 
 def canonical_json(config: Any) -> str:
-    """Return the canonical JSON of a config dataclass or mapping (the input of `hash_config`).
+    """Return the canonical JSON of a config model or mapping (the input of `hash_config`).
 
     Keys sorted at every level, no whitespace, and every integral float written as an int,
     so the same values give the same text whatever their spelling (`1` vs `1.0`) or key order.
     """
-    if dataclasses.is_dataclass(config) and not isinstance(config, type):
-        config = dataclasses.asdict(config)
+    if isinstance(config, BaseModel):
+        config = config.model_dump()
     return json.dumps(_canonical(config), sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 

@@ -2,117 +2,106 @@
 
 An override mapping names a field alone when its name is unique (`{"max_steps": 5}`), by
 dotted path (`{"optimizer.max_steps": 5}`) or nested by section
-(`{"optimizer": {"max_steps": 5}}`). An unknown field, a wrong type or an out-of-range value
-fails at once with one `ConfigError` line naming the field and the allowed fields or values.
+(`{"optimizer": {"max_steps": 5}}`). Bare names are resolved to their paths, the result is
+laid over the preset's nested dict and `TrainConfig.model_validate` checks it; any problem is
+one `ConfigError` line naming the field and the allowed fields or values
+(`platform_lib.training.config.config_error`).
+
+The workflow's own inputs meet the overrides in `resolve_train_config`, under one rule: the
+preset and the seed are inputs of their own (`--preset`, `--seed`), so overrides naming them
+are an error, and the config that runs (and is recorded in MLflow) is the one asked for.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
 import json
 from collections.abc import Mapping
 from typing import Any
+
+from pydantic import ValidationError
 
 from platform_lib.training.config import (
     SECTIONS,
     ConfigError,
     TrainConfig,
-    check_value,
-    describe_bounds,
-    field_type,
+    config_error,
+    list_fields,
+    show_value,
 )
 from platform_lib.training.presets import get_preset, list_presets
 
-__all__ = ["apply_overrides", "list_fields", "parse_overrides", "resolve_train_config"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_TEXT_CHARS",
+    "WORKFLOW_INPUTS",
+    "apply_overrides",
+    "list_fields",
+    "parse_overrides",
+    "resolve_train_config",
+]
 
-
-def list_fields() -> dict[str, dataclasses.Field[Any]]:
-    """Return every settable field of TrainConfig by dotted path ("seed", "optimizer.lr", ...)."""
-    paths: dict[str, dataclasses.Field[Any]] = {}
-    for f in dataclasses.fields(TrainConfig):
-        if f.name in SECTIONS:
-            paths.update({f"{f.name}.{g.name}": g for g in dataclasses.fields(SECTIONS[f.name])})
-        else:
-            paths[f.name] = f
-    return paths
+#: Deepest nesting of objects and arrays accepted in overrides ({"section": {"field": 1}} is 2).
+MAX_DEPTH = 16
+#: Longest overrides text accepted, in characters.
+MAX_TEXT_CHARS = 65_536
+#: Config fields that are workflow inputs of their own: field -> its option.
+WORKFLOW_INPUTS = {"preset": "--preset", "seed": "--seed"}
+_EXAMPLE = 'give a JSON object such as {"max_steps": 5}'
 
 
 def parse_overrides(text: str, *, culprit: str = "overrides") -> dict[str, Any]:
     """Parse a JSON object of overrides ("" or "{}" for none).
 
     Raises:
-        ConfigError: the text is not a JSON object (names `culprit`).
+        ConfigError: the text is longer than `MAX_TEXT_CHARS`, not JSON, nested deeper than
+            `MAX_DEPTH` or not a JSON object (names `culprit`).
     """
     if not text.strip():
         return {}
+    if len(text) > MAX_TEXT_CHARS:
+        raise ConfigError(
+            f"{len(text)} characters of JSON, more than {MAX_TEXT_CHARS}", culprit, _EXAMPLE
+        )
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(
-            f"not valid JSON ({exc.msg} at character {exc.pos})",
-            culprit,
-            'give a JSON object such as {"max_steps": 5}',
+            f"not valid JSON ({exc.msg} at character {exc.pos})", culprit, _EXAMPLE
         ) from None
+    except RecursionError:  # deeper than the interpreter parses
+        raise _too_deep(culprit) from None
+    except ValueError:  # an integer of more digits than int() reads (sys.get_int_max_str_digits)
+        raise ConfigError("not valid JSON (a number too long to read)", culprit, _EXAMPLE) from None
+    _check_depth(value, culprit)
     if not isinstance(value, dict):
         raise ConfigError(
-            f"{type(value).__name__} {value!r} is not a JSON object",
-            culprit,
-            'give a JSON object such as {"max_steps": 5}',
+            f"{type(value).__name__} {show_value(value)} is not a JSON object", culprit, _EXAMPLE
         )
     return value
 
 
-def _flatten(overrides: Mapping[str, Any], culprit: str) -> dict[str, Any]:
-    """Return {dotted path: value}; nested sections are flattened, bare names resolved."""
-    fields = list_fields()
-    by_name: dict[str, list[str]] = {}
-    for path in fields:
-        by_name.setdefault(path.rsplit(".", 1)[-1], []).append(path)
-    flat: dict[str, Any] = {}
-    unknown: list[str] = []
-    for key, value in overrides.items():
-        if key in SECTIONS and not isinstance(value, Mapping):
-            raise ConfigError(
-                f"{key!r} is a section, not a field",
-                culprit,
-                f'name one of its fields, e.g. {{"{key}.{dataclasses.fields(SECTIONS[key])[0].name}": ...}}; '
-                f"fields: {', '.join(p for p in fields if p.startswith(key + '.'))}",
-                fields=(key,),
-            )
-        if key in SECTIONS:
-            nested = {f"{key}.{k}": v for k, v in value.items()}
-            unknown += [k for k in nested if k not in fields]
-            flat.update({k: v for k, v in nested.items() if k in fields})
-        elif key in fields:
-            flat[key] = value
-        elif len(by_name.get(key, [])) == 1:
-            flat[by_name[key][0]] = value
-        elif len(by_name.get(key, [])) > 1:
-            raise ConfigError(
-                f"field name {key!r} is ambiguous",
-                culprit,
-                f"name it by its path, one of {', '.join(by_name[key])}",
-                fields=(key,),
-            )
-        else:
-            unknown.append(str(key))
-    if unknown:
-        hints = [m for k in unknown for m in difflib.get_close_matches(k, [*fields, *by_name], n=1)]
-        hint = f"; did you mean {', '.join(repr(h) for h in hints)}?" if hints else ""
-        raise ConfigError(
-            f"unknown field{'s' if len(unknown) > 1 else ''} {', '.join(repr(k) for k in unknown)}",
-            culprit,
-            f"use one of {', '.join(fields)}{hint}",
-            fields=tuple(unknown),
-        )
-    return flat
+def _check_depth(value: Any, culprit: str) -> None:
+    """Raise `ConfigError` when `value` nests objects/arrays deeper than `MAX_DEPTH`."""
+    level, depth = [value], 0
+    while containers := [v for v in level if isinstance(v, Mapping | list | tuple)]:
+        depth += 1
+        if depth > MAX_DEPTH:
+            raise _too_deep(culprit)
+        level = [c for v in containers for c in (v.values() if isinstance(v, Mapping) else v)]
+
+
+def _too_deep(culprit: str) -> ConfigError:
+    return ConfigError(
+        f"JSON nested more than {MAX_DEPTH} levels deep",
+        culprit,
+        'nest at most a section and its fields, e.g. {"optimizer": {"lr": 0.01}}',
+    )
 
 
 def apply_overrides(
     base: TrainConfig, overrides: Mapping[str, Any], *, culprit: str = "overrides"
 ) -> TrainConfig:
-    """Return `base` with the fields in `overrides` replaced, every value checked first.
+    """Return `base` with the fields in `overrides` replaced, every value checked.
 
     Args:
         base: the config to start from (a preset).
@@ -120,55 +109,41 @@ def apply_overrides(
         culprit: the input named in errors (e.g. "overrides", "--overrides").
 
     Raises:
-        ConfigError: an unknown or ambiguous field (listing the valid ones), a value of the
-            wrong type or out of range (naming the field and what it allows), or a
-            combination that breaks a cross-field rule (naming every field involved).
+        ConfigError: an unknown field (listing the valid ones), a value of the wrong type or
+            out of range (naming the field and what it allows), a combination that breaks
+            a cross-field rule, or nesting deeper than `MAX_DEPTH`.
     """
+    _check_depth(overrides, culprit)
     fields = list_fields()
-    changes: dict[str, dict[str, Any]] = {}
-    for path, value in _flatten(overrides, culprit).items():
-        coerced, problem = check_value(fields[path], value)
-        if problem:
-            allowed = (
-                "one of the allowed values"
-                if "choices" in fields[path].metadata.get("bounds", {})
-                else ""
-            )
-            what = (
-                ("not " + allowed if allowed else "out of range")
-                if _has_kind(fields[path], value)
-                else ("of the wrong type")
-            )
-            raise ConfigError(
-                f"{path}={value!r} is {what}",
-                culprit,
-                f"give {describe_bounds(fields[path])}",
-                fields=(path,),
-            )
-        section, _, name = path.rpartition(".")
-        changes.setdefault(section, {})[name] = coerced
-    top = changes.pop("", {})
+    by_name = {path.rsplit(".", 1)[-1]: path for path in fields}  # names are unique
+    values, order = base.to_dict(), []
+    for key, value in overrides.items():
+        key = str(key)
+        items = (
+            [(f"{key}.{k}", v) for k, v in value.items()]
+            if key in SECTIONS and isinstance(value, Mapping)
+            else [(key if key in fields or key in SECTIONS else by_name.get(key, key), value)]
+        )
+        for path, v in items:
+            section, _, name = path.rpartition(".")
+            if path in fields and section and isinstance(values[section], dict):
+                values[section][name] = v
+            elif section in SECTIONS and isinstance(values[section], dict):
+                values[section][name] = v  # unknown field of a section
+            else:
+                values[path] = v
+            order.append(path)
     try:
-        sections = {s: dataclasses.replace(getattr(base, s), **v) for s, v in changes.items()}
-        return dataclasses.replace(base, **top, **sections)
-    except ConfigError as exc:
-        raise ConfigError(exc.what, culprit, exc.fix, fields=exc.fields) from None
-
-
-def _has_kind(f: dataclasses.Field[Any], value: Any) -> bool:
-    """True when `value` has the kind of field `f` (so only its range or choice is off)."""
-    kind = field_type(f)
-    if kind is bool or isinstance(value, bool):
-        return kind is bool and isinstance(value, bool)
-    if kind is int:
-        return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
-    if kind is float:
-        return isinstance(value, int | float)
-    return kind is None or isinstance(value, kind)
+        return TrainConfig.model_validate(values)
+    except ValidationError as exc:
+        raise config_error(exc, culprit, order) from None
 
 
 def resolve_train_config(preset: str, overrides: str | Mapping[str, Any], seed: int) -> TrainConfig:
     """Return the training config of `preset` with `overrides` and `seed` applied.
+
+    The preset and the seed are workflow inputs of their own: overrides that name either
+    are an error (naming both inputs), so the config that runs is the one asked for.
 
     Args:
         preset: a name of `platform_lib.training.presets.list_presets()`.
@@ -177,7 +152,8 @@ def resolve_train_config(preset: str, overrides: str | Mapping[str, Any], seed: 
 
     Raises:
         ConfigError: unknown preset (culprit "preset", listing the presets), bad overrides
-            (culprit "overrides") or a bad seed (culprit "seed").
+            or overrides naming the preset or the seed (culprit "overrides"), or a bad seed
+            (culprit "seed").
     """
     try:
         base = get_preset(preset)
@@ -189,5 +165,15 @@ def resolve_train_config(preset: str, overrides: str | Mapping[str, Any], seed: 
             fields=("preset",),
         ) from None
     values = parse_overrides(overrides) if isinstance(overrides, str) else dict(overrides)
+    for name, option in WORKFLOW_INPUTS.items():
+        if name in values:
+            given = preset if name == "preset" else seed
+            raise ConfigError(
+                f"{name}={show_value(values[name])} in the overrides conflicts with the {name} "
+                f"input ({given!r})",
+                "overrides",
+                f"give the {name} once, with {option}, not in the overrides",
+                fields=(name,),
+            )
     config = apply_overrides(base, values)
     return apply_overrides(config, {"seed": seed}, culprit="seed")

@@ -1,13 +1,12 @@
 """Named training presets: small functions deriving from one base config.
 
 Each preset changes only what differs from the preset it derives from, section by section
-(`dataclasses.replace` on the section). `PRESETS` lists them for `get_preset`.
+(`replace` on the section: a validated copy). `PRESETS` lists them for `get_preset`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 
 from platform_lib.training.config import (
     CheckpointConfig,
@@ -17,6 +16,7 @@ from platform_lib.training.config import (
     OptimizerConfig,
     ParallelConfig,
     TrainConfig,
+    replace,
 )
 
 __all__ = [

@@ -256,11 +256,10 @@ def test_package_exports_are_not_shadowed_by_submodules() -> None:
 @pytest.mark.distributed
 def test_evidence_from_a_real_child_failed_error(tmp_path) -> None:
     """The hook's path end to end: a real 2-rank elastic launch fails, its exception is triaged."""
-    from dataclasses import replace
-
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     from platform_lib.training import get_preset, launch_local
+    from platform_lib.training.config import replace
 
     cfg = get_preset("small")
     cfg = replace(cfg, optimizer=replace(cfg.optimizer, max_steps=2, warmup_steps=1))

@@ -30,7 +30,7 @@ from pathlib import Path
 
 REAL_DIR = Path(__file__).resolve().parents[1] / "data" / "triage" / "real"
 _SMALL = """
-from dataclasses import replace
+from platform_lib.training.config import replace
 from platform_lib.training import get_preset, launch_local
 cfg = get_preset("small")
 cfg = replace(cfg, optimizer=replace(cfg.optimizer, max_steps=4, warmup_steps=1),
