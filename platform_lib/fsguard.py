@@ -76,6 +76,7 @@ class PathOutsideRootError(UserError):
 
 
 def file_kind(mode: int) -> str | None:
+    """Return what a non-regular `st_mode` is ("a FIFO", "a socket", ...), or None for a regular file."""
     for test, kind in _KINDS:
         if test(mode):
             return kind
@@ -104,7 +105,7 @@ def open_regular(path: str | os.PathLike[str], *, max_bytes: int | None = None) 
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:  # a socket (or a device without a driver) cannot be opened: ENXIO
-        kind = _file_kind(os.stat(path).st_mode) if exc.errno == errno.ENXIO else None
+        kind = file_kind(os.stat(path).st_mode) if exc.errno == errno.ENXIO else None
         if kind is not None:
             raise NotRegularFileError(path, kind) from None
         raise

@@ -24,8 +24,9 @@ from fsspec.implementations.local import LocalFileSystem
 
 from platform_lib.fsguard import open_regular
 from platform_lib.shards.errors import SampleIntegrityError, ShardFormatError
-from platform_lib.shards.index import INDEX_NAME, read_index
+from platform_lib.shards.index import INDEX_NAME, load_index
 from platform_lib.shards.manifest import Manifest, load_manifest, shard_location
+from platform_lib.shards.sample import verification_folder
 from platform_lib.shards.tar import check_member_name, iter_tar_members, split_member_name
 from platform_lib.shards.view import DatasetView, view_from_table
 from platform_lib.storage import open_input, resolve_fs
@@ -160,8 +161,14 @@ class DatasetReader:
         options = dict(storage_options or {})
         self.manifest: Manifest = load_manifest(self.root, storage_options=options)
         self._fs, self._path, is_local = resolve_fs(self.root, options)
-        with open_input(self._fs, f"{self._path}/{INDEX_NAME}") as f:
-            self.index: pa.Table = read_index(f, where=f"{self.root}/{INDEX_NAME}")
+        self.index: pa.Table = load_index(
+            self._fs,
+            f"{self._path}/{INDEX_NAME}",
+            self.manifest.index,
+            is_local=is_local,
+            where=f"{self.root}/{INDEX_NAME}",
+            record=verification_folder(None, self.manifest.dataset_hash) / f"{INDEX_NAME}.json",
+        )[0]
         self.view: DatasetView = view_from_table(
             self.index,
             self.manifest,
