@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import reprlib
 import sys
 import weakref
 from collections.abc import Generator, Iterator
@@ -17,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from pydantic import BaseModel, ConfigDict, ValidationError
 from torch.utils.data import DataLoader
 
 from platform_lib.imaging.decode import decode_batch_cameras_gpu, gpu_decode_available
@@ -36,12 +38,12 @@ from platform_lib.loading.windows import build_units
 from platform_lib.shards.view import DatasetView, load_view
 from platform_lib.storage import StorageUnreachableError, call_with_retries
 
-__all__ = ["LoaderStats", "StreamingLoader", "build_loader", "resolve_decode"]
+__all__ = ["LoaderState", "LoaderStats", "StreamingLoader", "build_loader", "resolve_decode"]
 
 DatasetSpec = str | os.PathLike | list[tuple[str | os.PathLike, float]]
 #: Longest wait for the one-unit output measurement, in s.
 _MEASURE_TIMEOUT_S = 300
-_STATE_VERSION = 1
+_STATE_VERSION = 2
 
 
 @dataclass
@@ -283,7 +285,87 @@ def build_loader(
         shuffle=shuffle,
         decode=decode,
         config=cfg,
+        split=split,
     )
+
+
+class LoaderState(BaseModel):
+    """The resumable position of a `StreamingLoader` and what it belongs to (`state_dict`).
+
+    Identity fields must equal the resuming loader's; layout fields (world size, batch size,
+    workers) may differ only where the position maps exactly (see `load_state_dict`).
+    """
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    version: int
+    """layout of this record (`_STATE_VERSION`)"""
+    epoch: int
+    """epoch of the next batch"""
+    consumed_samples: int
+    """global positions of that epoch already handed out, in samples"""
+    global_batch: int
+    """batch size x world size of the loader that saved it, in samples"""
+    seed: int
+    shuffle: bool
+    num_positions: int
+    """global positions per epoch"""
+    datasets: list[str]
+    """content hash of each dataset"""
+    split: str | None
+    """index split read ("train", "val"; None: every row)"""
+    weights: list[float]
+    shuffle_buffer: int
+    window_frames: int
+    window_stride: int
+    pad_policy: str
+    world_size: int
+    """ranks of the loader that saved it"""
+    batch_size: int
+    """samples per batch per rank of the loader that saved it"""
+    num_workers: int
+    """worker processes per rank of the loader that saved it"""
+
+
+#: Fields a resumed state must share with the loader: another value means other samples.
+_IDENTITY = (
+    "version",
+    "datasets",
+    "split",
+    "seed",
+    "shuffle",
+    "num_positions",
+    "weights",
+    "shuffle_buffer",
+    "window_frames",
+    "window_stride",
+    "pad_policy",
+)
+_LAYOUT = ("world_size", "batch_size", "num_workers")
+
+
+def _parse_state(state: Any) -> LoaderState:
+    """Return `state` as a `LoaderState`, or raise `ResumeStateError` naming the bad field."""
+    if not isinstance(state, dict):
+        raise ResumeStateError(
+            f"loader state is a {type(state).__name__}, not the dict `state_dict()` returns: "
+            "the checkpoint's loader entry is corrupt; resume from another checkpoint"
+        )
+    if state.get("version") != _STATE_VERSION:
+        raise ResumeStateError(
+            f"loader state field 'version' is {state.get('version')!r}, this loader has "
+            f"{_STATE_VERSION!r}; the state was saved by another loader version: resume from "
+            "a checkpoint of this version (or start the epoch afresh)"
+        )
+    try:
+        return LoaderState.model_validate(state)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "state"
+        raise ResumeStateError(
+            f"loader state field {where!r} is malformed ({first['msg']}; got "
+            f"{reprlib.repr(first.get('input'))}): the state is corrupt; resume from another checkpoint"
+        ) from None
 
 
 class StreamingLoader:
@@ -303,8 +385,9 @@ class StreamingLoader:
         shuffle: bool,
         decode: str,
         config: LoaderConfig,
+        split: str | None = None,
     ) -> None:
-        self.views, self.units, self.weights = views, units, weights
+        self.views, self.units, self.weights, self.split = views, units, weights, split
         self.rank, self.world_size, self.batch_size = rank, world_size, batch_size
         self.num_workers, self.seed, self.shuffle, self.decode, self.config = (
             num_workers,
@@ -557,10 +640,12 @@ class StreamingLoader:
         return LoaderStats(**{**self._stats.__dict__})
 
     def state_dict(self) -> dict[str, Any]:
-        """Return the resumable position: epoch and global samples consumed (plus identity checks).
+        """Return the resumable position: epoch and global samples consumed, plus what they belong to.
 
-        Right after an epoch's last batch the position is the start of the next epoch, so a
-        job resumed from it (e.g. `iterate_epochs` from `loader.epoch`) does not repeat one.
+        The fields are those of `LoaderState`: the dataset hashes, split, seed and order
+        options, and the layout (world size, batch size, workers) of this loader. Right after
+        an epoch's last batch the position is the start of the next epoch, so a job resumed
+        from it (e.g. `iterate_epochs` from `loader.epoch`) does not repeat one.
         """
         epoch, step = self._epoch, self._step
         if step >= self._plan.steps:
@@ -574,49 +659,71 @@ class StreamingLoader:
             "shuffle": self.shuffle,
             "num_positions": self.num_positions,
             "datasets": [v.dataset_hash for v in self.views],
-            "weights": list(self.weights),
+            "split": self.split,
+            "weights": [float(w) for w in self.weights],
             "shuffle_buffer": self.config.shuffle_buffer,
             "window_frames": self.config.window_frames,
             "window_stride": self.config.window_stride,
             "pad_policy": self.config.pad_policy,
+            "world_size": self.world_size,
+            "batch_size": self.batch_size,
+            "num_workers": self.num_workers,
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any], *, same_layout: bool = False) -> None:
         """Continue from `state`: the next batch holds exactly the first unseen global positions.
 
+        A state saved with another world size, batch size or worker count resumes exactly
+        when its consumed samples are a whole number of this loader's global batches (the
+        order never depends on the layout); otherwise the error names each layout field
+        that changed with both values.
+
+        Args:
+            state: a `state_dict()` of an earlier loader (e.g. from a checkpoint).
+            same_layout: also refuse a state saved with another world size, batch size or
+                worker count, even where the position maps exactly.
+
         Raises:
-            ResumeStateError: the state belongs to another dataset/seed/order, has a negative
-                epoch or position, or its consumed samples are not a whole number of this
-                loader's global batches.
+            ResumeStateError: the state is not a well-formed `LoaderState` (names the field),
+                belongs to another dataset, split, seed or order (names the field and both
+                values), has a negative epoch or position, or does not fit this layout.
         """
+        saved = _parse_state(state)
         mine = self.state_dict()
-        for name in (
-            "version",
-            "seed",
-            "shuffle",
-            "num_positions",
-            "datasets",
-            "weights",
-            "shuffle_buffer",
-            "window_frames",
-            "window_stride",
-            "pad_policy",
-        ):
-            if state.get(name) != mine[name]:
+        for name in _IDENTITY:
+            if getattr(saved, name) != mine[name]:
                 raise ResumeStateError(
-                    f"loader state field {name!r} is {state.get(name)!r}, this loader has {mine[name]!r}; "
-                    "resume with the same dataset, seed and order options"
+                    f"loader state field {name!r} is {getattr(saved, name)!r}, this loader has "
+                    f"{mine[name]!r}; resume with the same dataset, split, seed and order options"
                 )
-        consumed, epoch = int(state["consumed_samples"]), int(state["epoch"])
-        if epoch < 0 or consumed < 0:
+        consumed, epoch = saved.consumed_samples, saved.epoch
+        if epoch < 0 or consumed < 0 or saved.global_batch < 1:
             raise ResumeStateError(
-                f"loader state has epoch {epoch} and {consumed} consumed samples; both must be >= 0: "
-                "the state is corrupt"
+                f"loader state has epoch {epoch}, {consumed} consumed samples and global batch "
+                f"{saved.global_batch}; they must be >= 0, >= 0 and >= 1: the state is corrupt"
+            )
+        changed = [
+            f"{name} {getattr(saved, name)} -> {mine[name]}"
+            for name in _LAYOUT
+            if getattr(saved, name) != mine[name]
+        ]
+        if changed and (same_layout or consumed % self._plan.global_batch):
+            why = (
+                f"{consumed} consumed samples (global batch {saved.global_batch}) is not a "
+                f"multiple of this loader's global batch {self._plan.global_batch}"
+                if consumed % self._plan.global_batch
+                else "same_layout=True"
+            )
+            raise ResumeStateError(
+                f"loader state was saved with another layout ({', '.join(changed)}) and {why}; "
+                "keep world_size, batch_size and num_workers when resuming (or a global batch "
+                "that divides the consumed samples)"
             )
         if consumed % self._plan.global_batch:
             raise ResumeStateError(
-                f"{consumed} consumed samples (global batch {state['global_batch']}) is not a multiple of this "
-                f"loader's global batch {self._plan.global_batch}; keep batch_size x world_size when resuming"
+                f"{consumed} consumed samples (global batch {saved.global_batch}) is not a "
+                f"multiple of this loader's global batch {self._plan.global_batch}; the state "
+                "is corrupt"
             )
         self._epoch, self._step = epoch, consumed // self._plan.global_batch
         if self._step >= self._plan.steps:  # saved right after the epoch's last batch
