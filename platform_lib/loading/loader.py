@@ -7,10 +7,12 @@ DataLoader workers (read, verify, decode, transform, collate) -> batches with "_
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing as mp
 import os
 import reprlib
 import sys
+import time
 import weakref
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
@@ -28,9 +30,10 @@ from platform_lib.loading.errors import (
     CacheFullError,
     ObjectStoreUnreachableError,
     ResumeStateError,
+    WorkerTimeoutError,
 )
 from platform_lib.loading.mixing import EpochOrders
-from platform_lib.loading.partition import EpochPlan, plan_epoch
+from platform_lib.loading.partition import EpochPlan, plan_epoch, positions_for_batch
 from platform_lib.loading.prefetch import iterate_in_background
 from platform_lib.loading.ring import Ring, unpack_batch
 from platform_lib.loading.shared_order import SharedOrders
@@ -44,6 +47,8 @@ DatasetSpec = str | os.PathLike | list[tuple[str | os.PathLike, float]]
 #: Longest wait for the one-unit output measurement, in s.
 _MEASURE_TIMEOUT_S = 300
 _STATE_VERSION = 2
+#: One round of waiting for a worker's batch, in s (torch checks worker liveness between rounds).
+_POLL_S = 5.0
 
 
 @dataclass
@@ -544,7 +549,7 @@ class StreamingLoader:
                 stream,
                 batch_size=None,
                 collate_fn=_keep_as_is,
-                timeout=cfg.worker_timeout_s,
+                timeout=min(_POLL_S, cfg.worker_timeout_s),  # rounds of `_within_deadline`
                 worker_init_fn=_init_worker,
                 num_workers=self.num_workers,
                 persistent_workers=True,
@@ -554,21 +559,96 @@ class StreamingLoader:
         self._data_iter = iter(self._data_loader)  # first: start workers; then: reset them
         return self._data_iter
 
-    def _shutdown_workers(self) -> None:
+    def _shutdown_workers(self, *, kill: bool = False) -> None:
+        """Stop the worker processes; `kill`: SIGKILL those that did not exit (a stopped or hung one)."""
         # torch's re-raised worker exception sits in a reference cycle with its iterator, so
         # without this the workers would live until a cyclic GC (maybe in a forked child).
         shutdown = getattr(self._data_iter, "_shutdown_workers", None)
         if shutdown is not None:
             shutdown()
+        if kill:
+            for worker in getattr(self._data_iter, "_workers", []):
+                if worker.is_alive():
+                    worker.kill()
+                    worker.join(timeout=5)
         self._data_iter = self._data_loader = None
         self._ahead = None
+
+    def _within_deadline(
+        self, batches: Iterator[Any], *, epoch: int, first_step: int
+    ) -> Iterator[Any]:
+        """Yield `batches` (epoch `epoch` from step `first_step` on), each within `worker_timeout_s`.
+
+        torch's DataLoader waits in `_POLL_S` rounds (checking between them that no worker
+        died); the rounds add up to the deadline.
+
+        Raises:
+            WorkerTimeoutError: a batch took longer (names the worker, its pid and shards).
+        """
+        if self.num_workers == 0:  # read in this process: nothing to wait for
+            yield from batches
+            return
+        for step in itertools.count(first_step):
+            began = time.monotonic()
+            while True:
+                try:
+                    batch = next(batches)
+                    break
+                except StopIteration:
+                    return
+                except RuntimeError as exc:
+                    if not str(exc).startswith("DataLoader timed out"):
+                        raise
+                    if time.monotonic() - began >= self.config.worker_timeout_s:
+                        raise self._worker_timeout(epoch, step) from None
+            yield batch
+
+    def _worker_timeout(self, epoch: int, step: int) -> WorkerTimeoutError:
+        """The error for a batch (`epoch`, `step`) no worker delivered within the deadline.
+
+        Names the worker torch was waiting on (its pid), every worker's pid, the batch's shards
+        and the fix.
+        """
+        it = self._data_iter
+        workers = list(getattr(it, "_workers", []))
+        task = getattr(it, "_task_info", {}).get(getattr(it, "_rcvd_idx", -1), ())
+        awaited = (
+            f"worker {task[0]} (pid {workers[task[0]].pid})"
+            if task and task[0] < len(workers)
+            else "a worker"
+        )
+        pids = ", ".join(str(w.pid) for w in workers)
+        return WorkerTimeoutError(
+            f"no batch from loader {awaited} of rank {self.rank} within "
+            f"{self.config.worker_timeout_s:g} s: it was making epoch {epoch} step {step} "
+            f"({self._shards_of(epoch, step)}; worker pids {pids}); check that worker (a stopped "
+            "or hung process, a stalled object store, a slow sample_transform) or raise "
+            "LoaderConfig.worker_timeout_s"
+        )
+
+    def _shards_of(self, epoch: int, step: int) -> str:
+        """Name the shards of this rank's batch at (`epoch`, `step`), for messages."""
+        if step >= self._plan.steps:
+            return "past the epoch's last batch"
+        positions, _ = positions_for_batch(
+            self._plan, step=step, rank=self.rank, batch_size=self.batch_size
+        )
+        source, unit = self._orders(epoch)
+        shards = dict.fromkeys(
+            f"{self.views[s].url}/{self.views[s].shard_path(int(self.units[s][u, 0]))}"
+            for s, u in zip(source[positions], unit[positions], strict=True)
+        )
+        named = list(shards)[:4]
+        more = f" and {len(shards) - 4} more" if len(shards) > 4 else ""
+        return "shards " + ", ".join(named) + more
 
     def _epoch_batches(self) -> Generator[dict[str, Any], None, None]:
         if self._step >= self._plan.steps:  # finished epoch: move on
             self._epoch, self._step = self._epoch + 1, 0
         epoch = self._epoch
         stream = self._build_stream()
-        started = self._ahead == (epoch, self._step) and self._data_iter is not None
+        start = self._step
+        started = self._ahead == (epoch, start) and self._data_iter is not None
         self._ahead = None
         if not started:
             if stream.ring is not None:
@@ -577,15 +657,17 @@ class StreamingLoader:
 
         def receive() -> Iterator[dict[str, Any]]:
             try:
-                for batch in self._data_iter if started else self._batches_of(stream):
+                source = self._data_iter if started else self._batches_of(stream)
+                for batch in self._within_deadline(source, epoch=epoch, first_step=start):
                     batch = unpack_batch(batch, stream.ring)
                     batch["__padded__"] = torch.from_numpy(batch["__padded__"])
                     batch["__source__"] = torch.from_numpy(
                         np.asarray(batch["__source__"], dtype=np.int64)
                     )
                     yield batch
-            except Exception:
-                self._shutdown_workers()  # a failed iteration: start afresh next time
+            except Exception as exc:
+                # a failed iteration: start afresh next time; a timed-out worker is killed
+                self._shutdown_workers(kill=isinstance(exc, WorkerTimeoutError))
                 raise
             if self.num_workers > 0:
                 # Every batch of this epoch is received: start the persistent workers on the next

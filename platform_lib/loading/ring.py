@@ -38,7 +38,15 @@ import numpy as np
 import torch
 
 from platform_lib.loading.errors import RingError
-from platform_lib.loading.transport import pack_arrays, unpack_arrays
+from platform_lib.loading.transport import (
+    _SmallTensor,
+    check_space,
+    pack_arrays,
+    restore_small,
+    to_small_tensor,
+    too_small,
+    unpack_arrays,
+)
 
 __all__ = ["RING_KEY", "Ring", "SlotWriter", "unpack_batch"]
 
@@ -105,7 +113,7 @@ class Ring:
         self.path: str | None = os.path.join(
             shm_dir, f"drivetrain-ring-{os.getpid()}-{uuid.uuid4().hex[:12]}"
         )
-        _check_space(shm_dir, self.size, self._describe())
+        check_space(shm_dir, self.size, self._describe())
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             try:
@@ -113,7 +121,7 @@ class Ring:
             except OSError as exc:
                 os.unlink(self.path)
                 if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                    raise RingError(_too_small(shm_dir, self.size, self._describe())) from exc
+                    raise RingError(too_small(shm_dir, self.size, self._describe())) from exc
                 if exc.errno == errno.EFBIG:
                     raise RingError(
                         f"the loader's shared-memory ring ({self.size} bytes, "
@@ -251,30 +259,6 @@ def _cleanup(path: str | None) -> None:
             pass
 
 
-def _too_small(shm_dir: str, need: int, what: str) -> str:
-    st = os.statvfs(shm_dir)
-    total, free = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
-    return (
-        f"the loader's shared-memory ring needs {need / 2**30:.2f} GiB ({what}) but {shm_dir} "
-        f"has {free / 2**30:.2f} GiB free of {total / 2**30:.2f} GiB: enlarge {shm_dir} "
-        "(docker run --shm-size=..., or a Kubernetes emptyDir with medium: Memory and a "
-        "sizeLimit mounted at /dev/shm), or lower batch_size, num_workers or "
-        "LoaderConfig.prefetch_depth"
-    )
-
-
-def _check_space(shm_dir: str, need: int, what: str) -> None:
-    try:
-        st = os.statvfs(shm_dir)
-    except FileNotFoundError:
-        raise RingError(
-            f"{shm_dir} does not exist: the loader's shared-memory ring needs a tmpfs "
-            "there; set LoaderConfig.shm_dir to one"
-        ) from None
-    if need > st.f_bavail * st.f_frsize:
-        raise RingError(_too_small(shm_dir, need, what))
-
-
 class SlotWriter:
     """Worker side of one batch: reads land in the slot's raw area, arrays in its output area.
 
@@ -385,8 +369,8 @@ class SlotWriter:
             )
             if ref is not None:
                 return ref
-        if array.nbytes < _MIN_BYTES:
-            return torch.from_numpy(array.copy()) if kind == "tensor" else array
+        if array.nbytes < _MIN_BYTES:  # by value: torch would share a tensor in the feeder thread
+            return to_small_tensor(torch.from_numpy(array)) if kind == "tensor" else array
         out = self.output_array(array.shape, array.dtype)
         if out is None:
             return array
@@ -435,6 +419,8 @@ def _restore(obj: Any, base: np.ndarray, start: int) -> Any:
         if obj.kind == "buffer":
             return array.data.toreadonly()
         return array
+    if isinstance(obj, _SmallTensor):
+        return restore_small(obj)
     if isinstance(obj, dict):
         return {k: _restore(v, base, start) for k, v in obj.items()}
     if isinstance(obj, list):

@@ -27,7 +27,7 @@ import numpy as np
 
 from platform_lib.loading.errors import RingError
 from platform_lib.loading.mixing import EpochOrders
-from platform_lib.loading.ring import _check_space, _too_small
+from platform_lib.loading.transport import check_space, too_small
 
 __all__ = ["SharedOrders"]
 
@@ -69,7 +69,7 @@ class SharedOrders:
         size = 2 * len(unit) * 8
         what = f"epoch order of {len(unit)} positions"
         path = self.path(epoch)
-        _check_space(self.shm_dir, size, what)
+        check_space(self.shm_dir, size, what)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         self._names.append(path)
         try:
@@ -77,7 +77,7 @@ class SharedOrders:
                 os.posix_fallocate(fd, 0, size)
             except OSError as exc:
                 if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                    raise RingError(_too_small(self.shm_dir, size, what)) from exc
+                    raise RingError(too_small(self.shm_dir, size, what)) from exc
                 raise
             mapped = np.frombuffer(mmap.mmap(fd, size), dtype=np.int64).reshape(2, -1)
         finally:
