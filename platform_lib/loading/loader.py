@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, ValidationError
 from torch.utils.data import DataLoader
+from torch.utils.data._utils import signal_handling
 
 from platform_lib.imaging.decode import decode_batch_cameras_gpu, gpu_decode_available
 from platform_lib.loading.config import LoaderConfig
@@ -158,6 +159,21 @@ def _measure_outputs(stream: BatchStream, start_method: str) -> tuple[int, dict[
         if child.is_alive():
             child.kill()
             child.join()
+
+
+def _kill_workers(data_iter: Any) -> None:
+    """SIGKILL the workers of a DataLoader iterator (after a missed deadline).
+
+    Their pids leave torch's SIGCHLD watch first: a killed worker must not be reported as a
+    crash in the main thread.
+    """
+    if getattr(data_iter, "_worker_pids_set", False):
+        signal_handling._remove_worker_pids(id(data_iter))
+        data_iter._worker_pids_set = False
+    for worker in getattr(data_iter, "_workers", []):
+        if worker.is_alive():
+            worker.kill()
+            worker.join(timeout=5)
 
 
 def _as_sources(dataset: DatasetSpec) -> list[tuple[str, float]]:
@@ -560,17 +576,14 @@ class StreamingLoader:
         return self._data_iter
 
     def _shutdown_workers(self, *, kill: bool = False) -> None:
-        """Stop the worker processes; `kill`: SIGKILL those that did not exit (a stopped or hung one)."""
+        """Stop the worker processes; `kill`: SIGKILL them first (a stopped or hung worker never exits)."""
+        if kill:
+            _kill_workers(self._data_iter)
         # torch's re-raised worker exception sits in a reference cycle with its iterator, so
         # without this the workers would live until a cyclic GC (maybe in a forked child).
         shutdown = getattr(self._data_iter, "_shutdown_workers", None)
         if shutdown is not None:
             shutdown()
-        if kill:
-            for worker in getattr(self._data_iter, "_workers", []):
-                if worker.is_alive():
-                    worker.kill()
-                    worker.join(timeout=5)
         self._data_iter = self._data_loader = None
         self._ahead = None
 
