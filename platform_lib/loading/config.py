@@ -29,13 +29,13 @@ class LoaderConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
-    prefetch_depth: int = Field(2, ge=1)
+    prefetch_depth: int = Field(default=2, ge=1)
     """batches each worker prepares ahead of the training loop (and batches the main process
     receives ahead), in batches; each costs one shared-memory ring slot per worker"""
-    shuffle_buffer: int = Field(2048, ge=1)
+    shuffle_buffer: int = Field(default=2048, ge=1)
     """window of the block shuffle, in samples: the global order is shuffled within
     consecutive windows of this many samples after shuffling the shard order"""
-    shards_ahead: int = Field(1, ge=0)
+    shards_ahead: int = Field(default=1, ge=0)
     """shards each worker fetches into the cache ahead of its next batch (remote datasets), in shards"""
     pad_policy: Literal["pad", "drop"] = "pad"
     """equal batches on every rank: "pad" repeats samples from the start of the epoch order,
@@ -43,7 +43,7 @@ class LoaderConfig(BaseModel):
     cache_dir: str | None = None
     """node-local cache folder for remote shards, shared by all ranks and workers of a node;
     None: `$DRIVETRAIN_CACHE` or `~/.cache/drivetrain/shards`"""
-    cache_limit_bytes: int = Field(200 * 2**30, ge=1)
+    cache_limit_bytes: int = Field(default=200 * 2**30, ge=1)
     """most bytes the cache folder holds before least-recently-used shards are evicted, in bytes"""
     verify: Literal["shard", "member", "none"] = "shard"
     """integrity checks: "shard" = sha256 of each shard once per node (recorded in the cache
@@ -58,22 +58,22 @@ class LoaderConfig(BaseModel):
     """decode cameras straight to this size (DCT-domain downscaling, aspect-preserving crop;
     calib intrinsics/width/height follow, see `imaging/decode.py`); None: full size. Used by
     decode="cpu"/"gpu"/"auto"; decode="none" hands JPEG bytes through unchanged"""
-    window_frames: int = Field(1, ge=1)
+    window_frames: int = Field(default=1, ge=1)
     """k: frames per sample; k > 1 yields k consecutive frames of one log (never crossing logs)"""
-    window_stride: int = Field(1, ge=1)
+    window_stride: int = Field(default=1, ge=1)
     """frames between the first frames of consecutive windows of one log, in frames"""
-    mix_epoch_samples: int | None = Field(None, ge=1)
+    mix_epoch_samples: int | None = Field(default=None, ge=1)
     """samples per epoch when mixing datasets; None: the sum of their sizes"""
     pin_memory: bool = True
     """page-lock the shared-memory ring once (only when CUDA is available), so batches copy to
     the GPU without staging"""
     shm_dir: str = "/dev/shm"
     """tmpfs folder of the loader's shared-memory ring (allocated once per loader)"""
-    max_retries: int = Field(4, ge=0)
+    max_retries: int = Field(default=4, ge=0)
     """retries of a failed object-store request (transient errors only), in attempts"""
-    retry_backoff_s: float = Field(0.5, ge=0)
+    retry_backoff_s: float = Field(default=0.5, ge=0)
     """first retry delay, doubled per retry (capped at 8 s), in s"""
-    worker_timeout_s: float = Field(DEFAULT_WORKER_TIMEOUT_S, gt=0)
+    worker_timeout_s: float = Field(default=DEFAULT_WORKER_TIMEOUT_S, gt=0)
     """longest wait for one batch from a worker before raising `WorkerTimeoutError` (naming the
     worker's pid, the epoch, step and shards awaited), in s. Generous by default: a cold
     worker's first batch may download and hash a shard; raise it for very slow stores or

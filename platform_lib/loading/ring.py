@@ -128,6 +128,7 @@ class Ring:
         check_space(shm_dir, self.size, self._describe())
         # sweeps the files of dead loaders first
         self.path: str | None
+        self._owner: Owner | None
         self.path, self._owner = claim_owner(shm_dir, "ring")
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
