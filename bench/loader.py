@@ -271,8 +271,13 @@ def _verify_option(verify: str | None) -> dict:
     """LoaderConfig verify option for a policy name (a bool before the verify policies existed)."""
     if verify is None:
         return {}
-    field = next(f for f in dataclasses.fields(LoaderConfig) if f.name == "verify")
-    if field.type in (bool, "bool"):
+    fields = getattr(LoaderConfig, "model_fields", None)  # pydantic since issue 16
+    kind = (
+        fields["verify"].annotation
+        if fields is not None
+        else next(f for f in dataclasses.fields(LoaderConfig) if f.name == "verify").type
+    )
+    if kind in (bool, "bool"):
         if verify == "shard":
             raise NotImplementedError("verify='shard' needs the verify policies of issue 7")
         return {"verify": verify == "member"}

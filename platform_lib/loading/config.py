@@ -3,29 +3,39 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from platform_lib.imaging.decode import CameraResize
 
-__all__ = ["LoaderConfig"]
+__all__ = ["DEFAULT_WORKER_TIMEOUT_S", "LoaderConfig"]
+
+#: Default longest wait for one batch from a worker, in s: a cold worker's first batch may
+#: download and hash a shard and decode a batch of full-size cameras.
+DEFAULT_WORKER_TIMEOUT_S = 300.0
 
 
-@dataclass(kw_only=True, frozen=True)
-class LoaderConfig:
+class LoaderConfig(BaseModel):
     """Options of `platform_lib.loading.build_loader`; the defaults suit training.
 
+    Pickles into spawned workers like any pydantic model (`sample_transform` must itself be
+    picklable).
+
     Raises:
-        ValueError: from `__post_init__`, naming the offending field.
+        pydantic.ValidationError (a `ValueError`): a field out of its bounds or choices, or an
+            unknown field; the message names the field.
     """
 
-    prefetch_depth: int = 2
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    prefetch_depth: int = Field(default=2, ge=1)
     """batches each worker prepares ahead of the training loop (and batches the main process
     receives ahead), in batches; each costs one shared-memory ring slot per worker"""
-    shuffle_buffer: int = 2048
+    shuffle_buffer: int = Field(default=2048, ge=1)
     """window of the block shuffle, in samples: the global order is shuffled within
     consecutive windows of this many samples after shuffling the shard order"""
-    shards_ahead: int = 1
+    shards_ahead: int = Field(default=1, ge=0)
     """shards each worker fetches into the cache ahead of its next batch (remote datasets), in shards"""
     pad_policy: Literal["pad", "drop"] = "pad"
     """equal batches on every rank: "pad" repeats samples from the start of the epoch order,
@@ -33,7 +43,7 @@ class LoaderConfig:
     cache_dir: str | None = None
     """node-local cache folder for remote shards, shared by all ranks and workers of a node;
     None: `$DRIVETRAIN_CACHE` or `~/.cache/drivetrain/shards`"""
-    cache_limit_bytes: int = 200 * 2**30
+    cache_limit_bytes: int = Field(default=200 * 2**30, ge=1)
     """most bytes the cache folder holds before least-recently-used shards are evicted, in bytes"""
     verify: Literal["shard", "member", "none"] = "shard"
     """integrity checks: "shard" = sha256 of each shard once per node (recorded in the cache
@@ -48,58 +58,28 @@ class LoaderConfig:
     """decode cameras straight to this size (DCT-domain downscaling, aspect-preserving crop;
     calib intrinsics/width/height follow, see `imaging/decode.py`); None: full size. Used by
     decode="cpu"/"gpu"/"auto"; decode="none" hands JPEG bytes through unchanged"""
-    window_frames: int = 1
+    window_frames: int = Field(default=1, ge=1)
     """k: frames per sample; k > 1 yields k consecutive frames of one log (never crossing logs)"""
-    window_stride: int = 1
+    window_stride: int = Field(default=1, ge=1)
     """frames between the first frames of consecutive windows of one log, in frames"""
-    mix_epoch_samples: int | None = None
+    mix_epoch_samples: int | None = Field(default=None, ge=1)
     """samples per epoch when mixing datasets; None: the sum of their sizes"""
     pin_memory: bool = True
     """page-lock the shared-memory ring once (only when CUDA is available), so batches copy to
     the GPU without staging"""
     shm_dir: str = "/dev/shm"
     """tmpfs folder of the loader's shared-memory ring (allocated once per loader)"""
-    max_retries: int = 4
+    max_retries: int = Field(default=4, ge=0)
     """retries of a failed object-store request (transient errors only), in attempts"""
-    retry_backoff_s: float = 0.5
+    retry_backoff_s: float = Field(default=0.5, ge=0)
     """first retry delay, doubled per retry (capped at 8 s), in s"""
-    worker_timeout_s: float = 0.0
-    """longest wait for one batch from a worker before raising, in s; 0: no limit"""
-    storage_options: dict[str, Any] = field(default_factory=dict)
+    worker_timeout_s: float = Field(default=DEFAULT_WORKER_TIMEOUT_S, gt=0)
+    """longest wait for one batch from a worker before raising `WorkerTimeoutError` (naming the
+    worker's pid, the epoch, step and shards awaited), in s. Generous by default: a cold
+    worker's first batch may download and hash a shard; raise it for very slow stores or
+    transforms"""
+    storage_options: dict[str, Any] = Field(default_factory=dict)
     """extra fsspec options for remote datasets (e.g. {"endpoint_url": ...} for s3)"""
-    multiprocessing_context: str | None = None
+    multiprocessing_context: Literal["fork", "spawn", "forkserver"] | None = None
     """start method of worker processes ("fork", "spawn", "forkserver"); None: "fork" where the
     platform has it (fast start, also inside spawned ranks), else Python's default"""
-
-    def __post_init__(self) -> None:
-        positive = {
-            "prefetch_depth": self.prefetch_depth,
-            "shuffle_buffer": self.shuffle_buffer,
-            "window_frames": self.window_frames,
-            "window_stride": self.window_stride,
-            "cache_limit_bytes": self.cache_limit_bytes,
-        }
-        for name, value in positive.items():
-            if value < 1:
-                raise ValueError(f"LoaderConfig.{name} must be >= 1, got {value}")
-        for name in ("shards_ahead", "max_retries"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"LoaderConfig.{name} must be >= 0, got {getattr(self, name)}")
-        if self.pad_policy not in ("pad", "drop"):
-            raise ValueError(
-                f"LoaderConfig.pad_policy must be 'pad' or 'drop', got {self.pad_policy!r}"
-            )
-        if self.verify not in ("shard", "member", "none"):
-            raise ValueError(
-                f"LoaderConfig.verify must be 'shard', 'member' or 'none', got {self.verify!r}"
-            )
-        if self.error_policy not in ("raise", "skip"):
-            raise ValueError(
-                f"LoaderConfig.error_policy must be 'raise' or 'skip', got {self.error_policy!r}"
-            )
-        if self.mix_epoch_samples is not None and self.mix_epoch_samples < 1:
-            raise ValueError(
-                f"LoaderConfig.mix_epoch_samples must be >= 1, got {self.mix_epoch_samples}"
-            )
-        if self.retry_backoff_s < 0 or self.worker_timeout_s < 0:
-            raise ValueError("LoaderConfig.retry_backoff_s and worker_timeout_s must be >= 0")

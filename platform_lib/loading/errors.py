@@ -2,7 +2,7 @@
 
 Bad data (manifest, index, shard bytes, checksums, decoding) raises the shard layer's errors,
 re-exported here; `LoaderError` covers what only the loader does (object store, node cache,
-shared memory, resume state). Every message names what went wrong, where (dataset URL, shard,
+shared memory, resume state, worker deadlines). Every message names what went wrong, where (dataset URL, shard,
 member, byte offset, sample key) and what to do. All classes can be rebuilt from their message
 alone, so `torch.utils.data` re-raises them in the main process with the worker's traceback.
 """
@@ -32,6 +32,7 @@ __all__ = [
     "SampleDecodeError",
     "SampleIntegrityError",
     "ShardFormatError",
+    "WorkerTimeoutError",
 ]
 
 
@@ -57,3 +58,10 @@ class RingError(LoaderError):
 
 class ResumeStateError(LoaderError, ValueError):
     """A loader state dict does not fit this loader (other dataset, seed or global batch)."""
+
+
+class WorkerTimeoutError(LoaderError, TimeoutError):
+    """No batch came from a loader worker within `LoaderConfig.worker_timeout_s`.
+
+    The message names the worker's pid, the epoch, step and shards it was making, and the fix.
+    """

@@ -7,9 +7,12 @@ DataLoader workers (read, verify, decode, transform, collate) -> batches with "_
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing as mp
 import os
+import reprlib
 import sys
+import time
 import weakref
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
@@ -17,7 +20,9 @@ from typing import Any
 
 import numpy as np
 import torch
+from pydantic import BaseModel, ConfigDict, ValidationError
 from torch.utils.data import DataLoader
+from torch.utils.data._utils import signal_handling
 
 from platform_lib.imaging.decode import decode_batch_cameras_gpu, gpu_decode_available
 from platform_lib.loading.config import LoaderConfig
@@ -26,9 +31,10 @@ from platform_lib.loading.errors import (
     CacheFullError,
     ObjectStoreUnreachableError,
     ResumeStateError,
+    WorkerTimeoutError,
 )
 from platform_lib.loading.mixing import EpochOrders
-from platform_lib.loading.partition import EpochPlan, plan_epoch
+from platform_lib.loading.partition import EpochPlan, plan_epoch, positions_for_batch
 from platform_lib.loading.prefetch import iterate_in_background
 from platform_lib.loading.ring import Ring, unpack_batch
 from platform_lib.loading.shared_order import SharedOrders
@@ -36,12 +42,14 @@ from platform_lib.loading.windows import build_units
 from platform_lib.shards.view import DatasetView, load_view
 from platform_lib.storage import StorageUnreachableError, call_with_retries
 
-__all__ = ["LoaderStats", "StreamingLoader", "build_loader", "resolve_decode"]
+__all__ = ["LoaderState", "LoaderStats", "StreamingLoader", "build_loader", "resolve_decode"]
 
 DatasetSpec = str | os.PathLike | list[tuple[str | os.PathLike, float]]
 #: Longest wait for the one-unit output measurement, in s.
 _MEASURE_TIMEOUT_S = 300
-_STATE_VERSION = 1
+_STATE_VERSION = 2
+#: One round of waiting for a worker's batch, in s (torch checks worker liveness between rounds).
+_POLL_S = 5.0
 
 
 @dataclass
@@ -151,6 +159,21 @@ def _measure_outputs(stream: BatchStream, start_method: str) -> tuple[int, dict[
         if child.is_alive():
             child.kill()
             child.join()
+
+
+def _kill_workers(data_iter: Any) -> None:
+    """SIGKILL the workers of a DataLoader iterator (after a missed deadline).
+
+    Their pids leave torch's SIGCHLD watch first: a killed worker must not be reported as a
+    crash in the main thread.
+    """
+    if getattr(data_iter, "_worker_pids_set", False):
+        signal_handling._remove_worker_pids(id(data_iter))
+        data_iter._worker_pids_set = False
+    for worker in getattr(data_iter, "_workers", []):
+        if worker.is_alive():
+            worker.kill()
+            worker.join(timeout=5)
 
 
 def _as_sources(dataset: DatasetSpec) -> list[tuple[str, float]]:
@@ -283,7 +306,87 @@ def build_loader(
         shuffle=shuffle,
         decode=decode,
         config=cfg,
+        split=split,
     )
+
+
+class LoaderState(BaseModel):
+    """The resumable position of a `StreamingLoader` and what it belongs to (`state_dict`).
+
+    Identity fields must equal the resuming loader's; layout fields (world size, batch size,
+    workers) may differ only where the position maps exactly (see `load_state_dict`).
+    """
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    version: int
+    """layout of this record (`_STATE_VERSION`)"""
+    epoch: int
+    """epoch of the next batch"""
+    consumed_samples: int
+    """global positions of that epoch already handed out, in samples"""
+    global_batch: int
+    """batch size x world size of the loader that saved it, in samples"""
+    seed: int
+    shuffle: bool
+    num_positions: int
+    """global positions per epoch"""
+    datasets: list[str]
+    """content hash of each dataset"""
+    split: str | None
+    """index split read ("train", "val"; None: every row)"""
+    weights: list[float]
+    shuffle_buffer: int
+    window_frames: int
+    window_stride: int
+    pad_policy: str
+    world_size: int
+    """ranks of the loader that saved it"""
+    batch_size: int
+    """samples per batch per rank of the loader that saved it"""
+    num_workers: int
+    """worker processes per rank of the loader that saved it"""
+
+
+#: Fields a resumed state must share with the loader: another value means other samples.
+_IDENTITY = (
+    "version",
+    "datasets",
+    "split",
+    "seed",
+    "shuffle",
+    "num_positions",
+    "weights",
+    "shuffle_buffer",
+    "window_frames",
+    "window_stride",
+    "pad_policy",
+)
+_LAYOUT = ("world_size", "batch_size", "num_workers")
+
+
+def _parse_state(state: Any) -> LoaderState:
+    """Return `state` as a `LoaderState`, or raise `ResumeStateError` naming the bad field."""
+    if not isinstance(state, dict):
+        raise ResumeStateError(
+            f"loader state is a {type(state).__name__}, not the dict `state_dict()` returns: "
+            "the checkpoint's loader entry is corrupt; resume from another checkpoint"
+        )
+    if state.get("version") != _STATE_VERSION:
+        raise ResumeStateError(
+            f"loader state field 'version' is {state.get('version')!r}, this loader has "
+            f"{_STATE_VERSION!r}; the state was saved by another loader version: resume from "
+            "a checkpoint of this version (or start the epoch afresh)"
+        )
+    try:
+        return LoaderState.model_validate(state)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "state"
+        raise ResumeStateError(
+            f"loader state field {where!r} is malformed ({first['msg']}; got "
+            f"{reprlib.repr(first.get('input'))}): the state is corrupt; resume from another checkpoint"
+        ) from None
 
 
 class StreamingLoader:
@@ -303,8 +406,9 @@ class StreamingLoader:
         shuffle: bool,
         decode: str,
         config: LoaderConfig,
+        split: str | None = None,
     ) -> None:
-        self.views, self.units, self.weights = views, units, weights
+        self.views, self.units, self.weights, self.split = views, units, weights, split
         self.rank, self.world_size, self.batch_size = rank, world_size, batch_size
         self.num_workers, self.seed, self.shuffle, self.decode, self.config = (
             num_workers,
@@ -461,7 +565,7 @@ class StreamingLoader:
                 stream,
                 batch_size=None,
                 collate_fn=_keep_as_is,
-                timeout=cfg.worker_timeout_s,
+                timeout=min(_POLL_S, cfg.worker_timeout_s),  # rounds of `_within_deadline`
                 worker_init_fn=_init_worker,
                 num_workers=self.num_workers,
                 persistent_workers=True,
@@ -471,7 +575,10 @@ class StreamingLoader:
         self._data_iter = iter(self._data_loader)  # first: start workers; then: reset them
         return self._data_iter
 
-    def _shutdown_workers(self) -> None:
+    def _shutdown_workers(self, *, kill: bool = False) -> None:
+        """Stop the worker processes; `kill`: SIGKILL them first (a stopped or hung worker never exits)."""
+        if kill:
+            _kill_workers(self._data_iter)
         # torch's re-raised worker exception sits in a reference cycle with its iterator, so
         # without this the workers would live until a cyclic GC (maybe in a forked child).
         shutdown = getattr(self._data_iter, "_shutdown_workers", None)
@@ -480,12 +587,81 @@ class StreamingLoader:
         self._data_iter = self._data_loader = None
         self._ahead = None
 
+    def _within_deadline(
+        self, batches: Iterator[Any], *, epoch: int, first_step: int
+    ) -> Iterator[Any]:
+        """Yield `batches` (epoch `epoch` from step `first_step` on), each within `worker_timeout_s`.
+
+        torch's DataLoader waits in `_POLL_S` rounds (checking between them that no worker
+        died); the rounds add up to the deadline.
+
+        Raises:
+            WorkerTimeoutError: a batch took longer (names the worker, its pid and shards).
+        """
+        if self.num_workers == 0:  # read in this process: nothing to wait for
+            yield from batches
+            return
+        for step in itertools.count(first_step):
+            began = time.monotonic()
+            while True:
+                try:
+                    batch = next(batches)
+                    break
+                except StopIteration:
+                    return
+                except RuntimeError as exc:
+                    if not str(exc).startswith("DataLoader timed out"):
+                        raise
+                    if time.monotonic() - began >= self.config.worker_timeout_s:
+                        raise self._worker_timeout(epoch, step) from None
+            yield batch
+
+    def _worker_timeout(self, epoch: int, step: int) -> WorkerTimeoutError:
+        """The error for a batch (`epoch`, `step`) no worker delivered within the deadline.
+
+        Names the worker torch was waiting on (its pid), every worker's pid, the batch's shards
+        and the fix.
+        """
+        it = self._data_iter
+        workers = list(getattr(it, "_workers", []))
+        task = getattr(it, "_task_info", {}).get(getattr(it, "_rcvd_idx", -1), ())
+        awaited = (
+            f"worker {task[0]} (pid {workers[task[0]].pid})"
+            if task and task[0] < len(workers)
+            else "a worker"
+        )
+        pids = ", ".join(str(w.pid) for w in workers)
+        return WorkerTimeoutError(
+            f"no batch from loader {awaited} of rank {self.rank} within "
+            f"{self.config.worker_timeout_s:g} s: it was making epoch {epoch} step {step} "
+            f"({self._shards_of(epoch, step)}; worker pids {pids}); check that worker (a stopped "
+            "or hung process, a stalled object store, a slow sample_transform) or raise "
+            "LoaderConfig.worker_timeout_s"
+        )
+
+    def _shards_of(self, epoch: int, step: int) -> str:
+        """Name the shards of this rank's batch at (`epoch`, `step`), for messages."""
+        if step >= self._plan.steps:
+            return "past the epoch's last batch"
+        positions, _ = positions_for_batch(
+            self._plan, step=step, rank=self.rank, batch_size=self.batch_size
+        )
+        source, unit = self._orders(epoch)
+        shards = dict.fromkeys(
+            f"{self.views[s].url}/{self.views[s].shard_path(int(self.units[s][u, 0]))}"
+            for s, u in zip(source[positions], unit[positions], strict=True)
+        )
+        named = list(shards)[:4]
+        more = f" and {len(shards) - 4} more" if len(shards) > 4 else ""
+        return "shards " + ", ".join(named) + more
+
     def _epoch_batches(self) -> Generator[dict[str, Any], None, None]:
         if self._step >= self._plan.steps:  # finished epoch: move on
             self._epoch, self._step = self._epoch + 1, 0
         epoch = self._epoch
         stream = self._build_stream()
-        started = self._ahead == (epoch, self._step) and self._data_iter is not None
+        start = self._step
+        started = self._ahead == (epoch, start) and self._data_iter is not None
         self._ahead = None
         if not started:
             if stream.ring is not None:
@@ -494,15 +670,17 @@ class StreamingLoader:
 
         def receive() -> Iterator[dict[str, Any]]:
             try:
-                for batch in self._data_iter if started else self._batches_of(stream):
+                source = self._data_iter if started else self._batches_of(stream)
+                for batch in self._within_deadline(source, epoch=epoch, first_step=start):
                     batch = unpack_batch(batch, stream.ring)
                     batch["__padded__"] = torch.from_numpy(batch["__padded__"])
                     batch["__source__"] = torch.from_numpy(
                         np.asarray(batch["__source__"], dtype=np.int64)
                     )
                     yield batch
-            except Exception:
-                self._shutdown_workers()  # a failed iteration: start afresh next time
+            except Exception as exc:
+                # a failed iteration: start afresh next time; a timed-out worker is killed
+                self._shutdown_workers(kill=isinstance(exc, WorkerTimeoutError))
                 raise
             if self.num_workers > 0:
                 # Every batch of this epoch is received: start the persistent workers on the next
@@ -557,10 +735,12 @@ class StreamingLoader:
         return LoaderStats(**{**self._stats.__dict__})
 
     def state_dict(self) -> dict[str, Any]:
-        """Return the resumable position: epoch and global samples consumed (plus identity checks).
+        """Return the resumable position: epoch and global samples consumed, plus what they belong to.
 
-        Right after an epoch's last batch the position is the start of the next epoch, so a
-        job resumed from it (e.g. `iterate_epochs` from `loader.epoch`) does not repeat one.
+        The fields are those of `LoaderState`: the dataset hashes, split, seed and order
+        options, and the layout (world size, batch size, workers) of this loader. Right after
+        an epoch's last batch the position is the start of the next epoch, so a job resumed
+        from it (e.g. `iterate_epochs` from `loader.epoch`) does not repeat one.
         """
         epoch, step = self._epoch, self._step
         if step >= self._plan.steps:
@@ -574,49 +754,71 @@ class StreamingLoader:
             "shuffle": self.shuffle,
             "num_positions": self.num_positions,
             "datasets": [v.dataset_hash for v in self.views],
-            "weights": list(self.weights),
+            "split": self.split,
+            "weights": [float(w) for w in self.weights],
             "shuffle_buffer": self.config.shuffle_buffer,
             "window_frames": self.config.window_frames,
             "window_stride": self.config.window_stride,
             "pad_policy": self.config.pad_policy,
+            "world_size": self.world_size,
+            "batch_size": self.batch_size,
+            "num_workers": self.num_workers,
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any], *, same_layout: bool = False) -> None:
         """Continue from `state`: the next batch holds exactly the first unseen global positions.
 
+        A state saved with another world size, batch size or worker count resumes exactly
+        when its consumed samples are a whole number of this loader's global batches (the
+        order never depends on the layout); otherwise the error names each layout field
+        that changed with both values.
+
+        Args:
+            state: a `state_dict()` of an earlier loader (e.g. from a checkpoint).
+            same_layout: also refuse a state saved with another world size, batch size or
+                worker count, even where the position maps exactly.
+
         Raises:
-            ResumeStateError: the state belongs to another dataset/seed/order, has a negative
-                epoch or position, or its consumed samples are not a whole number of this
-                loader's global batches.
+            ResumeStateError: the state is not a well-formed `LoaderState` (names the field),
+                belongs to another dataset, split, seed or order (names the field and both
+                values), has a negative epoch or position, or does not fit this layout.
         """
+        saved = _parse_state(state)
         mine = self.state_dict()
-        for name in (
-            "version",
-            "seed",
-            "shuffle",
-            "num_positions",
-            "datasets",
-            "weights",
-            "shuffle_buffer",
-            "window_frames",
-            "window_stride",
-            "pad_policy",
-        ):
-            if state.get(name) != mine[name]:
+        for name in _IDENTITY:
+            if getattr(saved, name) != mine[name]:
                 raise ResumeStateError(
-                    f"loader state field {name!r} is {state.get(name)!r}, this loader has {mine[name]!r}; "
-                    "resume with the same dataset, seed and order options"
+                    f"loader state field {name!r} is {getattr(saved, name)!r}, this loader has "
+                    f"{mine[name]!r}; resume with the same dataset, split, seed and order options"
                 )
-        consumed, epoch = int(state["consumed_samples"]), int(state["epoch"])
-        if epoch < 0 or consumed < 0:
+        consumed, epoch = saved.consumed_samples, saved.epoch
+        if epoch < 0 or consumed < 0 or saved.global_batch < 1:
             raise ResumeStateError(
-                f"loader state has epoch {epoch} and {consumed} consumed samples; both must be >= 0: "
-                "the state is corrupt"
+                f"loader state has epoch {epoch}, {consumed} consumed samples and global batch "
+                f"{saved.global_batch}; they must be >= 0, >= 0 and >= 1: the state is corrupt"
+            )
+        changed = [
+            f"{name} {getattr(saved, name)} -> {mine[name]}"
+            for name in _LAYOUT
+            if getattr(saved, name) != mine[name]
+        ]
+        if changed and (same_layout or consumed % self._plan.global_batch):
+            why = (
+                f"{consumed} consumed samples (global batch {saved.global_batch}) is not a "
+                f"multiple of this loader's global batch {self._plan.global_batch}"
+                if consumed % self._plan.global_batch
+                else "same_layout=True"
+            )
+            raise ResumeStateError(
+                f"loader state was saved with another layout ({', '.join(changed)}) and {why}; "
+                "keep world_size, batch_size and num_workers when resuming (or a global batch "
+                "that divides the consumed samples)"
             )
         if consumed % self._plan.global_batch:
             raise ResumeStateError(
-                f"{consumed} consumed samples (global batch {state['global_batch']}) is not a multiple of this "
-                f"loader's global batch {self._plan.global_batch}; keep batch_size x world_size when resuming"
+                f"{consumed} consumed samples (global batch {saved.global_batch}) is not a "
+                f"multiple of this loader's global batch {self._plan.global_batch}; the state "
+                "is corrupt"
             )
         self._epoch, self._step = epoch, consumed // self._plan.global_batch
         if self._step >= self._plan.steps:  # saved right after the epoch's last batch

@@ -22,13 +22,19 @@ epoch) and is free again. Worker w owns slots [w * D, (w + 1) * D); when none is
 training loop keeps many batches alive) or a batch's outputs outgrow the output area, that batch
 travels in a private shared-memory block instead (counted in `LoaderStats.ring_fallbacks`):
 slower, never wrong.
+
+Named files in the tmpfs folder (the ring with spawned workers, the epoch orders) carry their
+owner's lock (`claim_owner`, the `fsguard` liveness rule): each new ring or order file first
+sweeps the files of loaders whose owner is gone (e.g. killed with SIGKILL).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import mmap
 import os
+import re
 import uuid
 import weakref
 from dataclasses import dataclass
@@ -37,10 +43,27 @@ from typing import Any
 import numpy as np
 import torch
 
+from platform_lib.fsguard import hold_owner_lock, remove_if_orphaned
 from platform_lib.loading.errors import RingError
-from platform_lib.loading.transport import pack_arrays, unpack_arrays
+from platform_lib.loading.transport import (
+    _SmallTensor,
+    check_space,
+    pack_arrays,
+    restore_small,
+    to_small_tensor,
+    too_small,
+    unpack_arrays,
+)
 
-__all__ = ["RING_KEY", "Ring", "SlotWriter", "unpack_batch"]
+__all__ = [
+    "RING_KEY",
+    "Ring",
+    "SlotWriter",
+    "claim_owner",
+    "release_owner",
+    "sweep_orphans",
+    "unpack_batch",
+]
 
 RING_KEY = "__ring__"
 _ALIGN = 64
@@ -102,18 +125,24 @@ class Ring:
         self.num_slots = self.num_workers * slots_per_worker
         self.header_bytes = _align(8 * _HEADER_INTS + 4 * self.num_slots)
         self.size = self.header_bytes + self.num_slots * self.slot_bytes
-        self.path: str | None = os.path.join(
-            shm_dir, f"drivetrain-ring-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-        )
-        _check_space(shm_dir, self.size, self._describe())
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        check_space(shm_dir, self.size, self._describe())
+        # sweeps the files of dead loaders first
+        self.path: str | None
+        self._owner: Owner | None
+        self.path, self._owner = claim_owner(shm_dir, "ring")
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        except BaseException:
+            release_owner(self._owner)
+            raise
         try:
             try:
                 os.posix_fallocate(fd, 0, self.size)
             except OSError as exc:
                 os.unlink(self.path)
+                release_owner(self._owner)
                 if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                    raise RingError(_too_small(shm_dir, self.size, self._describe())) from exc
+                    raise RingError(too_small(shm_dir, self.size, self._describe())) from exc
                 if exc.errno == errno.EFBIG:
                     raise RingError(
                         f"the loader's shared-memory ring ({self.size} bytes, "
@@ -125,10 +154,14 @@ class Ring:
             self._mm = mmap.mmap(fd, self.size)
         finally:
             os.close(fd)
-        if not keep_name:
+        if not keep_name:  # forked workers inherit the mapping: no name, no owner lock
             os.unlink(self.path)
             self.path = None
-        self._finalizer: weakref.finalize | None = weakref.finalize(self, _cleanup, self.path)
+            release_owner(self._owner)
+            self._owner = None
+        self._finalizer: weakref.finalize | None = weakref.finalize(
+            self, _cleanup, self.path, self._owner, os.getpid()
+        )
         self._attach()
 
     def _describe(self) -> str:
@@ -155,7 +188,8 @@ class Ring:
         state = {
             k: v
             for k, v in self.__dict__.items()
-            if k not in ("_mm", "_all", "_base", "control", "states", "_finalizer", "_pinned")
+            if k
+            not in ("_mm", "_all", "_base", "control", "states", "_finalizer", "_pinned", "_owner")
         }
         return state
 
@@ -167,7 +201,7 @@ class Ring:
             self._mm = mmap.mmap(fd, self.size)
         finally:
             os.close(fd)
-        self._finalizer = None
+        self._finalizer = self._owner = None
         self._attach()
 
     def close(self) -> None:
@@ -243,36 +277,91 @@ def _release(states: np.ndarray, slot: int) -> None:
     states[slot] = 0
 
 
-def _cleanup(path: str | None) -> None:
+def _cleanup(path: str | None, owner: Owner | None, pid: int) -> None:
+    if os.getpid() != pid:  # a forked worker's copy: the file belongs to the main process
+        return
     if path is not None:
         try:
             os.unlink(path)
         except FileNotFoundError:
             pass
+    if owner is not None:
+        release_owner(owner)
 
 
-def _too_small(shm_dir: str, need: int, what: str) -> str:
-    st = os.statvfs(shm_dir)
-    total, free = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
-    return (
-        f"the loader's shared-memory ring needs {need / 2**30:.2f} GiB ({what}) but {shm_dir} "
-        f"has {free / 2**30:.2f} GiB free of {total / 2**30:.2f} GiB: enlarge {shm_dir} "
-        "(docker run --shm-size=..., or a Kubernetes emptyDir with medium: Memory and a "
-        "sizeLimit mounted at /dev/shm), or lower batch_size, num_workers or "
-        "LoaderConfig.prefetch_depth"
-    )
+# -- owner locks: files of a killed loader are swept by the next one ----------------------
+#: (lock path, fd) of the owner locks this process holds.
+Owner = tuple[str, int]
+_OWNER_LOCK = re.compile(r"drivetrain-owner-(\d+-[0-9a-f]{12})\.lock")
+_HELD: set[int] = set()
 
 
-def _check_space(shm_dir: str, need: int, what: str) -> None:
+def _drop_inherited_locks() -> None:
+    """In a forked child: close the inherited lock descriptors.
+
+    flock belongs to the open file: a worker keeping a copy would keep a dead main process's
+    files "owned" for as long as the worker lives.
+    """
+    for fd in _HELD:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_drop_inherited_locks)
+
+
+def claim_owner(shm_dir: str, kind: str) -> tuple[str, Owner]:
+    """Sweep `shm_dir` of dead loaders' files, then return (name, owner lock) for new ones.
+
+    The name is `<shm_dir>/drivetrain-<kind>-<pid>-<random>`; the caller names its files that
+    or that plus `-<suffix>`, and holds the returned lock
+    (`platform_lib.fsguard.hold_owner_lock`) for as long as the files exist; `release_owner`
+    drops it. A process killed with its files in place loses the lock with its life, and the
+    next `claim_owner` in any process (any PID namespace) sharing `shm_dir` removes them.
+    """
+    sweep_orphans(shm_dir)
+    token = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    lock = os.path.join(shm_dir, f"drivetrain-owner-{token}.lock")
+    fd = hold_owner_lock(lock)
+    _HELD.add(fd)
+    return os.path.join(shm_dir, f"drivetrain-{kind}-{token}"), (lock, fd)
+
+
+def release_owner(owner: Owner) -> None:
+    """Remove the owner lock file, then release the lock (after the caller removed its files)."""
+    lock, fd = owner
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(lock)
+    if fd in _HELD:
+        _HELD.discard(fd)
+        os.close(fd)
+
+
+def sweep_orphans(shm_dir: str) -> list[str]:
+    """Remove the files of loaders whose owner lock no process holds; return the owners removed.
+
+    Only files named `drivetrain-<kind>-<token>[-<suffix>]` of a lock
+    `drivetrain-owner-<token>.lock` are touched (`fsguard.remove_if_orphaned`: the one liveness rule).
+    """
     try:
-        st = os.statvfs(shm_dir)
-    except FileNotFoundError:
-        raise RingError(
-            f"{shm_dir} does not exist: the loader's shared-memory ring needs a tmpfs "
-            "there; set LoaderConfig.shm_dir to one"
-        ) from None
-    if need > st.f_bavail * st.f_frsize:
-        raise RingError(_too_small(shm_dir, need, what))
+        names = os.listdir(shm_dir)
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        match = _OWNER_LOCK.fullmatch(name)
+        if match is None:
+            continue
+        owned = re.compile(rf"drivetrain-[a-z]+-{match.group(1)}(-[\w.]+)?")
+        files = [os.path.join(shm_dir, n) for n in names if owned.fullmatch(n)]
+        if remove_if_orphaned(os.path.join(shm_dir, name), *files):
+            removed.append(match.group(1))
+            for late in os.listdir(shm_dir):  # made by the owner after the listing above
+                if owned.fullmatch(late):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(os.path.join(shm_dir, late))
+    return removed
 
 
 class SlotWriter:
@@ -385,8 +474,8 @@ class SlotWriter:
             )
             if ref is not None:
                 return ref
-        if array.nbytes < _MIN_BYTES:
-            return torch.from_numpy(array.copy()) if kind == "tensor" else array
+        if array.nbytes < _MIN_BYTES:  # by value: torch would share a tensor in the feeder thread
+            return to_small_tensor(torch.from_numpy(array)) if kind == "tensor" else array
         out = self.output_array(array.shape, array.dtype)
         if out is None:
             return array
@@ -435,6 +524,8 @@ def _restore(obj: Any, base: np.ndarray, start: int) -> Any:
         if obj.kind == "buffer":
             return array.data.toreadonly()
         return array
+    if isinstance(obj, _SmallTensor):
+        return restore_small(obj)
     if isinstance(obj, dict):
         return {k: _restore(v, base, start) for k, v in obj.items()}
     if isinstance(obj, list):

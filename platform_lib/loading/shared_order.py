@@ -11,7 +11,8 @@ File layout: (2, P) int64, row 0 the source index and row 1 the unit id of each 
 (`EpochOrders`, byte for byte). A file is written completely before the workers are told its
 epoch (`BatchStream.start`) and never changes afterwards; the names of the two latest epochs are
 kept (the epoch being consumed and the one the workers already run ahead on), older ones are
-unlinked (a worker that still maps one keeps its pages).
+unlinked (a worker that still maps one keeps its pages). The files carry their owner's lock
+(`ring.claim_owner`): those of a killed loader are removed by the next loader on the node.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from __future__ import annotations
 import errno
 import mmap
 import os
-import uuid
 import weakref
 from typing import Any
 
@@ -27,7 +27,8 @@ import numpy as np
 
 from platform_lib.loading.errors import RingError
 from platform_lib.loading.mixing import EpochOrders
-from platform_lib.loading.ring import _check_space, _too_small
+from platform_lib.loading.ring import Owner, claim_owner, release_owner
+from platform_lib.loading.transport import check_space, too_small
 
 __all__ = ["SharedOrders"]
 
@@ -48,14 +49,13 @@ class SharedOrders:
 
     def __init__(self, orders: EpochOrders, *, shm_dir: str) -> None:
         self.orders, self.shm_dir = orders, shm_dir
-        self.prefix = os.path.join(
-            shm_dir, f"drivetrain-order-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-        )
+        # owned under the loaders' liveness rule: files of a killed process are swept later
+        self.prefix, owner = claim_owner(shm_dir, "order")
         # main process: epoch -> its mapped (source, unit); worker: the latest epoch it mapped
         self._published: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._mapped: tuple[int, np.ndarray, np.ndarray] | None = None
         self._names: list[str] = []
-        self._finalizer = weakref.finalize(self, _unlink_all, self._names, os.getpid())
+        self._finalizer = weakref.finalize(self, _unlink_all, self._names, owner, os.getpid())
 
     def path(self, epoch: int) -> str:
         """File of `epoch`'s order."""
@@ -69,7 +69,7 @@ class SharedOrders:
         size = 2 * len(unit) * 8
         what = f"epoch order of {len(unit)} positions"
         path = self.path(epoch)
-        _check_space(self.shm_dir, size, what)
+        check_space(self.shm_dir, size, what)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         self._names.append(path)
         try:
@@ -77,7 +77,7 @@ class SharedOrders:
                 os.posix_fallocate(fd, 0, size)
             except OSError as exc:
                 if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                    raise RingError(_too_small(self.shm_dir, size, what)) from exc
+                    raise RingError(too_small(self.shm_dir, size, what)) from exc
                 raise
             mapped = np.frombuffer(mmap.mmap(fd, size), dtype=np.int64).reshape(2, -1)
         finally:
@@ -135,9 +135,10 @@ def _unlink(path: str) -> None:
         pass
 
 
-def _unlink_all(names: list[str], owner: int) -> None:
-    if os.getpid() != owner:  # a forked worker's copy: the files belong to the main process
+def _unlink_all(names: list[str], owner: Owner, pid: int) -> None:
+    if os.getpid() != pid:  # a forked worker's copy: the files belong to the main process
         return
     for path in names:
         _unlink(path)
     names.clear()
+    release_owner(owner)
