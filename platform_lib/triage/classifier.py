@@ -27,7 +27,7 @@ from typing import Any
 
 from platform_lib.triage.fingerprints import fingerprint, normalise_line
 from platform_lib.triage.logs import Evidence, LogLine, read_evidence_lines
-from platform_lib.triage.rules import RULES, Rule
+from platform_lib.triage.rules import RULES, Rule, matcher_for
 from platform_lib.triage.taxonomy import CLASS_INFO, FailureClass, Role
 
 __all__ = [
@@ -51,8 +51,6 @@ AMBIGUITY_MARGIN = 0.1
 #: Most root lines kept (the same error repeated on several ranks).
 MAX_ROOT_LINES = 8
 HIGH, MEDIUM = 0.75, 0.5
-#: Characters of a line the rules see (config dumps and tensors printed on one line are long).
-MAX_MATCH_CHARS = 2000
 
 _PID = re.compile(r"\b(?:PID|pid)[:= ]\s*'?(\d+)|\(pid (\d+)\)|Killed process (\d+)")
 _SIGNAL = re.compile(
@@ -221,12 +219,11 @@ class Verdict:
 
 
 def match_line(line: LogLine, rules: Sequence[Rule] = RULES) -> Rule | None:
-    """Return the first rule (table order) whose pattern is found in `line.message`."""
-    message = line.message[:MAX_MATCH_CHARS]
-    for rule in rules:
-        if rule.regex.search(message):
-            return rule
-    return None
+    """Return the first rule (table order) whose pattern is found in `line.message`.
+
+    Only the first `rules.MAX_MATCH_CHARS` characters of the message are searched.
+    """
+    return matcher_for(rules).match(line.message)
 
 
 def _pid_signal(message: str) -> tuple[int | None, str | None]:
