@@ -65,8 +65,11 @@ LINES_KEPT_PER_RULE = 64
 #: Lines kept of one torchelastic summary entry (a real one has about 8).
 MAX_SUMMARY_ENTRY_LINES = 256
 
-#: ANSI CSI (colours, cursor), OSC (titles, links; ended by BEL or ST) and two-byte escapes.
-_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
+#: ANSI CSI (colours, cursor), OSC (titles, links; ended by BEL or ST), charset selections
+#: (`ESC ( B`) and other two-byte escapes (ECMA-48).
+_ANSI = re.compile(
+    r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[ -/]+[0-~]|[@-Z\\-_])"
+)
 #: stern's `<pod> <container> ` prefix, each name coloured (a pod name holds a `-`).
 _STERN_PREFIX = re.compile(
     r"^\x1b\[[0-9;]*m[a-z0-9][a-z0-9.]*-[-a-z0-9.]*\x1b\[0?m "
