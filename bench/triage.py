@@ -29,11 +29,16 @@ FAILURE = CORPUS / "05_nccl_watchdog_after_data_error.log"
 def write_log(path: Path, megabytes: float, ranks: int = 64, seed: int = 0) -> None:
     """Write about `megabytes` MB of coloured, CRLF, many-rank training log ending in a failure."""
     rng = random.Random(seed)
-    noise = [
-        line
+    from platform_lib.triage.classifier import match_line
+    from platform_lib.triage.logs import parse_log
+    from platform_lib.triage.taxonomy import Role
+
+    noise = [  # corpus lines that neither claim a cause nor end an elastic attempt
+        line.text
         for log in sorted(CORPUS.glob("*.log"))
-        for line in log.read_text().splitlines()
-        if "NCCL INFO" in line or "Warning" in line or "step" in line
+        for line in parse_log(log.read_text(), log.name)
+        if (rule := match_line(line)) is None
+        or (rule.role is Role.CONTEXT and not rule.ends_attempt)
     ]
     target = int(megabytes * 1e6)
     written, step = 0, 0
