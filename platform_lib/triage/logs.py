@@ -399,7 +399,7 @@ def _scan_log(
             elif m := _SUMMARY_TIME.match(message):
                 entry.time = parse_time(m.group(1), year)
 
-        key = "line" if keep is None else keep(message, is_code)
+        key: str | None = "line" if keep is None else keep(message, is_code)
         if key is None:
             continue
         line = LogLine(source, lineno, raw, message, rank, time, is_code=is_code)
