@@ -383,8 +383,8 @@ def _scan_log(
         border = _SUMMARY_BORDER.match(message) is not None
         observed = _FIRST_OBSERVED in message
         if entry is not None and (starts_entry or border or observed):
-            for key, ln in entry.attributed():
-                keeper.add(key, ln)
+            for kept_as, ln in entry.attributed():
+                keeper.add(kept_as, ln)
             entry = None
         if entry is None:
             if observed:
@@ -410,8 +410,8 @@ def _scan_log(
         else:
             stats[f"lines of a summary entry past {MAX_SUMMARY_ENTRY_LINES}"] += 1
     if entry is not None:
-        for key, ln in entry.attributed():
-            keeper.add(key, ln)
+        for kept_as, ln in entry.attributed():
+            keeper.add(kept_as, ln)
     return [
         replace(ln, time=first_time) if ln.time is None and first_time is not None else ln
         for ln in keeper.lines()
