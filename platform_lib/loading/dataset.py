@@ -21,6 +21,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 from torch.utils.data._utils.collate import collate, default_collate_fn_map
 
+from platform_lib.errors import UserError
 from platform_lib.imaging.decode import CameraResize, decode_sample_cameras
 from platform_lib.loading.cache import ShardCache
 from platform_lib.loading.config import LoaderConfig
@@ -30,7 +31,9 @@ from platform_lib.loading.mixing import EpochOrders
 from platform_lib.loading.partition import EpochPlan, positions_for_batch, steps_for_worker
 from platform_lib.loading.ring import Ring, SlotWriter
 from platform_lib.loading.shared_order import SharedOrders
+from platform_lib.loading.transport import WorkerFailure
 from platform_lib.shards.codec import decode_sample
+from platform_lib.shards.errors import DatasetError
 from platform_lib.shards.view import DatasetView
 
 __all__ = ["STATS_KEY", "BatchStream"]
@@ -247,6 +250,10 @@ class BatchStream(IterableDataset):
                 slow = slot is None or "__ring__" not in packed
                 packed[STATS_KEY] = self._stats(worker_id, files, skipped, sent, slow)
                 yield packed
+        except (DatasetError, UserError) as exc:
+            if info is None:
+                raise
+            yield WorkerFailure(exc)  # raised as is by the main process: one line, no traceback
         finally:
             if prefetcher is not None:
                 prefetcher.shutdown(wait=True, cancel_futures=True)

@@ -38,6 +38,7 @@ from platform_lib.loading.partition import EpochPlan, plan_epoch, positions_for_
 from platform_lib.loading.prefetch import iterate_in_background
 from platform_lib.loading.ring import Ring, unpack_batch
 from platform_lib.loading.shared_order import SharedOrders
+from platform_lib.loading.transport import WorkerFailure
 from platform_lib.loading.windows import build_units
 from platform_lib.shards.view import DatasetView, load_view
 from platform_lib.storage import StorageUnreachableError, call_with_retries
@@ -672,6 +673,8 @@ class StreamingLoader:
             try:
                 source = self._data_iter if started else self._batches_of(stream)
                 for batch in self._within_deadline(source, epoch=epoch, first_step=start):
+                    if isinstance(batch, WorkerFailure):
+                        raise batch.error
                     batch = unpack_batch(batch, stream.ring)
                     batch["__padded__"] = torch.from_numpy(batch["__padded__"])
                     batch["__source__"] = torch.from_numpy(

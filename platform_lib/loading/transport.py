@@ -227,3 +227,15 @@ def unpack_arrays(batch: dict[str, Any]) -> dict[str, Any]:
     """Return `batch` with slots and small tensors restored, as views of its arena (main process)."""
     arena = batch.pop(ARENA_KEY, None)
     return _restore(batch, None if arena is None else arena.numpy())
+
+
+class WorkerFailure:
+    """A documented error raised in a loader worker, handed to the main process as data.
+
+    torch re-raises a worker's exception with the worker's traceback folded into its message;
+    a `DatasetError` or `UserError` instead travels pickled in the batch's place and is raised
+    again, unchanged, by the main process (one line, its own class).
+    """
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from platform_lib.triage.classifier import Verdict, classify
-from platform_lib.triage.logs import Evidence, ProcessExit, load_evidence
+from platform_lib.triage.logs import Evidence, LogFile, ProcessExit, load_evidence
 from platform_lib.triage.policy import (
     Attempt,
     RestartDecision,
@@ -56,18 +56,20 @@ def evidence_from_child_failure(
     Returns:
         Evidence with the launcher summary as log `launcher`, per-rank exits and the logs.
     """
-    logs: dict[str, str] = {}
+    logs: dict[str, str | LogFile] = {}
     exits: list[ProcessExit] = []
+    notes: tuple[str, ...] = ()
     if log_dir is not None and Path(log_dir).exists():
         folder = load_evidence(log_dir)
         logs.update(folder.logs)
         exits.extend(folder.exits)
         pod_status = pod_status or folder.pod_status
+        notes = folder.notes
     logs["launcher"] = f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}"
     for rank, failure in (getattr(exc, "failures", None) or {}).items():
         exits.append(ProcessExit(int(rank), int(failure.exitcode), int(failure.pid)))
     logs.update(extra_logs or {})
-    return Evidence(logs=logs, exits=tuple(exits), pod_status=pod_status)
+    return Evidence(logs=logs, exits=tuple(exits), pod_status=pod_status, notes=notes)
 
 
 def assess_failure(

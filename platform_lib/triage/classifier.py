@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from platform_lib.triage.fingerprints import fingerprint, normalise_line
-from platform_lib.triage.logs import Evidence, LogLine, read_evidence_lines
-from platform_lib.triage.rules import RULES, Rule
+from platform_lib.triage.logs import Evidence, LogLine, collect_evidence_lines
+from platform_lib.triage.rules import RULES, Rule, matcher_for
 from platform_lib.triage.taxonomy import CLASS_INFO, FailureClass, Role
 
 __all__ = [
@@ -51,8 +51,6 @@ AMBIGUITY_MARGIN = 0.1
 #: Most root lines kept (the same error repeated on several ranks).
 MAX_ROOT_LINES = 8
 HIGH, MEDIUM = 0.75, 0.5
-#: Characters of a line the rules see (config dumps and tensors printed on one line are long).
-MAX_MATCH_CHARS = 2000
 
 _PID = re.compile(r"\b(?:PID|pid)[:= ]\s*'?(\d+)|\(pid (\d+)\)|Killed process (\d+)")
 _SIGNAL = re.compile(
@@ -125,6 +123,9 @@ class Verdict:
     attempt: int = 0
     """Index of the attempt classified (0 = first), when one log holds several (elastic
     restarts); `classify` classifies the last one, `classify_attempts` each."""
+    notes: tuple[str, ...] = ()
+    """What the evidence reader skipped or did not read (odd JSON files, lines past the
+    per-rule cap, cut lines), one sentence each."""
 
     @property
     def confidence_level(self) -> str:
@@ -179,6 +180,7 @@ class Verdict:
             )
         lines.append(f"  action: {self.action}")
         lines.append(f"  runbook: {info.runbook}; fingerprint {self.fingerprint}")
+        lines.extend(f"  note: {note}" for note in self.notes)
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -199,6 +201,7 @@ class Verdict:
             "cascades": [f.to_dict() for f in self.cascades],
             "confirmations": [f.to_dict() for f in self.confirmations],
             "other_roots": [f.to_dict() for f in self.other_roots],
+            "notes": list(self.notes),
         }
 
     def mlflow_tags(self, prefix: str = "triage.") -> dict[str, str]:
@@ -221,12 +224,11 @@ class Verdict:
 
 
 def match_line(line: LogLine, rules: Sequence[Rule] = RULES) -> Rule | None:
-    """Return the first rule (table order) whose pattern is found in `line.message`."""
-    message = line.message[:MAX_MATCH_CHARS]
-    for rule in rules:
-        if rule.regex.search(message):
-            return rule
-    return None
+    """Return the first rule (table order) whose pattern is found in `line.message`.
+
+    Only the first `rules.MAX_MATCH_CHARS` characters of the message are searched.
+    """
+    return matcher_for(rules).match(line.message)
 
 
 def _pid_signal(message: str) -> tuple[int | None, str | None]:
@@ -340,7 +342,7 @@ def classify_attempts(evidence: Evidence, rules: Sequence[Rule] = RULES) -> list
     gets its own verdict (for the restart policy's history); exit codes and pod status belong
     to the last one.
     """
-    lines = read_evidence_lines(evidence)
+    lines, notes = collect_evidence_lines(evidence, rules)
     index = split_attempts(lines, rules)
     structured = {"exit_codes", "pod_status"}
     last = max(index, default=0)
@@ -348,7 +350,7 @@ def classify_attempts(evidence: Evidence, rules: Sequence[Rule] = RULES) -> list
     for line, attempt in zip(lines, index, strict=True):
         groups[last if line.source in structured else attempt].append(line)
     return [
-        dataclasses.replace(classify_lines(group, rules), attempt=n)
+        dataclasses.replace(classify_lines(group, rules), attempt=n, notes=notes)
         for n, group in enumerate(groups)
     ]
 

@@ -7,23 +7,47 @@ attributed to its `rank :` and `time :` fields), torchelastic `error.json` files
 exit codes and a Kubernetes pod status. Exit codes and pod status are rendered as one line
 each, in the words torch and the kubelet use, so that one rule table covers logs and
 structured evidence alike.
+
+Logs are read as they arrive from collectors: every line passes `clean_line` first (ANSI
+colour and terminal escapes, carriage returns and a kubectl/stern pod prefix removed), and a
+log file is streamed line by line, keeping only the lines a rule claims or the classifier's
+pid/exit look-up reads, at most the first and last `LINES_KEPT_PER_RULE` per rule and log.
+Whatever is not kept is counted in the verdict's notes.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import signal
-from collections.abc import Iterable, Mapping, Sequence
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from platform_lib.errors import UserError
+from platform_lib.fsguard import open_regular
+from platform_lib.triage.jsonfiles import (
+    MAX_TEXT_CHARS,
+    UnreadableJSONError,
+    as_list,
+    as_mapping,
+    as_text,
+    read_json,
+)
+from platform_lib.triage.rules import RULES, Rule, matcher_for
+
 __all__ = [
     "Evidence",
+    "LogFile",
     "LogLine",
     "ProcessExit",
+    "clean_line",
+    "collect_evidence_lines",
     "load_evidence",
     "parse_log",
     "read_evidence_lines",
@@ -34,6 +58,27 @@ __all__ = [
 LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
 POD_STATUS_FILE = "pod_status.json"
 EXIT_CODES_FILE = "exit_codes.json"
+#: Bytes of one log line read; the rest of a longer line is skipped (counted in the notes).
+MAX_LINE_BYTES = 16 * 1024
+#: Lines kept per rule (and of pid/exit reports) per log: the first and the last this many.
+LINES_KEPT_PER_RULE = 64
+#: Lines kept of one torchelastic summary entry (a real one has about 8).
+MAX_SUMMARY_ENTRY_LINES = 256
+
+#: ANSI CSI (colours, cursor), OSC (titles, links; ended by BEL or ST), charset selections
+#: (`ESC ( B`) and other two-byte escapes (ECMA-48).
+_ANSI = re.compile(
+    r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[ -/]+[0-~]|[@-Z\\-_])"
+)
+#: stern's `<pod> <container> ` prefix, each name coloured (a pod name holds a `-`).
+_STERN_PREFIX = re.compile(
+    r"^\x1b\[[0-9;]*m[a-z0-9][a-z0-9.]*-[-a-z0-9.]*\x1b\[0?m "
+    r"(?:\x1b\[[0-9;]*m[a-z0-9][-a-z0-9.]*\x1b\[0?m )?"
+)
+#: `kubectl logs --prefix`: `[pod/<pod>/<container>] `.
+_KUBECTL_PREFIX = re.compile(r"^\[pod/[^\s/\]]+/[^\s\]]+\] ")
+#: Lines the classifier reads for a root's pid and signal (`classifier._rank_pid_signal`).
+_PID_OR_EXIT_REPORT = re.compile(r"exitcode\s*:|received by PID|\b(?:pid:? |PID |pid=)\d+\b")
 
 _RANK_PREFIX = re.compile(r"^(?:\[(?:rank|default)(?P<a>\d+)\]:|(?P<b>\d{1,5}): )\s?")
 _RANK_IN_MESSAGE = re.compile(r"\[(?:PG [^\]]*?)?Rank (\d+)\]|\brank(\d+)\]|\brank (\d+)\b")
@@ -119,12 +164,60 @@ class ProcessExit:
 class Evidence:
     """Everything known about one failed attempt."""
 
-    logs: Mapping[str, str] = field(default_factory=dict)
-    """Log source name -> full text."""
+    logs: Mapping[str, str | LogFile] = field(default_factory=dict)
+    """Log source name -> full text, or the file it is streamed from."""
     exits: Sequence[ProcessExit] = ()
     """Per-worker exit codes (e.g. from torchelastic's ChildFailedError.failures)."""
     pod_status: Mapping[str, Any] | None = None
     """Kubernetes Pod or Pod `status` object (reason, conditions, containerStatuses)."""
+    notes: tuple[str, ...] = ()
+    """What was skipped while reading the evidence (odd files, unknown shapes), for the verdict."""
+
+
+@dataclass(frozen=True)
+class LogFile:
+    """A log on disk, streamed line by line when classified (never read whole)."""
+
+    path: Path
+
+    def lines(self, stats: Counter[str] | None = None) -> Iterator[str]:
+        """Yield the lines of the file (UTF-8, bad bytes replaced), split as `str.splitlines`.
+
+        A line longer than `MAX_LINE_BYTES` is cut there (counted in `stats["cut lines"]`).
+
+        Raises:
+            NotRegularFileError: the path is a FIFO, device, socket or directory.
+            OSError: it cannot be opened.
+        """
+        with os.fdopen(open_regular(self.path), "rb") as handle:
+            while chunk := handle.readline(MAX_LINE_BYTES):
+                if len(chunk) == MAX_LINE_BYTES and not chunk.endswith(b"\n"):
+                    while (rest := handle.readline(MAX_LINE_BYTES)) and not rest.endswith(b"\n"):
+                        pass
+                    if stats is not None:
+                        stats["cut lines"] += 1
+                yield from chunk.decode("utf-8", errors="replace").splitlines()
+
+
+def clean_line(raw: str) -> str:
+    """Return a log line as its program wrote it: no ANSI escapes, no CR, no collector prefix.
+
+    Removes ANSI CSI sequences (colours, cursor moves), OSC sequences (titles, hyperlinks)
+    and other two-byte escapes, carriage returns, and the pod prefix that `kubectl logs
+    --prefix` (`[pod/<pod>/<container>] `) or stern (coloured `<pod> <container> `) adds.
+    This is the one place lines are cleaned; every rule sees cleaned lines only.
+    """
+    if "\x1b" in raw:
+        raw = _ANSI.sub("", _STERN_PREFIX.sub("", raw, count=1))
+    if "\r" in raw:
+        raw = raw.replace("\r", "")
+    if raw.startswith("[pod/"):
+        raw = _KUBECTL_PREFIX.sub("", raw, count=1)
+    return raw
+
+
+def _log_lines(log: str | LogFile, stats: Counter[str]) -> Iterator[str]:
+    return log.lines(stats) if isinstance(log, LogFile) else iter(log.splitlines())
 
 
 def _signal_name(signum: int) -> str:
@@ -186,14 +279,81 @@ def parse_log(text: str, source: str, *, year: int = 1970) -> list[LogLine]:
         year: year for time formats without one (glog, syslog).
 
     Returns:
-        One LogLine per non-empty line, in file order.
+        One LogLine per non-empty line, in file order (each cleaned by `clean_line`).
     """
+    return _scan_log(text.splitlines(), source, year, None, Counter())
+
+
+class _Keeper:
+    """The lines kept of one log: all, or the first and last `cap` per key, in file order."""
+
+    def __init__(self, cap: int | None, stats: Counter[str]) -> None:
+        self.cap, self.stats = cap, stats
+        self.first: dict[str, list[LogLine]] = {}
+        self.last: dict[str, deque[LogLine]] = {}
+
+    def add(self, key: str, line: LogLine) -> None:
+        first = self.first.setdefault(key, [])
+        if self.cap is None or len(first) < self.cap:
+            first.append(line)
+            return
+        last = self.last.setdefault(key, deque(maxlen=self.cap))
+        if len(last) == self.cap:
+            self.stats[f"lines of {key} between the first and last {self.cap}"] += 1
+        last.append(line)
+
+    def lines(self) -> list[LogLine]:
+        kept = [ln for lines in self.first.values() for ln in lines]
+        kept += [ln for lines in self.last.values() for ln in lines]
+        return sorted(kept, key=lambda ln: ln.lineno)
+
+
+@dataclass
+class _SummaryEntry:
+    """A torchelastic ChildFailedError entry (`[i]:` ...) being read: its `rank :`, `time :`."""
+
+    first_observed: bool
+    rank: int | None = None
+    time: datetime | None = None
+    lines: list[tuple[str, LogLine]] = field(default_factory=list)
+
+    def attributed(self) -> Iterator[tuple[str, LogLine]]:
+        for key, ln in self.lines:
+            yield (
+                key,
+                replace(
+                    ln,
+                    rank=self.rank if self.rank is not None else ln.rank,
+                    time=self.time or ln.time,
+                    first_observed=self.first_observed,
+                ),
+            )
+
+
+def _scan_log(
+    raw_lines: Iterable[str],
+    source: str,
+    year: int,
+    keep: Callable[[str, bool], str | None] | None,
+    stats: Counter[str],
+) -> list[LogLine]:
+    """Parse a log's lines in one pass; return the lines `keep` names a key for, in file order.
+
+    `keep(message, is_code)` returns the key a line is kept under (at most the first and last
+    `LINES_KEPT_PER_RULE` per key), or None to drop it; `keep=None` keeps every line. Rank,
+    time and traceback state follow every line, kept or not, so kept lines are attributed
+    exactly as when the whole log is parsed. Lines before the log's first time stamp take it;
+    lines of a torchelastic summary entry take its `rank :` and `time :`.
+    """
+    keeper = _Keeper(None if keep is None else LINES_KEPT_PER_RULE, stats)
     path_rank = _rank_from_path(source)
-    lines: list[LogLine] = []
     last_time: dict[int | None, datetime] = {}
+    first_time: datetime | None = None
     after_frame: dict[int | None, int | None] = {}  # indent of a preceding `File` line
-    for lineno, raw in enumerate(text.splitlines(), 1):
-        raw = raw.rstrip()
+    entry: _SummaryEntry | None = None
+    in_first = False
+    for lineno, text in enumerate(raw_lines, 1):
+        raw = clean_line(text).rstrip()
         if not raw.strip():
             continue
         m = _RANK_PREFIX.match(raw)
@@ -208,6 +368,7 @@ def parse_log(text: str, source: str, *, year: int = 1970) -> list[LogLine]:
         if time is not None:
             last_time[rank] = time
             last_time[None] = time
+            first_time = first_time or time
         else:
             time = last_time.get(rank, last_time.get(None))
         body = _GLOG_HEADER.sub("", message, count=1)  # torchelastic logs tracebacks via glog
@@ -217,52 +378,44 @@ def parse_log(text: str, source: str, *, year: int = 1970) -> list[LogLine]:
             _CPP_FRAME.match(body)
         )
         after_frame[rank] = indent if _TRACEBACK_FRAME.match(body) else None
-        lines.append(LogLine(source, lineno, raw, message, rank, time, is_code=is_code))
-    # lines before the first time stamp of the file take the next one (keeps file order)
-    next_time = None
-    for k in range(len(lines) - 1, -1, -1):
-        if lines[k].time is None and next_time is not None:
-            lines[k] = replace(lines[k], time=next_time)
-        next_time = lines[k].time or next_time
-    return _attribute_summary_entries(lines, year)
 
+        starts_entry = _SUMMARY_ENTRY.match(message) is not None
+        border = _SUMMARY_BORDER.match(message) is not None
+        observed = _FIRST_OBSERVED in message
+        if entry is not None and (starts_entry or border or observed):
+            for kept_as, ln in entry.attributed():
+                keeper.add(kept_as, ln)
+            entry = None
+        if entry is None:
+            if observed:
+                in_first = True
+            elif border and message.strip().startswith("="):
+                in_first = False
+            if starts_entry:
+                entry = _SummaryEntry(in_first)
+        if entry is not None:
+            if m := _SUMMARY_RANK.match(message):
+                entry.rank = int(m.group(1))
+            elif m := _SUMMARY_TIME.match(message):
+                entry.time = parse_time(m.group(1), year)
 
-def _attribute_summary_entries(lines: list[LogLine], year: int) -> list[LogLine]:
-    """Give each line of a ChildFailedError entry (`[i]:` ... ) its `rank :` and `time :`."""
-    out = list(lines)
-    in_first = False
-    i = 0
-    while i < len(out):
-        msg = out[i].message
-        if _FIRST_OBSERVED in msg:
-            in_first = True
-        elif _SUMMARY_BORDER.match(msg) and msg.strip().startswith("="):
-            in_first = False
-        if not _SUMMARY_ENTRY.match(msg):
-            i += 1
+        key: str | None = "line" if keep is None else keep(message, is_code)
+        if key is None:
             continue
-        j = i + 1
-        while j < len(out) and not (
-            _SUMMARY_ENTRY.match(out[j].message)
-            or _SUMMARY_BORDER.match(out[j].message)
-            or _FIRST_OBSERVED in out[j].message
-        ):
-            j += 1
-        rank, time = None, None
-        for line in out[i:j]:
-            if m := _SUMMARY_RANK.match(line.message):
-                rank = int(m.group(1))
-            elif m := _SUMMARY_TIME.match(line.message):
-                time = parse_time(m.group(1), year)
-        for k in range(i, j):
-            out[k] = replace(
-                out[k],
-                rank=rank if rank is not None else out[k].rank,
-                time=time or out[k].time,
-                first_observed=in_first,
-            )
-        i = j
-    return out
+        line = LogLine(source, lineno, raw, message, rank, time, is_code=is_code)
+        if entry is None:
+            keeper.add(key, line)
+        elif len(entry.lines) < MAX_SUMMARY_ENTRY_LINES:
+            entry.lines.append((key, line))
+        else:
+            stats[f"lines of a summary entry past {MAX_SUMMARY_ENTRY_LINES}"] += 1
+    if entry is not None:
+        for kept_as, ln in entry.attributed():
+            keeper.add(kept_as, ln)
+    return [
+        replace(ln, time=first_time) if ln.time is None and first_time is not None else ln
+        for ln in keeper.lines()
+    ]
 
 
 def exit_lines(exits: Iterable[ProcessExit]) -> list[LogLine]:
@@ -277,87 +430,188 @@ def exit_lines(exits: Iterable[ProcessExit]) -> list[LogLine]:
     return out
 
 
-def pod_status_lines(pod: Mapping[str, Any], year: int = 1970) -> list[LogLine]:
+def _scalar(value: Any) -> str:
+    """A JSON value as the f-string of a scalar would show it; arrays and objects as ``."""
+    return "" if isinstance(value, Mapping | list | tuple) else str(value)[:MAX_TEXT_CHARS]
+
+
+def pod_status_lines(
+    pod: Mapping[str, Any], year: int = 1970, notes: list[str] | None = None
+) -> list[LogLine]:
     """Render a Kubernetes Pod (or its `status`) as lines: pod reason, conditions, containers.
 
     Lines: `pod status: reason=Evicted message=...`, `pod condition DisruptionTarget:
     reason=PreemptionByScheduler message=...`, `container pytorch terminated: reason=OOMKilled
     exitCode=137 signal=0 message=...` (also for `lastState`, i.e. an earlier restart).
+    Parts of another JSON type than the Pod API's are skipped, each with a line in `notes`.
     """
-    status = pod.get("status", pod)
+    notes = [] if notes is None else notes
+    status = as_mapping(pod)
+    status = as_mapping(status.get("status", status)) if status is not None else None
+    if status is None:
+        notes.append(f"{POD_STATUS_FILE}: not a Pod or Pod status object; skipped")
+        return []
     texts: list[tuple[str, datetime | None]] = []
     if status.get("reason") or status.get("message"):
         texts.append(
             (
-                f"pod status: phase={status.get('phase', '')} reason={status.get('reason', '')}"
-                f" message={status.get('message', '')}",
+                f"pod status: phase={_scalar(status.get('phase', ''))} "
+                f"reason={_scalar(status.get('reason', ''))}"
+                f" message={_scalar(status.get('message', ''))}",
                 None,
             )
         )
-    for cond in status.get("conditions") or ():
-        if cond.get("reason") and str(cond.get("status", "True")) == "True":
+    skipped = 0
+    for cond in as_list(status.get("conditions")):
+        if (cond := as_mapping(cond)) is None:
+            skipped += 1
+        elif cond.get("reason") and str(cond.get("status", "True")) == "True":
             texts.append(
                 (
-                    f"pod condition {cond.get('type')}: reason={cond.get('reason')} "
-                    f"message={cond.get('message', '')}",
-                    parse_time(str(cond.get("lastTransitionTime", "")), year),
+                    f"pod condition {_scalar(cond.get('type'))}: "
+                    f"reason={_scalar(cond.get('reason'))} "
+                    f"message={_scalar(cond.get('message', ''))}",
+                    parse_time(_scalar(cond.get("lastTransitionTime", "")), year),
                 )
             )
-    for cs in (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or []):
+    containers = [
+        *as_list(status.get("containerStatuses")),
+        *as_list(status.get("initContainerStatuses")),
+    ]
+    for cs in containers:
+        if (cs := as_mapping(cs)) is None:
+            skipped += 1
+            continue
         for key in ("lastState", "state"):
-            term = (cs.get(key) or {}).get("terminated")
+            term = as_mapping((as_mapping(cs.get(key)) or {}).get("terminated"))
             if term:
                 texts.append(
                     (
-                        f"container {cs.get('name')} terminated: reason={term.get('reason', '')} "
-                        f"exitCode={term.get('exitCode', '')} signal={term.get('signal', 0)} "
-                        f"message={term.get('message', '')}",
-                        parse_time(str(term.get("finishedAt", "")), year),
+                        f"container {_scalar(cs.get('name'))} terminated: "
+                        f"reason={_scalar(term.get('reason', ''))} "
+                        f"exitCode={_scalar(term.get('exitCode', ''))} "
+                        f"signal={_scalar(term.get('signal', 0))} "
+                        f"message={_scalar(term.get('message', ''))}",
+                        parse_time(_scalar(term.get("finishedAt", "")), year),
                     )
                 )
+    if skipped:
+        notes.append(f"{POD_STATUS_FILE}: {skipped} condition(s)/container(s) not objects; skipped")
     return [LogLine("pod_status", n, t, t, None, time) for n, (t, time) in enumerate(texts, 1)]
 
 
 def _evidence_year(evidence: Evidence) -> int:
-    for text in evidence.logs.values():
-        if m := _ISO_TIME.search(text):
-            return int(m.group(1))
+    for log in evidence.logs.values():
+        for line in _log_lines(log, Counter()):
+            if m := _ISO_TIME.search(clean_line(line)):
+                return int(m.group(1))
     return 1970
 
 
-def read_evidence_lines(evidence: Evidence) -> list[LogLine]:
-    """Return every line of `evidence`, ordered by time where known (file order otherwise).
+def _reading_notes(source: str, stats: Counter[str]) -> list[str]:
+    return [f"{source}: {n} {what} not read" for what, n in sorted(stats.items())]
 
-    Lines without any time (no stamp in their stream so far) keep their place relative to
-    their neighbours: the sort key of a line is the last known time of its source.
+
+def collect_evidence_lines(
+    evidence: Evidence, rules: Sequence[Rule] = RULES
+) -> tuple[list[LogLine], tuple[str, ...]]:
+    """Return the evidence lines the classifier reads, in time order, and the reading notes.
+
+    Each log is streamed once (twice when it must be searched for the year of year-less time
+    stamps); a line is kept when a rule of `rules` claims it or it names a pid or an exit
+    code, at most the first and last `LINES_KEPT_PER_RULE` per rule and log. Lines without
+    any time keep their place relative to their neighbours (the sort key of a line is the
+    last known time of its source). The notes say what was skipped or not read, and why.
+
+    Raises:
+        NotRegularFileError, OSError: a log file cannot be opened.
     """
     year = _evidence_year(evidence)
+    matcher = matcher_for(rules)
+
+    def keep(message: str, is_code: bool) -> str | None:
+        rule = None if is_code else matcher.match(message)
+        if rule is not None:
+            return rule.name
+        return "pid/exit reports" if _PID_OR_EXIT_REPORT.search(message) else None
+
+    notes = list(evidence.notes)
     lines: list[LogLine] = []
     for source in sorted(evidence.logs):
-        lines.extend(parse_log(evidence.logs[source], source, year=year))
+        stats: Counter[str] = Counter()
+        lines.extend(_scan_log(_log_lines(evidence.logs[source], stats), source, year, keep, stats))
+        notes.extend(_reading_notes(source, stats))
     lines.extend(exit_lines(evidence.exits))
     if evidence.pod_status:
-        lines.extend(pod_status_lines(evidence.pod_status, year))
-    keyed = []
-    for seq, line in enumerate(lines):
-        keyed.append(((line.time or datetime.max), seq, line))
+        lines.extend(pod_status_lines(evidence.pod_status, year, notes))
+    keyed = [((line.time or datetime.max), seq, line) for seq, line in enumerate(lines)]
     keyed.sort(key=lambda k: (k[0], k[1]))
-    return [k[2] for k in keyed]
+    return [k[2] for k in keyed], tuple(notes)
 
 
-def _error_json_text(path: Path) -> str:
+def read_evidence_lines(evidence: Evidence) -> list[LogLine]:
+    """Return the evidence lines the classifier reads, in time order (see `collect_evidence_lines`)."""
+    return collect_evidence_lines(evidence)[0]
+
+
+def _error_json_text(data: Any, name: str, notes: list[str]) -> str | None:
     """Return the message and traceback of a torchelastic `error.json` (ErrorHandler format)."""
-    data = json.loads(path.read_text())
+    if (data := as_mapping(data)) is None:
+        notes.append(f"{name}: not a torchelastic error object; skipped")
+        return None
     message = data.get("message", "")
-    if isinstance(message, dict):
-        extra = message.get("extraInfo", {})
-        body = extra.get("py_callstack") or message.get("message", "")
-        ts = extra.get("timestamp")
-        if ts:
-            stamp = datetime.fromtimestamp(int(ts)).isoformat(sep=" ")
-            body = "\n".join(f"{stamp} {line}" for line in str(body).splitlines())
-        return str(body)
-    return str(message)
+    if isinstance(message, Mapping):
+        extra = as_mapping(message.get("extraInfo")) or {}
+        body = as_text(extra.get("py_callstack")) or as_text(message.get("message", ""))
+        stamp = _timestamp(extra.get("timestamp"))
+        if stamp is not None:
+            body = "\n".join(f"{stamp} {line}" for line in body.splitlines())
+        return body
+    return _scalar(message)
+
+
+def _timestamp(value: Any) -> str | None:
+    """A Unix time stamp (seconds, int or digit string) as local ISO time; None if not one."""
+    try:
+        return datetime.fromtimestamp(int(value)).isoformat(sep=" ") if value else None
+    except (TypeError, ValueError, OverflowError, OSError):
+        return None
+
+
+def _exit_records(data: Any, path: Path, notes: list[str]) -> list[ProcessExit]:
+    """`exit_codes.json` entries as exits; entries that are not objects are skipped (noted).
+
+    Raises:
+        UserError: an entry object lacks `rank` or `exitcode` or holds a non-integer there.
+    """
+    if not isinstance(data, list):
+        notes.append(f"{path.name}: not a list of exit records; skipped")
+        return []
+    exits, skipped = [], 0
+    for e in data:
+        if (e := as_mapping(e)) is None:
+            skipped += 1
+            continue
+        try:
+            rank, exitcode = _integer(e["rank"]), _integer(e["exitcode"])
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
+            raise UserError(
+                f"not a valid {path.name} entry {json.dumps(e)[:200]} ({exc!r})",
+                str(path),
+                'write [{"rank": 1, "exitcode": -9, "pid": 4321}, ...]; see '
+                "platform_lib/triage/README.md",
+            ) from exc
+        pid = e.get("pid")
+        exits.append(ProcessExit(rank, exitcode, pid if type(pid) is int else None))
+    if skipped:
+        notes.append(f"{path.name}: {skipped} entr(y/ies) not objects; skipped")
+    return exits
+
+
+def _integer(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise TypeError(f"expected an integer, got {type(value).__name__}")
+    return int(value)
 
 
 def load_evidence(path: str | Path) -> Evidence:
@@ -366,16 +620,25 @@ def load_evidence(path: str | Path) -> Evidence:
     A folder contributes every `*.log`/`*.txt`/`*.out`/`*.err` file (recursively), torchelastic
     `error.json` files, `pod_status.json` (a Pod or Pod status) and `exit_codes.json`
     (`[{"rank": 1, "exitcode": -9, "pid": 4321}, ...]`). When it holds torchelastic
-    `attempt_N/` folders (a `log_dir`), only the newest attempt is read.
+    `attempt_N/` folders (a `log_dir`), only the newest attempt is read. Logs are not read
+    here: they are streamed when classified (`LogFile`). JSON files are read bounded
+    (`jsonfiles.read_json`); one that cannot be used, or holds another JSON type than
+    expected, is skipped with a note in `Evidence.notes`.
 
     Raises:
         FileNotFoundError: `path` does not exist.
-        ValueError: a JSON file is malformed (names the file), or a folder holds no evidence.
+        NotRegularFileError: `path` is a FIFO, device or socket.
+        UserError (a ValueError): an exit record lacks its rank or exit code (names the
+            file), or a folder holds no evidence.
     """
     root = Path(path)
     if not root.exists():
         raise FileNotFoundError(f"no log file or folder at {root}")
-    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+    if root.is_dir():
+        files = sorted(p for p in root.rglob("*") if not p.is_dir())
+    else:
+        os.close(open_regular(root))  # a FIFO or device fails here, in one line
+        files = [root]
     attempts = sorted(
         {
             int(m.group(1))
@@ -390,52 +653,69 @@ def load_evidence(path: str | Path) -> Evidence:
             for p in files
             if "attempt_" not in str(p.relative_to(root)) or newest in p.relative_to(root).parts
         ]
-    logs: dict[str, str] = {}
+    logs: dict[str, str | LogFile] = {}
     exits: list[ProcessExit] = []
     pod_status = None
+    notes: list[str] = []
     for p in files:
         name = p.name if p == root else str(p.relative_to(root))
+        is_json = p.name in (POD_STATUS_FILE, EXIT_CODES_FILE, "error.json")
+        if not (is_json or p == root or p.suffix in LOG_SUFFIXES):
+            continue
+        if p != root and not p.is_file():
+            notes.append(f"{name}: not a regular file (a FIFO, device or socket); skipped")
+            continue
+        if not is_json:
+            logs[name] = LogFile(p)
+            continue
         try:
-            if p.name == POD_STATUS_FILE:
-                pod_status = json.loads(p.read_text())
-            elif p.name == EXIT_CODES_FILE:
-                exits.extend(
-                    ProcessExit(int(e["rank"]), int(e["exitcode"]), e.get("pid"))
-                    for e in json.loads(p.read_text())
-                )
-            elif p.name == "error.json":
-                logs[name] = _error_json_text(p)
-            elif p == root or p.suffix in LOG_SUFFIXES:
-                logs[name] = p.read_text(errors="replace")
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise ValueError(
-                f"{p}: not a valid {p.name} ({exc}); see platform_lib/triage/README.md"
-            ) from exc
+            data = read_json(p)
+        except UnreadableJSONError as exc:
+            notes.append(f"{name}: {exc}; skipped")
+            continue
+        if p.name == POD_STATUS_FILE:
+            if as_mapping(data) is None:
+                notes.append(f"{name}: not a Pod or Pod status object; skipped")
+            else:
+                pod_status = data
+        elif p.name == EXIT_CODES_FILE:
+            exits.extend(_exit_records(data, p, notes))
+        elif (text := _error_json_text(data, name, notes)) is not None:
+            logs[name] = text
     if not (logs or exits or pod_status):
-        raise ValueError(
-            f"{root}: no evidence: expected log files ({', '.join(LOG_SUFFIXES)}), error.json, "
-            f"{EXIT_CODES_FILE} or {POD_STATUS_FILE}"
+        raise UserError(
+            "no evidence: expected log files ("
+            + ", ".join(LOG_SUFFIXES)
+            + f"), error.json, {EXIT_CODES_FILE} or {POD_STATUS_FILE}"
+            + (f"; {'; '.join(notes)}" if notes else ""),
+            str(root),
+            "pass the run's log file or log folder",
         )
-    return Evidence(logs=logs, exits=tuple(exits), pod_status=pod_status)
+    return Evidence(logs=logs, exits=tuple(exits), pod_status=pod_status, notes=tuple(notes))
 
 
 def save_evidence(evidence: Evidence, folder: str | Path) -> Path:
     """Write `evidence` as a folder that `load_evidence` reads back (for MLflow artifacts).
 
-    Logs keep their relative names (with `/` kept as subfolders, `..` refused); exits go to
-    `exit_codes.json`, the pod status to `pod_status.json`.
+    Logs keep their relative names (with `/` kept as subfolders, `..` refused); a `LogFile`
+    is copied byte for byte; exits go to `exit_codes.json`, the pod status to
+    `pod_status.json`.
 
     Raises:
         ValueError: a log name would escape `folder`.
     """
     root = Path(folder)
     root.mkdir(parents=True, exist_ok=True)
-    for name, text in evidence.logs.items():
+    for name, log in evidence.logs.items():
         rel = Path(name if Path(name).suffix in LOG_SUFFIXES else f"{name}.log")
         if rel.is_absolute() or ".." in rel.parts:
             raise ValueError(f"log name {name!r} would be written outside {root}")
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
+        if isinstance(log, LogFile):
+            with os.fdopen(open_regular(log.path), "rb") as src, (root / rel).open("wb") as dst:
+                shutil.copyfileobj(src, dst)
+        else:
+            (root / rel).write_text(log)
     if evidence.exits:
         (root / EXIT_CODES_FILE).write_text(
             json.dumps(

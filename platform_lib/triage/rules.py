@@ -19,11 +19,17 @@ platform's own exception types (platform_lib.loading.errors, platform_lib.shards
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+import re2
 
 from platform_lib.triage.taxonomy import FailureClass, Role
 
-__all__ = ["RULES", "Rule"]
+__all__ = ["MAX_MATCH_CHARS", "RULES", "Rule", "RuleMatcher", "matcher_for"]
+
+#: Characters of a line the rules see (config dumps and tensors printed on one line are long).
+MAX_MATCH_CHARS = 2000
 
 C = FailureClass
 
@@ -558,3 +564,60 @@ RULES: tuple[Rule, ...] = (
         0.55,
     ),
 )
+
+
+#: Characters on which RE2 and Python's `re` may disagree: RE2's `\d`, `\w`, `\s` and `\b`
+#: are ASCII-only, and it does not count the separators \x1c-\x1f as white space.
+_NOT_PLAIN_ASCII = re.compile(r"[^\t\x20-\x7e]")
+
+
+class RuleMatcher:
+    """First matching rule of a table, screened by one RE2 set search (linear time) per line.
+
+    Most log lines match no rule; RE2 tells so in one pass over the line, where trying each
+    Python pattern in turn costs some 60 backtracking searches. On plain-ASCII text (tab and
+    printable characters) both engines agree on these patterns, so RE2's answer stands and
+    Python's `re` confirms the candidates in table order; other text goes straight to `re`.
+    """
+
+    def __init__(self, rules: Sequence[Rule]) -> None:
+        self.rules = tuple(rules)
+        screen = re2.Set.SearchSet()
+        try:
+            for rule in self.rules:
+                screen.Add(rule.pattern)
+            screen.Compile()
+        except re2.error:  # a pattern RE2 cannot run (backreference, lookaround): no screen
+            screen = None
+        self._screen = screen
+
+    def match(self, message: str) -> Rule | None:
+        """Return the first rule (table order) whose pattern is found in `message`.
+
+        Only the first `MAX_MATCH_CHARS` characters are searched.
+        """
+        message = message[:MAX_MATCH_CHARS]
+        if self._screen is None or _NOT_PLAIN_ASCII.search(message):
+            candidates: Sequence[Rule] = self.rules
+        else:
+            hits = self._screen.Match(message)
+            if not hits:
+                return None
+            candidates = [self.rules[i] for i in sorted(hits)]
+        for rule in candidates:
+            if rule.regex.search(message):
+                return rule
+        return None
+
+
+_MATCHERS: dict[int, tuple[Sequence[Rule], RuleMatcher]] = {}
+
+
+def matcher_for(rules: Sequence[Rule]) -> RuleMatcher:
+    """Return the (cached) `RuleMatcher` of a rule table; tables are not changed once used."""
+    hit = _MATCHERS.get(id(rules))
+    if hit is None or hit[0] is not rules:
+        if len(_MATCHERS) >= 16:
+            _MATCHERS.clear()
+        hit = _MATCHERS[id(rules)] = (rules, RuleMatcher(rules))
+    return hit[1]
