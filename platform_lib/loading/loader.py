@@ -195,7 +195,11 @@ def _open_view(url: str, split: str | None, cfg: LoaderConfig) -> DatasetView:
     try:
         return call_with_retries(
             lambda: load_view(
-                url, split=split, storage_options=options, error_policy=cfg.error_policy
+                url,
+                split=split,
+                storage_options=options,
+                error_policy=cfg.error_policy,
+                cache_dir=cfg.cache_dir,
             ),
             what="reading",
             url=f"{url}/manifest.json",
