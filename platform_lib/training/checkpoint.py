@@ -38,6 +38,7 @@ for ownership and the same ledger rule applies.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import hashlib
 import io
@@ -423,6 +424,7 @@ class Checkpointer:
         retries: int = 3,
         retry_backoff_s: float = 1.0,
         storage_hook: StorageHook | None = None,
+        wait_timeout_s: float = 600.0,
     ) -> None:
         if keep < 1 or retries < 1:
             raise ValueError(f"keep and retries must be >= 1, got keep={keep}, retries={retries}")
@@ -434,6 +436,7 @@ class Checkpointer:
             storage_hook,
         )
         self.retry_backoff_s = retry_backoff_s
+        self.wait_timeout_s = wait_timeout_s
         if not _is_remote(self.folder):
             ensure_private_dir(fsspec.core.url_to_fs(self.folder)[1])
         self.rank = dist.get_rank()
@@ -591,7 +594,8 @@ class Checkpointer:
         about (the next save tries again); any other failure raises.
 
         Raises:
-            CheckpointSaveError: the background save failed with a non-transient error.
+            CheckpointSaveError: the background save failed with a non-transient error, or did
+                not finish within `wait_timeout_s` (a stalled mount or object store).
         """
         if self._pending is None:
             return 0.0
@@ -599,7 +603,14 @@ class Checkpointer:
         step, path, future = self._pending
         self._pending = None
         try:
-            future.result()
+            future.result(timeout=self.wait_timeout_s)
+        except concurrent.futures.TimeoutError:
+            raise CheckpointSaveError(
+                f"async checkpoint step {step} to {path} did not finish within "
+                f"{self.wait_timeout_s:g} s; the previous checkpoint is kept: check the storage "
+                f"of {self.folder} (a stalled mount or object store) or raise "
+                "parallel.collective_timeout_s"
+            ) from None
         except CheckpointException as error:
             self._remove_partial(path)
             if not _is_transient(error):

@@ -395,6 +395,7 @@ def train(
             keep=cfg.checkpoint.keep,
             async_save=cfg.checkpoint.async_save,
             storage_hook=faults.storage_hook,
+            wait_timeout_s=cfg.parallel.collective_timeout_s,
         )
         restore_start = time.perf_counter()
         step, restored = restore(checkpointer, model, optimizer, loader, cfg, ctx)

@@ -143,3 +143,34 @@ def test_run_folder_is_private_and_a_foreign_one_is_refused(tmp_path, monkeypatc
     (base / "abc-3").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(UntrustedCheckpointError, match="not a folder"):
         make_run_dir("abc-3")
+
+
+def test_a_stalled_async_save_is_an_error_within_its_deadline(trained, tmp_path):
+    """The wait for a background save has a deadline; expiry names the step and the folder."""
+    import threading
+    import time
+
+    from platform_lib.training.checkpoint import CheckpointSaveError
+
+    model, optimizer = trained
+    release = threading.Event()
+
+    def stall(writer, step):
+        original = writer.write_data
+
+        def write_data(*args, **kwargs):
+            release.wait(30)  # a stalled mount: the write does not return
+            return original(*args, **kwargs)
+
+        writer.write_data = write_data
+        return writer
+
+    ckpt = Checkpointer(tmp_path / "ckpt", async_save=True, storage_hook=stall, wait_timeout_s=0.5)
+    ckpt.save(4, model, optimizer, {"step": 4})
+    began = time.monotonic()
+    try:
+        with pytest.raises(CheckpointSaveError, match=r"step 4 .* did not finish within 0.5 s"):
+            ckpt.wait()
+        assert time.monotonic() - began < 5
+    finally:
+        release.set()
