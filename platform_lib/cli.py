@@ -11,7 +11,8 @@ dataset, a full disk, an unreachable store) as one line `error: <what> (<culprit
 do>` and returns 1 (2 for bad arguments), writing the traceback to
 `$DRIVETRAIN_HOME/logs/errors.log`; `drivetrain --debug ...` shows the traceback instead.
 Anything else is a bug and keeps its traceback. Every line, log record and traceback is
-`platform_lib.redact`ed (no password, token or secret variable's value reaches the terminal).
+`platform_lib.redact`ed, and so is everything a command prints (no password, token or secret
+variable's value reaches the terminal).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from platform_lib.errors import UserError, format_user_error, to_user_error
-from platform_lib.redact import install_redaction, redact
+from platform_lib.redact import install_redaction, redact, redacted_output
 from platform_lib.registry.commands import add_goodput_commands, add_zoo_commands
 from platform_lib.shards.commands import add_data_commands
 from platform_lib.triage.commands import add_triage_command
@@ -115,6 +116,11 @@ def _log_traceback(error: BaseException) -> Path | None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the `drivetrain` command; return its exit status (0 = success, 1 = error, 2 = usage)."""
     install_redaction()
+    with redacted_output():
+        return _run(argv)
+
+
+def _run(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))

@@ -15,10 +15,13 @@ message); they are still masked where a URI or a `key=` names them.
 `install_redaction()` applies the same function to every log record (`RedactingFilter`, via
 the log record factory, so loggers and handlers created later are covered too) and to
 tracebacks of uncaught exceptions; the `drivetrain` command and the Flyte tasks call it.
+`redacted_output()` redacts everything a block writes to stdout and stderr (the `drivetrain`
+command runs inside it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -26,8 +29,9 @@ import sys
 import threading
 import traceback
 import urllib.parse
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from types import TracebackType
+from typing import Any, TextIO
 
 __all__ = [
     "MASK",
@@ -36,6 +40,7 @@ __all__ = [
     "install_redaction",
     "is_secret_variable",
     "redact",
+    "redacted_output",
     "register_secret",
 ]
 
@@ -64,17 +69,19 @@ _lock = threading.Lock()
 
 # scheme://user:password@host -> scheme://user:***@host; scheme://token@host -> scheme://***@host
 _STOP = r"/\s\"'<>"
+# (also "scheme:/user:...", the form a URL takes after a path normalised its slashes)
 _USERINFO = re.compile(
-    rf"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^{_STOP}:@]*):[^{_STOP}]*@"
+    rf"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*:/+)(?P<user>[^{_STOP}:@]*):[^{_STOP}]*@"
 )
-_USER_ONLY = re.compile(rf"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^{_STOP}:@]+@")
+_USER_ONLY = re.compile(rf"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*:/+)[^{_STOP}:@]+@")
 _SECRET_KEYS = (
     r"[\w.-]*(?:token|signature|password|passwd|secret|credential|api[_-]?key|access[_-]?key"
     r"|private[_-]?key|session[_-]?key)"
 )
 _VALUE = r"[^&\s\"',;#<>)]+"
 # key=value in query strings, command lines and messages (X-Amz-Signature=..., token=...)
-_KEY_VALUE = re.compile(rf"(?<![\w.-])(?P<key>[\w.-]+)=(?P<value>{_VALUE})")
+# (also percent-encoded, "X-Amz-Signature%3D...", as a URL quoted into a path appears)
+_KEY_VALUE = re.compile(rf"(?<![\w.-])(?P<key>[\w.-]+)(?P<sep>=|%3[Dd])(?P<value>{_VALUE})")
 _SECRET_KEY = re.compile(rf"(?i){_SECRET_KEYS}")
 # short names are secrets only as query parameters (?key=..., &sig=...)
 _QUERY_KEY = re.compile(rf"(?i)(?P<key>[?&](?:key|sig|pwd|auth|code|pass))={_VALUE}")
@@ -130,7 +137,7 @@ def _mask_values(text: str, values: Iterable[str]) -> str:
 
 def _mask_key_value(match: re.Match[str]) -> str:
     if _SECRET_KEY.fullmatch(match["key"]):
-        return f"{match['key']}={MASK}"
+        return f"{match['key']}{match['sep']}{MASK}"
     return match[0]
 
 
@@ -211,3 +218,36 @@ def install_redaction() -> None:
     logging.setLogRecordFactory(redacted_record)
     if sys.excepthook is sys.__excepthook__:
         sys.excepthook = _redacting_excepthook
+
+
+class _RedactingStream:
+    """A text stream that writes `redact(text)` to the stream it wraps (one write at a time)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(redact(text))
+        return len(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def redacted_output() -> Iterator[None]:
+    """Redact everything written to `sys.stdout` and `sys.stderr` inside the block.
+
+    Each `write` call is redacted on its own (a `print` is one call); the streams are put back
+    when the block ends.
+    """
+    stdout, stderr = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _RedactingStream(stdout), _RedactingStream(stderr)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = stdout, stderr
