@@ -26,7 +26,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from platform_lib.errors import UserError, format_user_error, to_user_error
-from platform_lib.redact import install_redaction, redact, redacted_output
+from platform_lib.redact import (
+    install_redaction,
+    redact,
+    redacted_output,
+    register_uri_secrets,
+)
 from platform_lib.registry.commands import add_goodput_commands, add_zoo_commands
 from platform_lib.shards.commands import add_data_commands
 from platform_lib.triage.commands import add_triage_command
@@ -116,6 +121,7 @@ def _log_traceback(error: BaseException) -> Path | None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the `drivetrain` command; return its exit status (0 = success, 1 = error, 2 = usage)."""
     install_redaction()
+    register_uri_secrets(" ".join(sys.argv[1:] if argv is None else argv))
     with redacted_output():
         return _run(argv)
 

@@ -2,8 +2,10 @@
 
 `redact(text)` masks, in this order: the values of secret environment variables present at
 call time (`is_secret_variable`: MLFLOW_TRACKING_PASSWORD, AWS_SECRET_ACCESS_KEY, any
-`*_TOKEN`, `*_PASSWORD`, `*SECRET*`, Flyte's `_FSEC_*`, ...) and of secrets registered with
-`register_secret` (Flyte secrets read from a mounted file), raw and percent-encoded; the
+`*_TOKEN`, `*_PASSWORD`, `*SECRET*`, Flyte's `_FSEC_*`, ...), the passwords of URIs held by
+any environment variable (MLFLOW_TRACKING_URI) and secrets registered with `register_secret`
+or `register_uri_secrets` (a Flyte secret read from a mounted file, a URL on the command
+line), raw and percent-encoded, wherever they appear; the
 password of URI userinfo (`scheme://user:***@host`, a lone `scheme://***@host`); values of
 secret query/key-value parameters (`token=`, `X-Amz-Signature=`, `sig=`, `password=`,
 `?key=`, JSON `"password": "..."`); Authorization headers and bearer tokens; and key shapes
@@ -42,6 +44,7 @@ __all__ = [
     "redact",
     "redacted_output",
     "register_secret",
+    "register_uri_secrets",
 ]
 
 MASK = "***"
@@ -71,7 +74,7 @@ _lock = threading.Lock()
 _STOP = r"/\s\"'<>"
 # (also "scheme:/user:...", the form a URL takes after a path normalised its slashes)
 _USERINFO = re.compile(
-    rf"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*:/+)(?P<user>[^{_STOP}:@]*):[^{_STOP}]*@"
+    rf"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*:/+)(?P<user>[^{_STOP}:@]*):(?P<password>[^{_STOP}]*)@"
 )
 _USER_ONLY = re.compile(rf"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*:/+)[^{_STOP}:@]+@")
 _SECRET_KEYS = (
@@ -117,8 +120,26 @@ def register_secret(value: str) -> None:
             _registered.add(value.strip())
 
 
+def _uri_passwords(text: str) -> set[str]:
+    found = {m["password"] for m in _USERINFO.finditer(text) if m["password"]}
+    return found | {urllib.parse.unquote(p) for p in found}
+
+
+def register_uri_secrets(text: str) -> None:
+    """Register the password of every URI userinfo in `text` (a command line, an input URL).
+
+    A library may echo the password out of its URI (botocore's "Invalid bucket name
+    'user:password@bucket'"); registered, it is masked there too.
+    """
+    for password in _uri_passwords(text):
+        register_secret(password)
+
+
 def _secret_values() -> list[str]:
     values = {v for k, v in os.environ.items() if v and is_secret_variable(k)}
+    for value in os.environ.values():  # MLFLOW_TRACKING_URI=http://user:password@host
+        if "@" in value and ":/" in value:
+            values |= _uri_passwords(value)
     with _lock:
         values |= _registered
     forms = set()

@@ -35,7 +35,7 @@ from flytekit.types.directory import FlyteDirectory
 from flytekit.types.file import FlyteFile
 
 from platform_lib.errors import UserError, format_user_error, to_user_error
-from platform_lib.redact import install_redaction, redact
+from platform_lib.redact import install_redaction, redact, register_uri_secrets
 from platform_lib.storage import explain_storage_error, is_transient
 
 __all__ = ["PipelineInputError", "download_input", "stale_cache_error", "task_errors"]
@@ -87,6 +87,7 @@ def task_errors(what: str, url: str = "") -> Iterator[None]:
         PipelineInputError: for user errors (one line, printed to stderr first).
     """
     install_redaction()
+    register_uri_secrets(url)
     try:
         yield
     except (FlyteRecoverableException, PipelineInputError):

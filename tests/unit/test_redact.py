@@ -10,7 +10,14 @@ import sys
 import pytest
 
 from platform_lib.errors import UserError, format_user_error
-from platform_lib.redact import MASK, RedactingFilter, is_secret_variable, redact, register_secret
+from platform_lib.redact import (
+    MASK,
+    RedactingFilter,
+    is_secret_variable,
+    redact,
+    register_secret,
+    register_uri_secrets,
+)
 
 MARKER = "MARKERpw9z"
 
@@ -205,3 +212,12 @@ def test_deck_page_is_redacted() -> None:
     }
     page = render_deck_html(timeline, report, [{"step": 1, "loss": 1.0}])
     assert "bev/s3://k:***@b/ws1" in page and "token=***" in page and MARKER not in page
+
+
+def test_uri_passwords_are_masked_where_a_library_echoes_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://user:MARKERtrk%40x@mlflow:5000")
+    register_uri_secrets("drivetrain data validate s3://key:MARKERargv@bucket/ds")
+    echoed = 'Invalid bucket name "key:MARKERargv@bucket" / auth MARKERtrk@x / MARKERtrk%40x'
+    assert redact(echoed) == 'Invalid bucket name "key:***@bucket" / auth *** / ***'
