@@ -84,11 +84,15 @@ def configure_mlflow(experiment: str = DEFAULT_EXPERIMENT) -> MlflowClient:
 
     On a local SQLite store the experiment's artifacts go to `resolve_artifact_root()` beside
     the database (not `./mlruns` of the current folder); on a server its artifact root applies.
+    A URI holding a password (`http://user:password@host`) turns off MLflow's own "View run
+    at: <URI>" lines on stdout, which would print it.
 
     Returns:
         An `MlflowClient` bound to the tracking (and registry) URI.
     """
     uri = resolve_tracking_uri()
+    if redact(uri) != uri:  # MLflow prints "View run at: <uri>/#/..." to stdout itself
+        os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
     mlflow.set_tracking_uri(uri)  # also exports MLFLOW_TRACKING_URI to child processes
     mlflow.set_registry_uri(uri)
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
