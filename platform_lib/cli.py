@@ -10,7 +10,9 @@ Errors: a command raises; `main` prints a user error (`platform_lib.errors.UserE
 dataset, a full disk, an unreachable store) as one line `error: <what> (<culprit>): <what to
 do>` and returns 1 (2 for bad arguments), writing the traceback to
 `$DRIVETRAIN_HOME/logs/errors.log`; `drivetrain --debug ...` shows the traceback instead.
-Anything else is a bug and keeps its traceback.
+Anything else is a bug and keeps its traceback. Every line, log record and traceback is
+`platform_lib.redact`ed, and so is everything a command prints (no password, token or secret
+variable's value reaches the terminal).
 """
 
 from __future__ import annotations
@@ -24,6 +26,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from platform_lib.errors import UserError, format_user_error, to_user_error
+from platform_lib.redact import (
+    install_redaction,
+    redact,
+    redacted_output,
+    register_uri_secrets,
+)
 from platform_lib.registry.commands import add_goodput_commands, add_zoo_commands
 from platform_lib.shards.commands import add_data_commands
 from platform_lib.triage.commands import add_triage_command
@@ -39,9 +47,18 @@ COMMAND_GROUPS: list[Callable[[argparse._SubParsersAction], None]] = [
 ]
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are redacted (a bad value may be a URL with a password)."""
+
+    def error(self, message: str):
+        """Print the usage and the redacted `message`; exit with status 2 (argparse's hook)."""
+        self.print_usage(sys.stderr)
+        self.exit(2, redact(f"{self.prog}: error: {message}\n"))
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the `drivetrain` argument parser with every registered command group."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="drivetrain",
         description="Drivetrain: raw driving logs -> shards -> training -> registry.",
     )
@@ -91,9 +108,11 @@ def _log_traceback(error: BaseException) -> Path | None:
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a") as log:
             log.write(
-                f"--- {datetime.datetime.now(datetime.UTC).isoformat()} drivetrain {sys.argv[1:]}\n"
+                redact(
+                    f"--- {datetime.datetime.now(datetime.UTC).isoformat()} drivetrain "
+                    f"{sys.argv[1:]}\n{''.join(traceback.format_exception(error))}"
+                )
             )
-            log.write("".join(traceback.format_exception(error)))
     except OSError:
         return None
     return path
@@ -101,6 +120,13 @@ def _log_traceback(error: BaseException) -> Path | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the `drivetrain` command; return its exit status (0 = success, 1 = error, 2 = usage)."""
+    install_redaction()
+    register_uri_secrets(" ".join(sys.argv[1:] if argv is None else argv))
+    with redacted_output():
+        return _run(argv)
+
+
+def _run(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))

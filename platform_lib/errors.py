@@ -6,12 +6,14 @@ Every error a user can fix (a bad override, a missing folder, a full disk) is ra
     error: <what> (<culprit>): <what to do>
 
 and keep the traceback for `--debug` or the log file. Anything else is a bug and keeps its
-traceback.
+traceback. Secrets never reach the line (`platform_lib.redact`).
 """
 
 from __future__ import annotations
 
 import errno
+
+from platform_lib.redact import redact
 
 __all__ = ["UserError", "format_user_error", "to_user_error"]
 
@@ -41,9 +43,9 @@ class UserError(ValueError):
 
 
 def format_user_error(error: BaseException) -> str:
-    """Return the one-line `error: ...` text of `error` (newlines folded into spaces)."""
+    """Return the one-line `error: ...` text of `error` (newlines folded, secrets `redact`ed)."""
     text = " ".join(str(error).split("\n")).strip() or type(error).__name__
-    return f"error: {text}"
+    return redact(f"error: {text}")
 
 
 def to_user_error(error: BaseException, *, where: str = "") -> UserError | None:

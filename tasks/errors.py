@@ -12,6 +12,9 @@ Every task body runs inside `task_errors(what, url)`:
   `$DRIVETRAIN_HOME/logs/errors.log`. On a cluster the line is the execution's error message;
 - anything else is a bug and keeps its traceback.
 
+Every message, the errors.log traceback and (from the first `task_errors` on) every log
+record of the task's process go through `platform_lib.redact`.
+
 `download_input` fetches a FlyteDirectory/FlyteFile input and names the stale cache when a
 cached task's output was deleted (e.g. TMPDIR wiped under flytekit's local cache).
 """
@@ -32,6 +35,7 @@ from flytekit.types.directory import FlyteDirectory
 from flytekit.types.file import FlyteFile
 
 from platform_lib.errors import UserError, format_user_error, to_user_error
+from platform_lib.redact import install_redaction, redact, register_uri_secrets
 from platform_lib.storage import explain_storage_error, is_transient
 
 __all__ = ["PipelineInputError", "download_input", "stale_cache_error", "task_errors"]
@@ -64,7 +68,7 @@ def _log_traceback(error: BaseException) -> Path | None:
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a") as log:
             log.write(f"--- {datetime.datetime.now(datetime.UTC).isoformat()} pid {os.getpid()}\n")
-            log.write("".join(traceback.format_exception(error)))
+            log.write(redact("".join(traceback.format_exception(error))))
     except OSError:
         return None
     return path
@@ -82,6 +86,8 @@ def task_errors(what: str, url: str = "") -> Iterator[None]:
         FlyteRecoverableException: for transient storage errors.
         PipelineInputError: for user errors (one line, printed to stderr first).
     """
+    install_redaction()
+    register_uri_secrets(url)
     try:
         yield
     except (FlyteRecoverableException, PipelineInputError):
@@ -95,8 +101,10 @@ def task_errors(what: str, url: str = "") -> Iterator[None]:
             raise PipelineInputError(line + (f" [traceback: {log}]" if log else "")) from exc
         if is_transient(exc):
             raise FlyteRecoverableException(
-                f"transient storage error while {what} {url}: {type(exc).__name__}: {exc}; "
-                "Flyte retries this task"
+                redact(
+                    f"transient storage error while {what} {url}: {type(exc).__name__}: {exc}; "
+                    "Flyte retries this task"
+                )
             ) from exc
         raise
 

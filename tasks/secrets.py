@@ -5,7 +5,8 @@ MLFLOW_TRACKING_TOKEN) or, on a cluster, from the Flyte secrets `mlflow/username
 `mlflow/password` (a Kubernetes secret Flyte mounts into the pod, elastic workers included;
 locally flytekit reads `_FSEC_MLFLOW_USERNAME` / `_FSEC_MLFLOW_PASSWORD`). They exist only in
 the process environment while the task talks to MLflow: never in task inputs, outputs, tags,
-logs or the serialised spec (which names the secret, not its value).
+logs or the serialised spec (which names the secret, not its value): the password read from a
+secret is registered with `platform_lib.redact`, which masks it in every later output.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from collections.abc import Iterator
 
 from flytekit import Secret
 from flytekit.core.context_manager import SecretsManager
+
+from platform_lib.redact import register_secret
 
 __all__ = ["MLFLOW_SECRETS", "mlflow_credentials"]
 
@@ -39,9 +42,12 @@ def mlflow_credentials() -> Iterator[None]:
             if variable in os.environ:
                 continue
             try:
-                os.environ[variable] = secrets.get(secret.group, secret.key)
+                value = secrets.get(secret.group, secret.key)
             except ValueError:  # not mounted: no auth
                 continue
+            if secret.key != "username":
+                register_secret(value)  # masked in every later error, log line and tag
+            os.environ[variable] = value
             added.append(variable)
     try:
         yield

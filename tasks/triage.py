@@ -25,6 +25,7 @@ from pathlib import Path
 
 from flytekit.exceptions.user import FlyteRecoverableException
 
+from platform_lib.redact import redact
 from platform_lib.training.checkpoint import find_latest_checkpoint
 from platform_lib.triage import (
     assess_failure,
@@ -66,7 +67,8 @@ def _record_in_mlflow(verdict, evidence, tags: Mapping[str, str]) -> str | None:
         return run_id
     except Exception as error:  # noqa: BLE001 - recording must never hide the training failure
         warnings.warn(
-            f"triage verdict not recorded in MLflow ({type(error).__name__}: {error})", stacklevel=2
+            redact(f"triage verdict not recorded in MLflow ({type(error).__name__}: {error})"),
+            stacklevel=2,
         )
         return None
 
@@ -93,7 +95,7 @@ def explain_training_failure(
         evidence, checkpoint_step=_checkpoint_step(checkpoint_folder), history_path=history
     )
     run_id = _record_in_mlflow(verdict, evidence, tags or {})
-    message = failure_message(verdict, decision)
+    message = redact(failure_message(verdict, decision))
     if run_id:
         message += f"\n  MLflow run of this attempt: {run_id} (tags triage.*, artifacts triage/)"
     print(message, file=sys.stderr, flush=True)

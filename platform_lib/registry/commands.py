@@ -19,6 +19,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from platform_lib.redact import redact
+
 __all__ = ["add_goodput_commands", "add_zoo_commands"]
 
 
@@ -53,7 +55,7 @@ def _run_goodput(args: argparse.Namespace) -> int:
     try:
         timeline, report = _load(args.run)
     except (FileNotFoundError, ValueError) as exc:
-        print(f"error: no goodput report for {args.run!r}: {exc}", file=sys.stderr)
+        print(redact(f"error: no goodput report for {args.run!r}: {exc}"), file=sys.stderr)
         return 2
     if report is None or args.min_step_s is not None:  # rank files only, or other settings
         baseline = (report or {}).get("baseline")

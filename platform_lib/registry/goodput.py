@@ -29,8 +29,10 @@ from typing import Any
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
+from platform_lib.redact import redact
 from platform_lib.registry.mlflow_store import (
     configure_mlflow,
+    log_redacted_file,
     resolve_tracking_uri,
     start_training_run,
 )
@@ -200,13 +202,13 @@ def log_goodput(
     )
     for name in (GOODPUT_JSON, GOODPUT_HTML, TIMELINE_JSON):
         if (run_dir / name).is_file():
-            client.log_artifact(run_id, str(run_dir / name), GOODPUT_ARTIFACTS)
+            log_redacted_file(client, run_id, run_dir / name, GOODPUT_ARTIFACTS)
 
 
 def _tag(key: str, value: str) -> Any:
     from mlflow.entities import RunTag
 
-    return RunTag(key, value[:5000])
+    return RunTag(key, redact(value)[:5000])
 
 
 def load_goodput_from_mlflow(

@@ -30,6 +30,7 @@ from typing import Any
 
 import pyarrow.compute as pc
 
+from platform_lib.redact import redact
 from platform_lib.shards.manifest import Manifest
 from platform_lib.shards.reader import open_dataset
 from platform_lib.training.config import hash_config
@@ -65,8 +66,8 @@ class Lineage:
     """Flyte execution name, "local" outside Flyte"""
 
     def to_tags(self) -> dict[str, str]:
-        """Return the lineage as MLflow tags (all values strings)."""
-        return {f.name: str(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        """Return the lineage as MLflow tags (all values strings, `redact`ed)."""
+        return {f.name: redact(str(getattr(self, f.name))) for f in dataclasses.fields(self)}
 
 
 def hash_val_split(dataset_dir: str | Path, split: str = "val") -> str:

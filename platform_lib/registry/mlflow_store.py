@@ -9,6 +9,10 @@ Storage (embedded default, nothing to start):
 `MLFLOW_TRACKING_URI` overrides the store (e.g. `http://mlflow.internal:5000`, or a Postgres
 URI); experiments created against a server use the server's artifact root. Open the UI with
 `mlflow ui --backend-store-uri sqlite:///$HOME/.drivetrain/mlflow.db`.
+
+Every param and tag value and every artifact written through this package is
+`platform_lib.redact`ed first (`redact_values`, `log_json`, `log_redacted_file`): a config or
+lineage value may be a URL with a password.
 """
 
 from __future__ import annotations
@@ -24,13 +28,18 @@ import mlflow
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
+from platform_lib.redact import redact
+
 __all__ = [
     "DEFAULT_EXPERIMENT",
     "configure_mlflow",
     "flatten_params",
     "log_eval_table",
+    "log_json",
     "log_params",
+    "log_redacted_file",
     "log_step_metrics",
+    "redact_values",
     "resolve_artifact_root",
     "resolve_drivetrain_home",
     "resolve_tracking_uri",
@@ -75,11 +84,15 @@ def configure_mlflow(experiment: str = DEFAULT_EXPERIMENT) -> MlflowClient:
 
     On a local SQLite store the experiment's artifacts go to `resolve_artifact_root()` beside
     the database (not `./mlruns` of the current folder); on a server its artifact root applies.
+    A URI holding a password (`http://user:password@host`) turns off MLflow's own "View run
+    at: <URI>" lines on stdout, which would print it.
 
     Returns:
         An `MlflowClient` bound to the tracking (and registry) URI.
     """
     uri = resolve_tracking_uri()
+    if redact(uri) != uri:  # MLflow prints "View run at: <uri>/#/..." to stdout itself
+        os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
     mlflow.set_tracking_uri(uri)  # also exports MLFLOW_TRACKING_URI to child processes
     mlflow.set_registry_uri(uri)
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
@@ -107,6 +120,25 @@ def flatten_params(obj: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     return out
 
 
+def redact_values(values: Mapping[str, str]) -> dict[str, str]:
+    """Return `values` (MLflow params or tags) with every value `redact`ed."""
+    return {key: redact(str(value)) for key, value in values.items()}
+
+
+def log_json(client: MlflowClient, run_id: str, obj: Any, artifact_file: str) -> None:
+    """Log `obj` as the JSON artifact `artifact_file` (indented like `log_dict`), redacted."""
+    client.log_text(run_id, redact(json.dumps(obj, indent=2)), artifact_file)
+
+
+def log_redacted_file(
+    client: MlflowClient, run_id: str, path: str | Path, artifact_path: str
+) -> None:
+    """Log the text file `path` as `<artifact_path>/<its name>`, its content redacted."""
+    path = Path(path)
+    text = redact(path.read_text(encoding="utf-8"))
+    client.log_text(run_id, text, f"{artifact_path}/{path.name}")
+
+
 def start_training_run(
     client: MlflowClient,
     *,
@@ -120,12 +152,13 @@ def start_training_run(
         raise ValueError(
             f"MLflow experiment {experiment!r} does not exist: call configure_mlflow first"
         )
-    return client.create_run(exp.experiment_id, run_name=run_name, tags=dict(tags)).info.run_id
+    run = client.create_run(exp.experiment_id, run_name=run_name, tags=redact_values(tags))
+    return run.info.run_id
 
 
 def log_params(client: MlflowClient, run_id: str, params: Mapping[str, Any]) -> int:
     """Log a (nested) params dict flattened to dotted keys; return how many were logged."""
-    flat = flatten_params(params)
+    flat = redact_values(flatten_params(params))
     items = [Param(k, v) for k, v in sorted(flat.items())]
     for start in range(0, len(items), 100):  # MLflow caps params per batch at 100
         client.log_batch(run_id, params=items[start : start + 100])
@@ -199,4 +232,4 @@ def log_eval_table(
         elif isinstance(value, int | float) and not isinstance(value, bool):
             metrics[f"{prefix}_{key}"] = float(value)
     client.log_batch(run_id, metrics=[Metric(k, v, 0, 0) for k, v in sorted(metrics.items())])
-    client.log_dict(run_id, dict(table), "eval/metrics.json")
+    log_json(client, run_id, dict(table), "eval/metrics.json")

@@ -19,7 +19,9 @@ from platform_lib.registry.mlflow_store import (
     configure_mlflow,
     log_eval_table,
     log_params,
+    log_redacted_file,
     log_step_metrics,
+    redact_values,
     start_training_run,
 )
 from platform_lib.registry.register import Registration, register_model_version
@@ -94,7 +96,7 @@ def record_training_run(
         code_version=code_version,
     )
     client = configure_mlflow()
-    tags = lineage.to_tags() | {"model_name": model_name, "source": manifest.source}
+    tags = redact_values(lineage.to_tags() | {"model_name": model_name, "source": manifest.source})
     streamed = run_dir / MLFLOW_RUN_JSON  # training streamed metrics to this run: continue it
     run_id = json.loads(streamed.read_text()).get("run_id") if streamed.is_file() else None
     if run_id:
@@ -119,7 +121,7 @@ def record_training_run(
         )
         log_step_metrics(client, run_id, run_dir / "metrics.jsonl")
         log_eval_table(client, run_id, table)
-        client.log_artifact(run_id, str(eval_json), "eval")
+        log_redacted_file(client, run_id, eval_json, "eval")
         registration = register_model_version(
             name=model_name,
             run_id=run_id,

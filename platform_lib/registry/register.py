@@ -32,7 +32,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from platform_lib.registry.lineage import Lineage
-from platform_lib.registry.mlflow_store import configure_mlflow
+from platform_lib.registry.mlflow_store import configure_mlflow, log_json, redact_values
 
 __all__ = [
     "MODEL_FORMAT",
@@ -121,14 +121,16 @@ def register_model_version(
         shutil.copyfile(weights_path, staged)
         client.log_artifact(run_id, str(staged), "model")
     config = {"format": MODEL_FORMAT, "train_config": train_config.to_dict()}
-    client.log_dict(run_id, config, "model/config.json")
-    client.log_dict(run_id, dataclasses.asdict(lineage), "lineage.json")
+    log_json(client, run_id, config, "model/config.json")
+    log_json(client, run_id, dataclasses.asdict(lineage), "lineage.json")
     try:
         client.create_registered_model(name)
     except MlflowException:
         client.get_registered_model(name)  # exists already (raises if something else broke)
 
-    tags = _safe_tags(lineage) | {"mean_iou": repr(float(mean_iou)), "weights": weights_path.name}
+    tags = redact_values(
+        _safe_tags(lineage) | {"mean_iou": repr(float(mean_iou)), "weights": weights_path.name}
+    )
     source = f"{client.get_run(run_id).info.artifact_uri}/model"
     version = client.create_model_version(name, source, run_id=run_id, tags=tags).version
     client.set_registered_model_alias(name, "candidate", version)

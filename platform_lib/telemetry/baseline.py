@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from platform_lib.redact import redact
+
 __all__ = [
     "BASELINE_EXPERIMENT",
     "BASELINE_RUNS",
@@ -198,7 +200,7 @@ class MlflowBaselineStore:
 
         run = self.client.create_run(
             self.experiment_id,
-            tags={"workload_key": workload_key, "source_run_id": source_run_id},
+            tags={"workload_key": redact(workload_key), "source_run_id": source_run_id},
         )
         values = {**summary, RECORDED_AT: time.time()}
         metrics = [Metric(k, float(v), 0, 0) for k, v in sorted(values.items())]

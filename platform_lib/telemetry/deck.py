@@ -3,7 +3,7 @@
 The training task publishes it as a Flyte Deck; `drivetrain goodput RUN --html FILE` writes
 it too. Plots are matplotlib PNGs embedded as data URIs (no network, no scripts), each in a
 fixed box of the page (`PLOT_BOXES`, CSS pixels at 100 % zoom) so a browser screenshot can
-check that every plot is drawn.
+check that every plot is drawn. The page is `platform_lib.redact`ed (no password or token).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after selecting the non-interactive backend)
 
+from platform_lib.redact import redact  # noqa: E402
 from platform_lib.telemetry.goodput import BADPUT_CATEGORIES  # noqa: E402
 from platform_lib.telemetry.report import format_report, steady_steps  # noqa: E402
 from platform_lib.telemetry.timeline import Timeline  # noqa: E402
@@ -195,7 +196,7 @@ def render_deck_html(
     )
     below = max(y + h for _, y, _, h in PLOT_BOXES.values()) + _GAP
     good = report["goodput"]
-    return (
+    return redact(  # the report names the workload, paths and URLs
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>Drivetrain goodput</title>"
         "<style>body{margin:0;font-family:sans-serif;background:#fff}"
         "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px;font-size:12px}</style>"

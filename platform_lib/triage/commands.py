@@ -1,4 +1,8 @@
-"""`drivetrain triage <log file | folder | MLflow run id> [--json]`: classify a failed run."""
+"""`drivetrain triage <log file | folder | MLflow run id> [--json]`: classify a failed run.
+
+Everything it prints is `platform_lib.redact`ed: the tracking URI in an error may carry a
+password, and a failed run's logs may quote tokens.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from platform_lib.redact import redact
 from platform_lib.triage.record import EVIDENCE_ARTIFACT_PATH
 
 __all__ = ["EVIDENCE_ARTIFACT_PATH", "add_triage_command", "fetch_run_evidence"]
@@ -56,19 +61,21 @@ def _run_triage(args: argparse.Namespace) -> int:
                 target = fetch_run_evidence(args.target, tmp)
             elif not target.exists():
                 print(
-                    f"error: {args.target} is neither a log file, a folder of logs nor an "
-                    "MLflow run id (32 hex digits)",
+                    redact(
+                        f"error: {args.target} is neither a log file, a folder of logs nor an "
+                        "MLflow run id (32 hex digits)"
+                    ),
                     file=sys.stderr,
                 )
                 return 2
             verdict = classify(load_evidence(target))
     except (LookupError, ValueError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(redact(f"error: {exc}"), file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(verdict.to_dict(), indent=2))
+        print(redact(json.dumps(verdict.to_dict(), indent=2)))
     else:
-        print(verdict.describe())
+        print(redact(verdict.describe()))
     return 0
 
 
