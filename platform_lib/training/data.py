@@ -15,7 +15,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -35,7 +35,7 @@ __all__ = [
 #: Loader workers are forked: ranks started by torch elastic with the "spawn" method inherit
 #: "spawn" as the default, and spawning re-imports torch in every worker of every epoch
 #: (seconds each on a small CPU). Workers never touch CUDA, so fork is safe.
-_WORKER_START = "fork"
+_WORKER_START: Literal["fork"] = "fork"
 
 Transform = Callable[[Mapping[str, Any]], dict[str, torch.Tensor]]
 

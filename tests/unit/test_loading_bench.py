@@ -88,9 +88,7 @@ def test_bench_loader_and_input_wait_run_on_tiny_data(tmp_path):
     targets = {t["target"]: t for t in out["targets"]}
     dct = targets["decode cpu@32x16 (DCT): >= 3x full-size decode"]
     rate = {(r["name"], r["decode"], r["batch_size"]): r["samples_s"] for r in rows}
-    assert dct["value"] == pytest.approx(
-        rate[("ours", "cpu@32x16", 2)] / rate[("ours", "cpu", 2)]
-    )
+    assert dct["value"] == pytest.approx(rate[("ours", "cpu@32x16", 2)] / rate[("ours", "cpu", 2)])
     assert dct["verdict"] == ("met" if dct["value"] >= dct["need"] else "MISSED")
     assert "ours / this" in result.stdout and "Targets (synthetic" in result.stdout
     waited = subprocess.run(
