@@ -14,7 +14,9 @@ from typing import Any
 
 from platform_lib import sources
 from platform_lib.shards.errors import BuildError
-from platform_lib.sources import SOURCE_NAMES, Frame, FrameError, hash_raw_log
+from platform_lib.sources.catalog import SOURCE_NAMES
+from platform_lib.sources.frame import Frame, FrameError
+from platform_lib.sources.hashing import hash_raw_log
 
 __all__ = ["SOURCE_NAMES", "hash_logs", "iter_log", "list_logs", "open_source"]
 
