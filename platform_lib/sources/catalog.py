@@ -2,7 +2,8 @@
 
 `check_source(name)` refuses an unknown format; `list_logs` / `iter_log_frames` dispatch to the
 format's reader (`pandaset.py`, `synthetic.py`); `list_log_urls` lists logs on a local folder or
-on object storage.
+on object storage. Importing it costs no numpy or fsspec (the readers and `storage` are
+imported when called), so `drivetrain --help` can list the formats.
 """
 
 from __future__ import annotations
@@ -10,11 +11,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from platform_lib.errors import UserError
-from platform_lib.sources.frame import Frame, FrameError
-from platform_lib.storage import call_with_retries, resolve_fs
+
+if TYPE_CHECKING:
+    from platform_lib.sources.frame import Frame, FrameError
 
 __all__ = [
     "DEFAULT_SPLITS",
@@ -94,6 +96,8 @@ def list_log_urls(source: str, location: str) -> list[str]:
             the location).
         StorageAccessError / StorageUnreachableError: from `platform_lib.storage`.
     """
+    from platform_lib.storage import call_with_retries, resolve_fs
+
     check_source(source)
     fs, root, local = resolve_fs(location)
     if not call_with_retries(lambda: fs.isdir(root), what="listing", url=location):
