@@ -36,7 +36,7 @@ from kubernetes.client import V1PodSpec, V1Toleration
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
 from platform_lib.registry.goodput import GoodputFinisher, MlflowMetricsStream, hand_off_run
-from platform_lib.shards import load_manifest
+from platform_lib.shards.manifest import load_manifest
 from platform_lib.telemetry.publish import GOODPUT_HTML
 from platform_lib.training.checkpoint import make_run_dir
 from platform_lib.training.config import TrainConfig, hash_config
