@@ -1,13 +1,9 @@
 """The one logging setup of the `drivetrain` command and the Flyte tasks, and the one place that reports a user error.
 
-`setup_logging()` redacts every log record and the traceback of an uncaught exception
-(`platform_lib.redact.install_redaction`). `report_user_error(user, error, context)` prints the
-user's one line `error: <what> (<culprit>): <what to do>` (`format_user_error`) on stderr and
-appends the traceback of `error` to `$DRIVETRAIN_HOME/logs/errors.log` (default
-`~/.drivetrain`) through the `drivetrain.errors` logger: a file handler, opened at the first
-report (a run without errors writes no file) and never shown on the terminal. Library modules
-log diagnostics with `logging.getLogger(__name__)` and use `warnings.warn` only for warnings
-to their caller.
+`report_user_error` prints the one line `error: <what> (<culprit>): <what to do>` on stderr and
+logs the traceback to `$DRIVETRAIN_HOME/logs/errors.log` only (the `drivetrain.errors` logger's
+file handler, opened at the first report). Library modules log diagnostics with
+`logging.getLogger(__name__)` and use `warnings.warn` only for warnings to their caller.
 """
 
 from __future__ import annotations

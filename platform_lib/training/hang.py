@@ -23,11 +23,9 @@ or stuck holding the GIL). Dumps and the report go to `<run>/hang/`.
 Flight Recorder needs `TORCH_FR_BUFFER_SIZE` > 0 before the process group is created
 (`enable_flight_recorder`).
 
-torch's own analyser (`torch.distributed.flight_recorder`, `fr_trace`, torch 2.13) does not
-replace `analyze_dumps`: on gloo dumps its `build_db` fails (KeyError: gloo records its
-`pg_config` under the name "" while its entries name group "0"), it reads pickles and `eval`s
-rank lists, reports through a logger it gives its own console handler, ignores `pg_status`,
-and cannot name the rank behind when another rank's dump is missing.
+torch's own analyser (`torch.distributed.flight_recorder`, torch 2.13) fails on gloo dumps
+(`build_db`: KeyError, gloo's `pg_config` names its group "") and cannot name the rank behind
+when another rank's dump is missing, so `analyze_dumps` stays.
 """
 
 from __future__ import annotations
