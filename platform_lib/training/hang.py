@@ -17,11 +17,16 @@ A rank's dump:
                      process group, and `pg_status` {pg: last_enqueued_collective,
                      last_completed_collective}
     stack            the main thread's Python stack (where a hung rank is stuck)
+
+torch's own analyser (`torch.distributed.flight_recorder`, torch 2.13) fails on gloo dumps
+(`build_db`: KeyError, gloo's `pg_config` names its group "") and cannot name the rank behind
+when another rank's dump is missing, so `analyze_dumps` stays.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import socket
@@ -43,6 +48,8 @@ __all__ = [
     "enable_flight_recorder",
     "is_collective_timeout",
 ]
+
+_log = logging.getLogger(__name__)
 
 FR_BUFFER_ENTRIES = 2000
 _TIMEOUT = re.compile(r"timed out|timeout", re.IGNORECASE)
@@ -220,11 +227,13 @@ class HangWatchdog:
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / f"rank-{self.rank:05d}.json").write_text(json.dumps(dump, indent=1))
         store.set(self.prefix + f"dump/{self.rank}", json.dumps(dump))
-        sys.stderr.write(
-            f"[drivetrain hang] rank {self.rank} pid {os.getpid()}: dumped Flight Recorder "
-            f"({len(dump['flight_recorder'].get('entries', []))} entries) to {self.dir}\n"
+        _log.warning(
+            "[drivetrain hang] rank %d pid %d: dumped Flight Recorder (%d entries) to %s",
+            self.rank,
+            os.getpid(),
+            len(dump["flight_recorder"].get("entries", [])),
+            self.dir,
         )
-        sys.stderr.flush()
 
     def diagnose(self, error: BaseException) -> CollectiveHangError:
         """Collect every rank's dump after collective timeout `error`; return the error to raise.
