@@ -1,5 +1,9 @@
-"""Shared fixtures: the real PandaSet sample (../shared/data/pandaset beside the repo) and
-small synthetic raw logs."""
+"""Fixtures for tests/unit and tests/integration: the real PandaSet sample (../shared/data/pandaset
+beside the repo), small synthetic raw logs, a node cache, an isolated MLflow store and S3 settings.
+
+Functions that tests call with arguments (dataset and frame makers, service starters) live in
+tests/support/; server fixtures live in tests/integration/conftest.py.
+"""
 
 from __future__ import annotations
 
@@ -98,3 +102,18 @@ def s3_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
 
     yield use
     fsspec.filesystem("s3").clear_instance_cache()  # no instance bound to a dead endpoint lives on
+
+
+@pytest.fixture(scope="module")
+def mlflow_home(tmp_path_factory: pytest.TempPathFactory):
+    """Point DRIVETRAIN_HOME at a temp folder and clear MLFLOW_TRACKING_URI (restored after).
+
+    One real MLflow store (SQLite) per test module (creating the schema takes seconds); tests
+    use distinct run and model names.
+    """
+    home = tmp_path_factory.mktemp("drivetrain-home")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DRIVETRAIN_HOME", str(home))
+        mp.setenv("MLFLOW_TRACKING_URI", "placeholder")  # recorded so teardown restores it
+        mp.delenv("MLFLOW_TRACKING_URI")
+        yield home

@@ -15,15 +15,13 @@ from pathlib import Path
 import boto3
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "unit"))
-from loading_helpers import write_test_dataset  # noqa: E402
-
-from platform_lib.loading import (  # noqa: E402
+from platform_lib.loading import (
     CacheFullError,
     LoaderConfig,
     ObjectStoreUnreachableError,
     build_loader,
 )
+from tests.support.datasets import write_test_dataset
 
 pytestmark = pytest.mark.timeout(180)
 BUCKET = "drivetrain-test"

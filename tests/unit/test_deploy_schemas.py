@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.unit.deploy_helpers import CHECK_PY, load_check, mutate
+from tests.support.deploy import CHECK_PY, load_check, mutate
 
 check = load_check()
 DOCS = check.load_documents()

@@ -13,7 +13,6 @@ import time
 
 import pytest
 from mlflow.tracking import MlflowClient
-from telemetry_helpers import restart_timeline
 
 from platform_lib.registry.goodput import (
     MLFLOW_RUN_JSON,
@@ -25,6 +24,7 @@ from platform_lib.registry.goodput import (
 from platform_lib.telemetry.publish import GOODPUT_HTML, GOODPUT_JSON, write_run_report
 from platform_lib.telemetry.report import build_report
 from platform_lib.training.presets import small
+from tests.support.timelines import restart_timeline
 
 DATASET_HASH = "ab" * 32
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import fsspec
 import pyarrow.parquet as pq
 import pytest
-from loading_helpers import write_test_dataset
 
 from platform_lib.loading import LoaderConfig, build_loader
 from platform_lib.shards import DatasetError, ShardFormatError, open_dataset
+from tests.support.datasets import write_test_dataset
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import simplejpeg
-from loading_helpers import write_test_dataset
 from PIL import Image, ImageFilter
 
 from platform_lib.imaging.decode import (
@@ -23,6 +22,7 @@ from platform_lib.imaging.decode import (
 from platform_lib.loading import LoaderConfig, build_loader
 from platform_lib.shards import BuildConfig, build_dataset, decode_sample, open_dataset
 from platform_lib.sources.geometry import project_points
+from tests.support.datasets import write_test_dataset
 
 PANDASET = Path(__file__).parents[2].parent / "shared" / "data" / "pandaset"
 BEV_SIZE = CameraResize(width=704, height=256)

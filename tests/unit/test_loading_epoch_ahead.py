@@ -6,9 +6,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from loading_helpers import write_test_dataset
-
 from platform_lib.loading import LoaderConfig, build_loader
+from tests.support.datasets import write_test_dataset
 
 
 class _StampTransform:

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from loading_helpers import rename_keys, write_index_rows, write_test_dataset
 
 from platform_lib.loading import (
     DatasetIndexError,
@@ -24,6 +23,7 @@ from platform_lib.loading import (
     build_loader,
 )
 from platform_lib.shards.tar import iter_tar_members
+from tests.support.datasets import rename_keys, write_index_rows, write_test_dataset
 
 pytestmark = pytest.mark.timeout(120)
 SKIP = LoaderConfig(error_policy="skip")

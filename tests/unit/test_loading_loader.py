@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from loading_helpers import write_test_dataset
 
 from platform_lib.loading import InputWaitMeter, LoaderConfig, build_loader
+from tests.support.datasets import write_test_dataset
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -6,9 +6,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from loading_helpers import add_empty_shard, write_test_dataset
 
 from platform_lib.loading import LoaderConfig, ResumeStateError, build_loader
+from tests.support.datasets import add_empty_shard, write_test_dataset
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -18,7 +18,6 @@ import pyarrow.parquet as pq
 import pytest
 import simplejpeg
 import torch
-from loading_helpers import write_index_rows, write_test_dataset
 
 from platform_lib.imaging.decode import CameraResize
 from platform_lib.loading import (
@@ -29,6 +28,7 @@ from platform_lib.loading import (
 )
 from platform_lib.loading.ring import Ring, SlotWriter
 from platform_lib.shards import BuildConfig, build_dataset, open_dataset
+from tests.support.datasets import write_index_rows, write_test_dataset
 
 pytestmark = pytest.mark.timeout(300)
 

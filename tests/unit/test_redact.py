@@ -198,10 +198,9 @@ def test_mlflow_params_tags_and_artifacts_are_redacted(tmp_path) -> None:
 
 
 def test_deck_page_is_redacted() -> None:
-    from telemetry_helpers import restart_timeline
-
     from platform_lib.telemetry.deck import render_deck_html
     from platform_lib.telemetry.report import build_report
+    from tests.support.timelines import restart_timeline
 
     timeline = restart_timeline(rank=0)
     report = build_report(timeline, min_step_s=0.0)

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import fsspec
 import pytest
-from loading_helpers import write_test_dataset
 
 from platform_lib.errors import UserError
 from platform_lib.registry.lineage import (
@@ -27,6 +26,7 @@ from platform_lib.shards.manifest import SourceLog, load_manifest
 from platform_lib.sources.hashing import hash_raw_location
 from platform_lib.training.config import hash_config
 from platform_lib.training.presets import get_preset
+from tests.support.datasets import write_test_dataset
 
 
 def _make_logs(root: Path) -> Path:

@@ -9,7 +9,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from shard_helpers import make_frame, make_frames
 
 from platform_lib.shards import (
     BuildConfig,
@@ -21,6 +20,7 @@ from platform_lib.shards import (
 )
 from platform_lib.shards.split import assign_splits
 from platform_lib.sources.frame import FrameError
+from tests.support.frames import make_frame, make_frames
 
 LOGS = [
     {"log_id": "log-a", "content_hash": "a" * 64},
@@ -84,8 +84,8 @@ def test_killed_build_leaves_no_manifest(tmp_path):
     out = tmp_path / "ds"
     script = textwrap.dedent(f"""
         import os, sys
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
-        from shard_helpers import make_frames
+        sys.path.insert(0, {str(Path(__file__).parents[2])!r})
+        from tests.support.frames import make_frames
         from platform_lib.shards import BuildConfig, write_dataset
         def frames():
             for i, f in enumerate(make_frames()):

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import pytest
 from pandera.errors import SchemaErrors
-from shard_helpers import make_frames
 
 from platform_lib.shards import BuildConfig, DatasetIndexError, open_dataset, write_dataset
 from platform_lib.shards.index import build_index_table, read_index, write_index
 from schemas.index import INDEX_SCHEMA, validate_index_frame
+from tests.support.frames import make_frames
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ import tarfile
 
 import pytest
 import webdataset as wds
-from shard_helpers import make_frames
 
 from platform_lib.shards import (
     BuildConfig,
@@ -20,6 +19,7 @@ from platform_lib.shards import (
     write_dataset,
 )
 from platform_lib.shards.writer import ShardWriter
+from tests.support.frames import make_frames
 
 SOURCE_LOGS = [
     {"log_id": "log-a", "content_hash": "a" * 64},

@@ -9,11 +9,11 @@ import shutil
 import tarfile
 
 import pytest
-from shard_helpers import make_frames
 
 from platform_lib.cli import main
 from platform_lib.shards import BuildConfig, open_dataset, validate_dataset, write_dataset
 from platform_lib.shards.manifest import Manifest, compute_dataset_hash, write_manifest
+from tests.support.frames import make_frames
 
 
 @pytest.fixture(scope="module")

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 
-from telemetry_helpers import restart_timeline
-
 from platform_lib.cli import main
 from platform_lib.telemetry.publish import write_run_report
 from platform_lib.telemetry.report import build_report
+from tests.support.timelines import restart_timeline
 
 
 def _run_folder(tmp_path):

@@ -137,7 +137,7 @@ def test_every_rule_that_can_decide_is_exercised_by_the_corpus() -> None:
 @pytest.mark.parametrize("name", ["bad_config", "missing_dataset", "kill9_rank1", "nan_loss_lr"])
 def test_real_failures_regenerate_with_the_same_verdict(name: str, tmp_path: Path) -> None:
     """Run the failure again for real; class and root fingerprint match the committed log."""
-    from triage_real import PRODUCERS
+    from tests.support.triage_real import PRODUCERS
 
     fresh = classify(Evidence(logs={f"{name}.log": PRODUCERS[name](tmp_path)}))
     committed = classify(load_evidence(CORPUS / "real" / f"{name}.log"))
