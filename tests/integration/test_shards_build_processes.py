@@ -11,10 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from platform_lib.shards import (
-    ManifestMissingError,
-    open_dataset,
-)
+from platform_lib.shards import ManifestMissingError, open_dataset
 
 
 def test_killed_build_leaves_no_manifest(tmp_path):

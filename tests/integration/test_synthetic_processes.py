@@ -5,10 +5,7 @@ the in-process tests are in tests/unit/test_synthetic.py.
 from __future__ import annotations
 
 from platform_lib.sources.hashing import hash_raw_log, list_raw_files
-from platform_lib.sources.synthetic import (
-    SyntheticConfig,
-    write_synthetic_logs,
-)
+from platform_lib.sources.synthetic import SyntheticConfig, write_synthetic_logs
 
 SMALL = SyntheticConfig(
     num_logs=2,

@@ -7,9 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from platform_lib.training.checkpoint import (
-    Checkpointer,
-)
+from platform_lib.training.checkpoint import Checkpointer
 from platform_lib.training.distributed import destroy_distributed, init_distributed
 from platform_lib.training.parallel import apply_fsdp, build_mesh, build_mp_policy
 

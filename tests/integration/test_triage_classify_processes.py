@@ -6,11 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from platform_lib.triage import (
-    FailureClass,
-    classify,
-    evidence_from_child_failure,
-)
+from platform_lib.triage import FailureClass, classify, evidence_from_child_failure
 
 C = FailureClass
 

@@ -10,11 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from platform_lib.triage import (
-    Evidence,
-    classify,
-    load_evidence,
-)
+from platform_lib.triage import Evidence, classify, load_evidence
 from platform_lib.triage.fingerprints import normalise_line
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "triage"
