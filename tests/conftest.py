@@ -104,14 +104,37 @@ def s3_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     fsspec.filesystem("s3").clear_instance_cache()  # no instance bound to a dead endpoint lives on
 
 
-@pytest.fixture(scope="module")
-def mlflow_home(tmp_path_factory: pytest.TempPathFactory):
-    """Point DRIVETRAIN_HOME at a temp folder and clear MLFLOW_TRACKING_URI (restored after).
+@pytest.fixture(scope="session")
+def mlflow_db(tmp_path_factory: pytest.TempPathFactory):
+    """Make a real, empty MLflow SQLite store: `make(path) -> "sqlite:///<path>"`.
 
-    One real MLflow store (SQLite) per test module (creating the schema takes seconds); tests
-    use distinct run and model names.
+    MLflow creates its schema by running every migration (seconds); that happens once per
+    session in a template database, which `make` copies to `path` (milliseconds). The copy is
+    what a fresh store is: same schema, no experiments but the Default one.
+    """
+    template = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
+
+    def make(path: Path) -> str:
+        if not template.exists():
+            from mlflow.tracking import MlflowClient
+
+            MlflowClient(tracking_uri=f"sqlite:///{template}").search_experiments()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(template, path)
+        return f"sqlite:///{path}"
+
+    return make
+
+
+@pytest.fixture(scope="module")
+def mlflow_home(tmp_path_factory: pytest.TempPathFactory, mlflow_db):
+    """Point DRIVETRAIN_HOME at a temp folder holding an empty MLflow store (`mlflow.db`, the
+    default store there) and clear MLFLOW_TRACKING_URI (restored after).
+
+    One store per test module; tests use distinct run and model names.
     """
     home = tmp_path_factory.mktemp("drivetrain-home")
+    mlflow_db(home / "mlflow.db")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("DRIVETRAIN_HOME", str(home))
         mp.setenv("MLFLOW_TRACKING_URI", "placeholder")  # recorded so teardown restores it

@@ -28,9 +28,9 @@ DATASET_HASH = "ab" * 32
 
 
 @pytest.fixture
-def run_dir(tmp_path, monkeypatch):
+def run_dir(tmp_path, monkeypatch, mlflow_db):
     """A finished run folder as `train()` leaves it, and an empty MLflow store in tmp_path."""
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_db(tmp_path / "mlflow.db"))
     monkeypatch.setenv("DRIVETRAIN_HOME", str(tmp_path / "home"))
     timeline = restart_timeline()
     timeline.meta.update(model="bev_fusion_small", precision="fp32", batch_size=2)

@@ -159,12 +159,12 @@ def test_log_filter_redacts_message_args_and_traceback(caplog: pytest.LogCapture
     assert MARKER not in text
 
 
-def test_mlflow_params_tags_and_artifacts_are_redacted(tmp_path) -> None:
+def test_mlflow_params_tags_and_artifacts_are_redacted(tmp_path, mlflow_db) -> None:
     from mlflow.tracking import MlflowClient
 
     from platform_lib.registry.mlflow_store import log_json, log_params, start_training_run
 
-    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    client = MlflowClient(mlflow_db(tmp_path / "mlflow.db"))
     client.create_experiment("x", artifact_location=(tmp_path / "art").as_uri())
     run_id = start_training_run(
         client, experiment="x", run_name="r", tags={"raw_logs": "s3://k:MARKERpw9z@b/logs"}

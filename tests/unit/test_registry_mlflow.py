@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from mlflow.tracking import MlflowClient
 
 from platform_lib.registry.mlflow_store import (
     configure_mlflow,
@@ -39,7 +40,8 @@ def test_runs_and_artifacts_land_under_home(
     client = configure_mlflow()
     run_id = start_training_run(client, run_name="r", tags={"dataset_hash": "abc"})
     client.log_dict(run_id, {"a": 1}, "x.json")
-    assert (mlflow_home / "mlflow.db").is_file()
+    home_store = MlflowClient(tracking_uri=f"sqlite:///{mlflow_home / 'mlflow.db'}")
+    assert home_store.get_run(run_id).info.run_name == "r"  # the run is in the store under home
     assert list((mlflow_home / "mlartifacts").rglob("x.json"))
     assert not (tmp_path / "mlruns").exists()  # nothing in the current folder
     assert client.get_run(run_id).data.tags["dataset_hash"] == "abc"

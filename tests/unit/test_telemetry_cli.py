@@ -55,13 +55,13 @@ def test_goodput_of_something_else_fails_in_one_line(tmp_path, capsys):
     assert err.count("\n") == 1 and "not an MLflow run id" in err
 
 
-def test_goodput_of_an_mlflow_run_id(tmp_path, capsys, monkeypatch):
+def test_goodput_of_an_mlflow_run_id(tmp_path, capsys, monkeypatch, mlflow_db):
     from mlflow.tracking import MlflowClient
 
     from platform_lib.registry.goodput import log_goodput
 
     run, report = _run_folder(tmp_path)
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = mlflow_db(tmp_path / "mlflow.db")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("DRIVETRAIN_HOME", str(tmp_path / "home"))
     client = MlflowClient(tracking_uri=uri)
