@@ -13,7 +13,7 @@ OUT      ?= build
 # Where MLflow (mlflow.db, mlartifacts/) and the elastic run folders go; see README.md.
 export DRIVETRAIN_HOME ?= $(HOME)/.drivetrain
 
-.PHONY: install dev run run-pandaset test test-all lint package deploy-check mlflow-ui clean-cache bench-env
+.PHONY: install dev run run-pandaset test test-unit test-all lint package deploy-check mlflow-ui clean-cache bench-env
 
 $(BIN)/python:
 	$(PYTHON3) -m venv $(VENV)
@@ -38,11 +38,16 @@ run-pandaset: install
 	$(BIN)/pyflyte run workflows/training_pipeline.py training_pipeline \
 		--source pandaset --raw_logs $(PANDASET) --preset pandaset_smoke
 
+# Tests by cost (README "Tests"): tests/unit runs in one process without servers (the inner
+# loop); tests/integration starts processes, servers, browsers and network namespaces.
 test: dev
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest -m "not slow" tests/unit tests/integration
+
+test-unit: dev
+	$(BIN)/python -m pytest -m "not slow" tests/unit
 
 test-all: dev
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest tests/unit tests/integration
 
 # Lint, format check, import-layer contracts (pyproject [tool.importlinter]) and the type checker.
 lint: dev

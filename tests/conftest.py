@@ -1,5 +1,9 @@
-"""Shared fixtures: the real PandaSet sample (../shared/data/pandaset beside the repo) and
-small synthetic raw logs."""
+"""Fixtures for tests/unit and tests/integration: the real PandaSet sample (../shared/data/pandaset
+beside the repo), small synthetic raw logs, a node cache, an isolated MLflow store and S3 settings.
+
+Functions that tests call with arguments (dataset and frame makers, service starters) live in
+tests/support/; server fixtures live in tests/integration/conftest.py.
+"""
 
 from __future__ import annotations
 
@@ -98,3 +102,41 @@ def s3_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
 
     yield use
     fsspec.filesystem("s3").clear_instance_cache()  # no instance bound to a dead endpoint lives on
+
+
+@pytest.fixture(scope="session")
+def mlflow_db(tmp_path_factory: pytest.TempPathFactory):
+    """Make a real, empty MLflow SQLite store: `make(path) -> "sqlite:///<path>"`.
+
+    MLflow creates its schema by running every migration (seconds); that happens once per
+    session in a template database, which `make` copies to `path` (milliseconds). The copy is
+    what a fresh store is: same schema, no experiments but the Default one.
+    """
+    template = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
+
+    def make(path: Path) -> str:
+        if not template.exists():
+            from mlflow.tracking import MlflowClient
+
+            MlflowClient(tracking_uri=f"sqlite:///{template}").search_experiments()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(template, path)
+        return f"sqlite:///{path}"
+
+    return make
+
+
+@pytest.fixture(scope="module")
+def mlflow_home(tmp_path_factory: pytest.TempPathFactory, mlflow_db):
+    """Point DRIVETRAIN_HOME at a temp folder holding an empty MLflow store (`mlflow.db`, the
+    default store there) and clear MLFLOW_TRACKING_URI (restored after).
+
+    One store per test module; tests use distinct run and model names.
+    """
+    home = tmp_path_factory.mktemp("drivetrain-home")
+    mlflow_db(home / "mlflow.db")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DRIVETRAIN_HOME", str(home))
+        mp.setenv("MLFLOW_TRACKING_URI", "placeholder")  # recorded so teardown restores it
+        mp.delenv("MLFLOW_TRACKING_URI")
+        yield home

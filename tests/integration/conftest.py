@@ -1,4 +1,5 @@
-"""Fixtures for pipeline tests: isolated Flyte local cache, temp dirs and MLflow store."""
+"""Fixtures for integration tests: real servers (moto S3), an isolated Flyte local cache, temp
+dirs and MLflow store for pipeline runs."""
 
 from __future__ import annotations
 
@@ -93,3 +94,25 @@ def parts_built(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     original = tasks.data.build_part
     monkeypatch.setattr(tasks.data, "build_part", counting)
     return built
+
+
+@pytest.fixture
+def moto_server(tmp_path: Path):
+    """Start real moto S3 servers on 127.0.0.1: `start(env=None) -> (process, endpoint URL)`.
+
+    `env` adds variables to the server's environment (see `tests.support.services.start_moto`).
+    A test may stop a server itself (to test an outage); every server still running is stopped
+    at teardown.
+    """
+    from tests.support.services import start_moto, stop
+
+    started: list = []
+
+    def start(env: dict[str, str] | None = None):
+        proc, endpoint = start_moto(tmp_path / f"moto-{len(started)}.log", env=env)
+        started.append(proc)
+        return proc, endpoint
+
+    yield start
+    for proc in started:
+        stop(proc)

@@ -15,12 +15,10 @@ from pathlib import Path
 import boto3
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "unit"))
-from loading_helpers import write_test_dataset  # noqa: E402
-
-from platform_lib.loading.config import LoaderConfig  # noqa: E402
-from platform_lib.loading.errors import CacheFullError, ObjectStoreUnreachableError  # noqa: E402
-from platform_lib.loading.loader import build_loader  # noqa: E402
+from platform_lib.loading.config import LoaderConfig
+from platform_lib.loading.errors import CacheFullError, ObjectStoreUnreachableError
+from platform_lib.loading.loader import build_loader
+from tests.support.datasets import write_test_dataset
 
 pytestmark = pytest.mark.timeout(180)
 BUCKET = "drivetrain-test"

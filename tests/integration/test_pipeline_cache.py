@@ -12,9 +12,9 @@ import collections
 from pathlib import Path
 
 import pytest
-from pipeline_helpers import STEPS, tiny_synthetic
 
 from platform_lib.sources.synthetic import write_synthetic_logs
+from tests.support.pipeline import STEPS, tiny_synthetic
 
 pytestmark = (
     pytest.mark.distributed

@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pipeline_helpers import run_pipeline_cli
 
 from platform_lib.training.overrides import list_fields
+from tests.support.pipeline import run_pipeline_cli
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,8 @@ import json
 from pathlib import Path
 
 import pytest
-from pipeline_helpers import run_pipeline_cli
+
+from tests.support.pipeline import run_pipeline_cli
 
 pytestmark = pytest.mark.distributed
 

@@ -26,8 +26,10 @@ from pathlib import Path
 import boto3
 import pytest
 import torch
-from pipeline_helpers import STEPS, tiny_synthetic
-from services import (
+
+from platform_lib.sources.synthetic import write_synthetic_logs
+from tests.support.pipeline import STEPS, tiny_synthetic
+from tests.support.services import (
     MlflowServer,
     create_pg_database,
     drop_pg_database,
@@ -36,8 +38,6 @@ from services import (
     start_moto,
     stop,
 )
-
-from platform_lib.sources.synthetic import write_synthetic_logs
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(900)]
 

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 from flytekit.exceptions.user import FlyteRecoverableException
-from s3_helpers import start_moto_server
 
 from tasks.data import build_log_part, dataset_config, hash_raw_logs, list_raw_logs
 from tasks.errors import PipelineInputError
@@ -26,10 +25,10 @@ def _upload(endpoint: str, pandaset_002: Path) -> None:
 
 
 def test_outage_is_recoverable_in_every_storage_task(
-    local_flyte, s3_env, pandaset_002: Path, monkeypatch: pytest.MonkeyPatch
+    local_flyte, s3_env, moto_server, pandaset_002: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("DRIVETRAIN_STORAGE_RETRIES", "1")  # bounded retries, kept short here
-    proc, endpoint = start_moto_server()
+    proc, endpoint = moto_server()
     try:
         s3_env(endpoint)
         _upload(endpoint, pandaset_002)
@@ -54,9 +53,9 @@ def test_outage_is_recoverable_in_every_storage_task(
 
 
 def test_bad_credentials_are_not_recoverable_and_name_the_url(
-    local_flyte, s3_env, monkeypatch
+    local_flyte, s3_env, moto_server, monkeypatch
 ) -> None:
-    proc, endpoint = start_moto_server({"INITIAL_NO_AUTH_ACTION_COUNT": "0"})
+    proc, endpoint = moto_server({"INITIAL_NO_AUTH_ACTION_COUNT": "0"})
     try:
         s3_env(endpoint)
         monkeypatch.setenv("AWS_ACCESS_KEY_ID", "not-a-key")

@@ -15,16 +15,13 @@ from pathlib import Path
 import boto3
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "unit"))
-sys.path.insert(0, str(Path(__file__).parents[1]))
-from loading_helpers import write_test_dataset  # noqa: E402
-from s3_helpers import start_moto_server  # noqa: E402
-
-from platform_lib.fsguard import NotRegularFileError  # noqa: E402
-from platform_lib.loading.config import LoaderConfig  # noqa: E402
-from platform_lib.loading.loader import build_loader  # noqa: E402
-from platform_lib.shards.manifest import ShardLocationError  # noqa: E402
-from platform_lib.shards.reader import open_dataset  # noqa: E402
+from platform_lib.fsguard import NotRegularFileError
+from platform_lib.loading.config import LoaderConfig
+from platform_lib.loading.loader import build_loader
+from platform_lib.shards.manifest import ShardLocationError
+from platform_lib.shards.reader import open_dataset
+from tests.support.datasets import write_test_dataset
+from tests.support.services import start_moto, stop
 
 pytestmark = pytest.mark.timeout(180)
 SHARD = "shards/shard-000000.tar"
@@ -75,11 +72,10 @@ def test_validate_command_prints_one_error_line_for_a_fifo_shard(dataset):
 
 
 @pytest.fixture(scope="module")
-def moto_endpoint():
-    proc, endpoint = start_moto_server()
+def moto_endpoint(tmp_path_factory):
+    proc, endpoint = start_moto(tmp_path_factory.mktemp("moto") / "moto.log")
     yield endpoint
-    proc.terminate()
-    proc.wait(timeout=30)
+    stop(proc)
 
 
 def _upload(client, local: Path, prefix: str, *, manifest: dict) -> str:

@@ -18,13 +18,11 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "unit"))
-from loading_helpers import write_test_dataset  # noqa: E402
-
-import platform_lib  # noqa: E402
-from platform_lib.loading.config import LoaderConfig  # noqa: E402
-from platform_lib.loading.errors import WorkerTimeoutError  # noqa: E402
-from platform_lib.loading.loader import build_loader  # noqa: E402
+import platform_lib
+from platform_lib.loading.config import LoaderConfig
+from platform_lib.loading.errors import WorkerTimeoutError
+from platform_lib.loading.loader import build_loader
+from tests.support.datasets import write_test_dataset
 
 pytestmark = pytest.mark.timeout(300)
 REPO = Path(__file__).resolve().parents[2]

@@ -17,8 +17,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from pipeline_helpers import STEPS, run_pipeline_cli
-from services import free_port, stop, wait_http
+
+from tests.support.pipeline import STEPS, run_pipeline_cli
+from tests.support.services import free_port, stop, wait_http
 
 #: Marker values of the secrets; none may appear in any output.
 SECRETS = {

@@ -136,10 +136,9 @@ def test_corrupt_jpeg_fails_build_naming_file(corrupt_copy, tmp_path):
     assert not (tmp_path / "ds").exists()
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_corrupt_jpeg_quarantined(corrupt_copy, tmp_path, workers):
+def test_corrupt_jpeg_quarantined(corrupt_copy, tmp_path):
     copy, _ = corrupt_copy
-    config = BuildConfig(progress=False, quarantine=True, workers=workers)
+    config = BuildConfig(progress=False, quarantine=True)  # serial; 2 workers: tests/integration
     manifest = build_dataset("pandaset", copy.parent, tmp_path / "ds", config)
     assert manifest.num_samples == 9
     assert len(manifest.quarantine) == 1

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tasks.placement import ACCELERATORS, TEAMS
-from tests.unit.deploy_helpers import load_check, mutate
+from tests.support.deploy import load_check, mutate
 
 check = load_check()
 DOCS = check.load_documents()

@@ -6,17 +6,11 @@ Serialises with flytekit's own `get_serializable` (what `pyflyte register` does)
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-import tarfile
 from collections import OrderedDict
 from pathlib import Path
 
 import pytest
-from flyteidl.admin.launch_plan_pb2 import LaunchPlan as LaunchPlanPb
-from flyteidl.admin.task_pb2 import TaskSpec
 from flytekit.configuration import Image, ImageConfig, SerializationSettings
 from flytekit.tools.translator import get_serializable
 
@@ -27,7 +21,6 @@ from tasks.train import build_train_task
 from workflows.training_pipeline import training_pipeline
 
 REPO = Path(__file__).resolve().parents[2]
-IMAGE = "localhost/drivetrain:dev"
 SETTINGS = SerializationSettings(
     image_config=ImageConfig(
         default_image=Image(name="default", fqn="localhost/drivetrain", tag="dev")
@@ -47,8 +40,6 @@ IO_TASKS = {
     "evaluate_model",
     "register_model",
 }
-#: The change probes: never cached, by design.
-PROBES = {"hash_raw_logs", "list_raw_logs"}
 #: Cache versions bumped when a task's output type changed (older cached literals no longer load).
 CACHE_VERSIONS = {"resolve_config": "2"}
 
@@ -64,14 +55,6 @@ def _tasks() -> dict:
 
 def _spec(entity):
     return get_serializable(OrderedDict(), SETTINGS, entity)
-
-
-def _image(template) -> str:
-    """The image of a task template: its container, or its pod template's primary container."""
-    if template.HasField("container"):
-        return template.container.image
-    (container,) = template.k8s_pod.pod_spec["containers"]
-    return container["image"]
 
 
 def test_every_task_is_cached_with_a_version_and_retries() -> None:
@@ -182,93 +165,6 @@ def test_registration_fails_when_the_namespace_has_no_queue_for_the_team() -> No
     )
     with pytest.raises(PlacementError, match="does not exist in namespace 'drivetrain-production'"):
         get_serializable(OrderedDict(), production, train)
-
-
-def _pyflyte_package(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
-    pyflyte = str(Path(sys.executable).parent / "pyflyte")
-    return subprocess.run(
-        [
-            pyflyte,
-            "--pkgs",
-            "workflows",
-            "package",
-            "--image",
-            IMAGE,
-            "--output",
-            str(tmp_path / "flyte-package.tgz"),
-            "--force",
-        ],
-        cwd=REPO,
-        env={**os.environ, "HOME": str(tmp_path), **env},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
-def test_pyflyte_package_serialises_every_entity(tmp_path: Path) -> None:
-    result = _pyflyte_package(
-        tmp_path,
-        DRIVETRAIN_TEAM="planning",
-        DRIVETRAIN_ACCELERATOR="a100-80gb",
-        DRIVETRAIN_ACCELERATOR_COUNT="16",
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    specs, plans = {}, {}
-    with tarfile.open(tmp_path / "flyte-package.tgz") as tar:
-        names = sorted(tar.getnames())
-        task_files = [n for n in names if "_tasks." in n]
-        assert len(task_files) == 11
-        assert sum("workflows.training_pipeline.training_pipeline" in n for n in names) == 2
-        for name in task_files:
-            spec = TaskSpec()
-            spec.ParseFromString(tar.extractfile(name).read())
-            specs[_short(spec.template.id.name)] = spec.template
-        for name in names:
-            if name.endswith("_3.pb"):  # launch plans (flytekit's package: 1 task, 2 wf, 3 lp)
-                plan = LaunchPlanPb()
-                plan.ParseFromString(tar.extractfile(name).read())
-                plans[plan.id.name] = plan
-    # the training task: 16 A100s = a PyTorchJob of 2 nodes x 8, in planning's queue
-    train = specs["train_model"]
-    assert train.type == "pytorch"
-    assert train.custom["elasticConfig"] == {
-        "rdzvBackend": "c10d",
-        "minReplicas": 2,
-        "maxReplicas": 2,
-        "nprocPerNode": 8,
-        "maxRestarts": 1,
-    }
-    assert train.custom["workerReplicas"] == {"replicas": 2}
-    assert dict(train.metadata.metadata.labels) == {QUEUE_LABEL: "planning"}
-    pod = train.k8s_pod.pod_spec
-    assert pod["containers"][0]["resources"]["requests"] == {
-        "cpu": "80",
-        "memory": "880Gi",
-        "gpu": "8",
-    }
-    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
-    # no other task enters a Kueue queue (manageJobsWithoutQueueName is off)
-    assert [n for n, t in specs.items() if t.metadata.metadata.labels] == ["train_model"]
-    # one image for every task: the ImageSpec (tag = its content hash), not the --image default
-    (image,) = {_image(t) for t in specs.values()}
-    assert image.startswith(f"{TASK_IMAGE.registry}/drivetrain:") and image != IMAGE
-    assert {n for n, t in specs.items() if t.metadata.discoverable} == set(specs) - PROBES
-    # the launch plans run the same workflow; the scheduled one carries its cron schedule
-    assert {"drivetrain_scheduled_retrain", "drivetrain_on_demand"} <= set(plans)
-    for plan in plans.values():
-        assert plan.spec.workflow_id.name == "workflows.training_pipeline.training_pipeline"
-    schedule = plans["drivetrain_scheduled_retrain"].spec.entity_metadata.schedule
-    assert schedule.cron_schedule.schedule == "0 3 * * *"
-
-
-def test_pyflyte_package_refuses_an_unknown_queue(tmp_path: Path) -> None:
-    result = _pyflyte_package(tmp_path, DRIVETRAIN_TEAM="robotics")
-    assert result.returncode != 0
-    assert "DRIVETRAIN_TEAM: team='robotics': unknown queue" in " ".join(
-        (result.stdout + result.stderr).split()
-    )
-    assert not (tmp_path / "flyte-package.tgz").exists()
 
 
 @pytest.mark.parametrize(

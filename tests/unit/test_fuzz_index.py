@@ -16,11 +16,11 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from loading_helpers import write_index_rows, write_test_dataset
 
 from platform_lib.shards.errors import DatasetIndexError
 from platform_lib.shards.index import read_index
 from platform_lib.shards.view import load_view
+from tests.support.datasets import write_index_rows, write_test_dataset
 
 #: Most the process's peak memory may grow over the whole file, in KiB (ru_maxrss). Not
 #: tracemalloc: its stop() races with pyarrow's threads on Python 3.11 (a crash).

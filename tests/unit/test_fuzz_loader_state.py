@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from loading_helpers import write_test_dataset
 
 from platform_lib.loading.errors import ResumeStateError
 from platform_lib.loading.loader import build_loader
+from tests.support.datasets import write_test_dataset
 
 pytestmark = pytest.mark.timeout(60)
 

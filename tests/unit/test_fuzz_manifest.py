@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from loading_helpers import write_test_dataset
 
 from platform_lib.shards.errors import ManifestError
 from platform_lib.shards.manifest import Manifest, load_manifest
+from tests.support.datasets import write_test_dataset
 
 _SETTINGS = settings(
     max_examples=150,

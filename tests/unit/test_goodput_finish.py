@@ -7,13 +7,10 @@ import json
 import logging
 import os
 import socket
-import subprocess
-import sys
 import time
 
 import pytest
 from mlflow.tracking import MlflowClient
-from telemetry_helpers import restart_timeline
 
 from platform_lib.registry.goodput import (
     MLFLOW_RUN_JSON,
@@ -25,14 +22,15 @@ from platform_lib.registry.goodput import (
 from platform_lib.telemetry.publish import GOODPUT_HTML, GOODPUT_JSON, write_run_report
 from platform_lib.telemetry.report import build_report
 from platform_lib.training.presets import small
+from tests.support.timelines import restart_timeline
 
 DATASET_HASH = "ab" * 32
 
 
 @pytest.fixture
-def run_dir(tmp_path, monkeypatch):
+def run_dir(tmp_path, monkeypatch, mlflow_db):
     """A finished run folder as `train()` leaves it, and an empty MLflow store in tmp_path."""
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_db(tmp_path / "mlflow.db"))
     monkeypatch.setenv("DRIVETRAIN_HOME", str(tmp_path / "home"))
     timeline = restart_timeline()
     timeline.meta.update(model="bev_fusion_small", precision="fp32", batch_size=2)
@@ -160,18 +158,3 @@ def test_stop_ends_the_wait_of_a_failed_launch(run_dir):
     finisher._thread.join(timeout=60)
     assert not finisher._thread.is_alive()
     assert not (run_dir / MLFLOW_RUN_JSON).exists()
-
-
-def test_skip_collection_at_exit_freezes_before_finalisation():
-    # atexit runs handlers last-in first-out: one registered before it sees the freeze
-    code = (
-        "import atexit, gc\n"
-        "atexit.register(lambda: print('frozen at exit:', gc.get_freeze_count() > 0))\n"
-        "from platform_lib.training.distributed import skip_collection_at_exit\n"
-        "skip_collection_at_exit(); skip_collection_at_exit()\n"
-        "print('frozen while running:', gc.get_freeze_count() > 0)\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], check=True, capture_output=True, text=True
-    ).stdout
-    assert out.splitlines() == ["frozen while running: False", "frozen at exit: True"]

@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import simplejpeg
-from loading_helpers import write_test_dataset
 from PIL import Image, ImageFilter
 
 from platform_lib.imaging.decode import (
@@ -26,6 +25,7 @@ from platform_lib.shards.build import BuildConfig, build_dataset
 from platform_lib.shards.codec import decode_sample
 from platform_lib.shards.reader import open_dataset
 from platform_lib.sources.geometry import project_points
+from tests.support.datasets import write_test_dataset
 
 PANDASET = Path(__file__).parents[2].parent / "shared" / "data" / "pandaset"
 BEV_SIZE = CameraResize(width=704, height=256)
@@ -200,41 +200,6 @@ def test_lidar_hits_the_same_image_content_at_both_sizes(pandaset_sample):
     shifted = out_calib["intrinsics"].copy()
     shifted[1, 2] += 2.0  # two output pixels off vertically
     assert right < 0.6 * colour_error(shifted), (right, colour_error(shifted))
-
-
-def test_loader_decodes_cameras_at_the_configured_size_with_matching_calib(tmp_path):
-    root = write_test_dataset(tmp_path / "ds", {"log-a": 4})
-    resize = CameraResize(width=12, height=4)  # 24x16 sources: crop to 24x8 at the bottom, halve
-    cfg = LoaderConfig(camera_resize=resize)
-    for workers in (0, 2):
-        loader = build_loader(
-            str(root),
-            rank=0,
-            world_size=1,
-            batch_size=2,
-            num_workers=workers,
-            seed=0,
-            decode="auto",
-            config=cfg,
-        )  # no CUDA here: "auto" is "cpu"
-        assert loader.decode == "cpu"
-        batch = next(iter(loader))
-        reference = build_loader(
-            str(root), rank=0, world_size=1, batch_size=2, num_workers=0, seed=0, decode="none"
-        )
-        raw = next(iter(reference))
-        assert batch["__key__"] == raw["__key__"]
-        for cameras, calib, jpegs in zip(
-            batch["cameras"], batch["calib"], raw["cameras"], strict=True
-        ):
-            for name, image in cameras.items():
-                assert image.shape == (4, 12, 3)
-                assert np.array_equal(image, decode_jpeg_cpu(jpegs[name], resize))
-                cam = calib["cameras"][name]
-                assert (cam["width"], cam["height"]) == (12, 4)
-                np.testing.assert_allclose(
-                    cam["intrinsics"], [[10.0, 0, 5.75], [0, 10.0, -0.25], [0, 0, 1]]
-                )
 
 
 def test_loader_rejects_gpu_decode_it_cannot_run(tmp_path):

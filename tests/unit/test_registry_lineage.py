@@ -5,15 +5,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
-import sys
-import time
 from pathlib import Path
 
-import fsspec
 import pytest
-from loading_helpers import write_test_dataset
 
 from platform_lib.errors import UserError
 from platform_lib.registry.lineage import (
@@ -27,6 +22,7 @@ from platform_lib.shards.manifest import SourceLog, load_manifest
 from platform_lib.sources.hashing import hash_raw_location
 from platform_lib.training.config import hash_config
 from platform_lib.training.presets import get_preset
+from tests.support.datasets import write_test_dataset
 
 
 def _make_logs(root: Path) -> Path:
@@ -60,66 +56,6 @@ def test_hash_raw_location_rejects_missing_and_empty(tmp_path: Path) -> None:
     (tmp_path / "empty" / ".hidden").mkdir(parents=True)
     with pytest.raises(UserError, match=r"^raw-log folder is empty \(.*empty\)"):
         hash_raw_location(str(tmp_path / "empty"))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def s3_endpoint(monkeypatch: pytest.MonkeyPatch):
-    """A real moto S3 server on 127.0.0.1 (no AWS involved)."""
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                time.sleep(0.2)
-        else:
-            pytest.fail("moto server did not start")
-        endpoint = f"http://127.0.0.1:{port}"
-        for key, value in {
-            "AWS_ACCESS_KEY_ID": "test",
-            "AWS_SECRET_ACCESS_KEY": "test",
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_ENDPOINT_URL": endpoint,
-            "FSSPEC_S3_ENDPOINT_URL": endpoint,
-        }.items():
-            monkeypatch.setenv(key, value)
-        fsspec.filesystem("s3").clear_instance_cache()  # instances remember their endpoint
-        yield endpoint
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
-def test_object_storage_hash_uses_etags(s3_endpoint: str, tmp_path: Path) -> None:
-    import boto3
-    import fsspec
-
-    s3 = boto3.client("s3", endpoint_url=s3_endpoint)
-    s3.create_bucket(Bucket="raw")
-    s3.put_object(Bucket="raw", Key="logs/log-a/lidar/00.bin", Body=b"abc")
-    s3.put_object(Bucket="raw", Key="logs/log-a/poses.json", Body=b"[]")
-    fsspec.filesystem("s3").invalidate_cache()
-    first = hash_raw_location("s3://raw/logs")
-    fsspec.filesystem("s3").invalidate_cache()
-    assert hash_raw_location("s3://raw/logs/") == first
-    s3.put_object(Bucket="raw", Key="logs/log-a/lidar/00.bin", Body=b"abd")  # new bytes, new ETag
-    fsspec.filesystem("s3").invalidate_cache()
-    assert hash_raw_location("s3://raw/logs") != first
-    with pytest.raises(UserError, match=r"does not exist or is not a folder \(s3://raw/missing\)"):
-        hash_raw_location("s3://raw/missing")
 
 
 def test_config_hash_is_canonical() -> None:

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from registry_helpers import mlflow_home  # noqa: F401 - fixture
+from mlflow.tracking import MlflowClient
 
 from platform_lib.registry.mlflow_store import (
     configure_mlflow,
@@ -21,7 +21,7 @@ from platform_lib.registry.mlflow_store import (
 
 
 def test_default_store_is_sqlite_under_drivetrain_home(
-    mlflow_home: Path,  # noqa: F811
+    mlflow_home: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     assert resolve_tracking_uri() == f"sqlite:///{mlflow_home.resolve()}/mlflow.db"
@@ -32,7 +32,7 @@ def test_default_store_is_sqlite_under_drivetrain_home(
 
 
 def test_runs_and_artifacts_land_under_home(
-    mlflow_home: Path,  # noqa: F811 - the imported fixture
+    mlflow_home: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -40,13 +40,14 @@ def test_runs_and_artifacts_land_under_home(
     client = configure_mlflow()
     run_id = start_training_run(client, run_name="r", tags={"dataset_hash": "abc"})
     client.log_dict(run_id, {"a": 1}, "x.json")
-    assert (mlflow_home / "mlflow.db").is_file()
+    home_store = MlflowClient(tracking_uri=f"sqlite:///{mlflow_home / 'mlflow.db'}")
+    assert home_store.get_run(run_id).info.run_name == "r"  # the run is in the store under home
     assert list((mlflow_home / "mlartifacts").rglob("x.json"))
     assert not (tmp_path / "mlruns").exists()  # nothing in the current folder
     assert client.get_run(run_id).data.tags["dataset_hash"] == "abc"
 
 
-def test_params_flattened_and_step_metrics_logged(mlflow_home: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_params_flattened_and_step_metrics_logged(mlflow_home: Path, tmp_path: Path) -> None:
     client = configure_mlflow()
     run_id = start_training_run(client, run_name="r", tags={})
     assert flatten_params({"train": {"lr": 0.1, "model": "m"}}) == {
@@ -71,7 +72,7 @@ def test_params_flattened_and_step_metrics_logged(mlflow_home: Path, tmp_path: P
     }
 
 
-def test_bad_metrics_line_names_file_and_line(mlflow_home: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_bad_metrics_line_names_file_and_line(mlflow_home: Path, tmp_path: Path) -> None:
     client = configure_mlflow()
     run_id = start_training_run(client, run_name="r", tags={})
     metrics = tmp_path / "metrics.jsonl"
@@ -83,7 +84,7 @@ def test_bad_metrics_line_names_file_and_line(mlflow_home: Path, tmp_path: Path)
         log_step_metrics(client, run_id, metrics)
 
 
-def test_eval_table_logged_as_metrics_and_artifact(mlflow_home: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_eval_table_logged_as_metrics_and_artifact(mlflow_home: Path, tmp_path: Path) -> None:
     client = configure_mlflow()
     run_id = start_training_run(client, run_name="r", tags={})
     table = {

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from registry_helpers import mlflow_home  # noqa: F401 - fixture
 from safetensors.torch import save_file
 
 from platform_lib.models.registry import build_model
@@ -64,7 +63,7 @@ def _register(name: str, tmp_path: Path, mean_iou: float, seed: int = 0, val: st
     )
 
 
-def test_champion_moves_only_on_better_iou_same_val_set(mlflow_home: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_champion_moves_only_on_better_iou_same_val_set(mlflow_home: Path, tmp_path: Path) -> None:
     first = _register("m-aliases", tmp_path, 0.30)
     assert (first.version, first.decision, first.champion_version) == ("1", "promoted:first", "1")
     worse = _register("m-aliases", tmp_path, 0.20)
@@ -90,7 +89,7 @@ def test_champion_moves_only_on_better_iou_same_val_set(mlflow_home: Path, tmp_p
     assert client.get_model_version("m-aliases", "4").tags["champion_decision"] == "promoted:manual"
 
 
-def test_version_carries_lineage_tags(mlflow_home: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_version_carries_lineage_tags(mlflow_home: Path, tmp_path: Path) -> None:
     reg = _register("m-tags", tmp_path, 0.4)
     tags = configure_mlflow().get_model_version("m-tags", reg.version).tags
     expected = _lineage().to_tags()
@@ -99,7 +98,7 @@ def test_version_carries_lineage_tags(mlflow_home: Path, tmp_path: Path) -> None
     assert reg.model_uri == f"models:/m-tags/{reg.version}"
 
 
-def test_champion_loads_back_from_safetensors(mlflow_home: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_champion_loads_back_from_safetensors(mlflow_home: Path, tmp_path: Path) -> None:
     _register("m-load", tmp_path, 0.1, seed=1)
     _register("m-load", tmp_path, 0.2, seed=2)  # champion: weights of seed 2
     _, expected = _weights(tmp_path, 2)
@@ -112,7 +111,7 @@ def test_champion_loads_back_from_safetensors(mlflow_home: Path, tmp_path: Path)
     assert sorted(p.name for p in local.iterdir()) == ["config.json", "model.safetensors"]
 
 
-def test_register_and_download_refuse_bad_input(mlflow_home: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_register_and_download_refuse_bad_input(mlflow_home: Path, tmp_path: Path) -> None:
     client = configure_mlflow()
     run_id = start_training_run(client, run_name="bad", tags={})
     with pytest.raises(FileNotFoundError, match="training produced no model"):

@@ -7,10 +7,10 @@ import json
 
 import numpy as np
 import pytest
-from shard_helpers import CAMERAS, make_frame
 
 from platform_lib.shards.codec import check_frame, decode_sample, dumps_json, encode_frame
 from platform_lib.sources.frame import FrameError
+from tests.support.frames import CAMERAS, make_frame
 
 
 def test_encode_frame_member_order_and_bytes():

@@ -9,13 +9,13 @@ import tarfile
 
 import pytest
 import webdataset as wds
-from shard_helpers import make_frames
 
 from platform_lib.shards.build import BuildConfig, write_dataset
 from platform_lib.shards.codec import encode_frame
 from platform_lib.shards.errors import ShardFormatError
 from platform_lib.shards.reader import iter_tar_samples, open_dataset
 from platform_lib.shards.writer import ShardWriter
+from tests.support.frames import make_frames
 
 SOURCE_LOGS = [
     {"log_id": "log-a", "content_hash": "a" * 64},

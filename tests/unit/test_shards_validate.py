@@ -9,13 +9,13 @@ import shutil
 import tarfile
 
 import pytest
-from shard_helpers import make_frames
 
 from platform_lib.cli import main
 from platform_lib.shards.build import BuildConfig, write_dataset
 from platform_lib.shards.manifest import Manifest, compute_dataset_hash, write_manifest
 from platform_lib.shards.reader import open_dataset
 from platform_lib.shards.validate import validate_dataset
+from tests.support.frames import make_frames
 
 
 @pytest.fixture(scope="module")

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 
-from telemetry_helpers import restart_timeline
-
 from platform_lib.cli import main
 from platform_lib.telemetry.publish import write_run_report
 from platform_lib.telemetry.report import build_report
+from tests.support.timelines import restart_timeline
 
 
 def _run_folder(tmp_path):
@@ -56,13 +55,13 @@ def test_goodput_of_something_else_fails_in_one_line(tmp_path, capsys):
     assert err.count("\n") == 1 and "not an MLflow run id" in err
 
 
-def test_goodput_of_an_mlflow_run_id(tmp_path, capsys, monkeypatch):
+def test_goodput_of_an_mlflow_run_id(tmp_path, capsys, monkeypatch, mlflow_db):
     from mlflow.tracking import MlflowClient
 
     from platform_lib.registry.goodput import log_goodput
 
     run, report = _run_folder(tmp_path)
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = mlflow_db(tmp_path / "mlflow.db")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("DRIVETRAIN_HOME", str(tmp_path / "home"))
     client = MlflowClient(tracking_uri=uri)

@@ -1,10 +1,9 @@
 """Goodput, badput, windows, anomalies and stragglers on synthetic step timelines with known
-figures (the main timeline is drawn in telemetry_helpers.py)."""
+figures (the main timeline is drawn in tests/support/timelines.py)."""
 
 from __future__ import annotations
 
 import pytest
-from telemetry_helpers import restart_timeline, step
 
 from platform_lib.telemetry.anomaly import (
     compute_ideal_step_time,
@@ -21,6 +20,7 @@ from platform_lib.telemetry.goodput import (
 )
 from platform_lib.telemetry.report import build_report, format_report
 from platform_lib.telemetry.timeline import Event, StepRecord, Timeline
+from tests.support.timelines import restart_timeline, step
 
 
 def test_restart_loses_the_steps_after_the_restored_checkpoint():

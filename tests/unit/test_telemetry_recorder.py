@@ -222,10 +222,10 @@ def test_workload_key_of_a_report():
         workload_of({"job": {**report["job"], "batch_size": None}}, "ab")
 
 
-def test_mlflow_baseline_store_round_trip(tmp_path):
+def test_mlflow_baseline_store_round_trip(tmp_path, mlflow_db):
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    client = MlflowClient(tracking_uri=mlflow_db(tmp_path / "mlflow.db"))
     store = MlflowBaselineStore(client)
     assert store.load("w/1") == []
     for median in (0.3, 0.2, 0.25):

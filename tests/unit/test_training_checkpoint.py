@@ -133,41 +133,6 @@ def test_async_save_stages_a_copy_and_commits_in_the_background(trained, tmp_pat
     ckpt.close()
 
 
-def test_checkpoint_folder_on_object_storage(trained, monkeypatch):
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        for key, value in {
-            "AWS_ACCESS_KEY_ID": "test",
-            "AWS_SECRET_ACCESS_KEY": "test",
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-        }.items():
-            monkeypatch.setenv(key, value)
-        boto3.client("s3").create_bucket(Bucket="drivetrain-ckpt")
-        model, optimizer = trained
-        ckpt = Checkpointer("s3://drivetrain-ckpt/run/checkpoints", keep=1)
-        weights = _weights(model)
-        ckpt.save(1, model, optimizer, {"step": 1})
-        ckpt.save(2, model, optimizer, {"step": 2})
-        keys = [
-            o["Key"]
-            for o in boto3.client("s3").list_objects_v2(Bucket="drivetrain-ckpt")["Contents"]
-        ]
-        assert "run/checkpoints/step-000002/.metadata" in keys
-        assert not any("step-000001" in k for k in keys)  # retention on the object store
-        assert ckpt.latest() == "s3://drivetrain-ckpt/run/checkpoints/step-000002"
-        _perturb(model)
-        assert ckpt.load(ckpt.latest(), model, optimizer)["step"] == 2
-        assert all(torch.equal(weights[k], v) for k, v in _weights(model).items())
-    finally:
-        server.stop()
-
-
 def _plan(**fault) -> FaultPlan:
     return FaultPlan.from_env(rank=0, environ={ENV_VAR: json.dumps([fault])})
 

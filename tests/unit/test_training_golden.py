@@ -1,6 +1,6 @@
 """Golden loss: the first steps of the small preset on a fixed synthetic dataset (CPU).
 
-Regenerate with `.venv/bin/python tests/unit/golden_run.py --write` (see that module).
+Regenerate with `.venv/bin/python tests/support/golden_run.py --write` (see that module).
 """
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import json
 
 import numpy as np
 import torch
-from golden_run import GOLDEN_PATH, RTOL, run_golden
+
+from tests.support.golden_run import GOLDEN_PATH, RTOL, run_golden
 
 
 def test_small_preset_matches_the_golden_losses(tmp_path):

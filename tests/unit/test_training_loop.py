@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from golden_run import build_golden_dataset
 
 from platform_lib.loading.loader import build_loader
 from platform_lib.models.registry import build_model
@@ -19,6 +18,7 @@ from platform_lib.training.evaluate import evaluate
 from platform_lib.training.overrides import apply_overrides
 from platform_lib.training.presets import small
 from platform_lib.training.train import resume_loader, train
+from tests.support.golden_run import build_golden_dataset
 
 METRIC_KEYS = {
     "step",

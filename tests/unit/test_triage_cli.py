@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from registry_helpers import mlflow_home  # noqa: F401 - fixture
-
 from platform_lib.cli import main
 from platform_lib.registry.mlflow_store import configure_mlflow
 from platform_lib.triage.classifier import classify
@@ -22,7 +20,7 @@ CASE = (
 )
 
 
-def test_triage_by_run_id_reads_recorded_evidence(mlflow_home, capsys) -> None:  # noqa: F811
+def test_triage_by_run_id_reads_recorded_evidence(mlflow_home, capsys) -> None:
     client = configure_mlflow("triage-test")
     experiment = client.get_experiment_by_name("triage-test").experiment_id
     evidence = load_evidence(CASE)

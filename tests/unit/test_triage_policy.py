@@ -124,24 +124,3 @@ def test_history_file_roundtrip_and_assess_failure(tmp_path) -> None:
     path.write_text(json.dumps([{"failure_class": "nonsense"}]))
     with pytest.raises(ValueError, match="not a triage attempt history"):
         load_history(path)
-
-
-def test_history_on_object_storage(s3_env) -> None:
-    """The history next to checkpoints on S3 (real moto server on loopback): two attempts."""
-    import boto3
-    from s3_helpers import start_moto_server
-
-    proc, endpoint = start_moto_server()
-    try:
-        s3_env(endpoint)
-        boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="ckpt")
-        url = "s3://ckpt/run-7/triage_history.json"
-        assert load_history(url) == []
-        append_attempt(url, Attempt(C.HARDWARE, "hardware/xid-fatal/abc", 300))
-        history = append_attempt(url, Attempt(C.HARDWARE, "hardware/xid-fatal/abc", 300, False))
-        assert load_history(url) == history and len(history) == 2
-        stop = decide_restart(C.HARDWARE, "hardware/xid-fatal/abc", 300, history[:1])
-        assert not stop.restart and stop.recurrences == 1
-    finally:
-        proc.kill()
-        proc.wait()

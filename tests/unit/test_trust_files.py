@@ -12,7 +12,6 @@ import socket
 from pathlib import Path
 
 import pytest
-from loading_helpers import write_test_dataset
 
 import platform_lib.loading.files as loading_files
 import platform_lib.shards.reader as shards_reader
@@ -31,6 +30,7 @@ from platform_lib.shards.manifest import (
 from platform_lib.shards.reader import open_dataset
 from platform_lib.shards.validate import validate_dataset
 from platform_lib.shards.view import load_view
+from tests.support.datasets import write_test_dataset
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from loading_helpers import write_index_rows, write_test_dataset
 
 from platform_lib.loading.errors import DatasetIndexError
 from platform_lib.loading.loader import build_loader
 from platform_lib.shards.view import load_view
+from tests.support.datasets import write_index_rows, write_test_dataset
 
 pytestmark = pytest.mark.timeout(60)
 HUGE = (1 << 63) - 1  # int64 max: offset + size wraps around in int64 arithmetic

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from loading_helpers import write_test_dataset
 
 from platform_lib.loading.errors import ResumeStateError
 from platform_lib.loading.loader import build_loader
+from tests.support.datasets import write_test_dataset
 
 pytestmark = pytest.mark.timeout(60)
 

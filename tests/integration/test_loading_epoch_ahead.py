@@ -6,10 +6,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from loading_helpers import write_test_dataset
-
 from platform_lib.loading.config import LoaderConfig
 from platform_lib.loading.loader import build_loader
+from tests.support.datasets import write_test_dataset
 
 
 class _StampTransform:

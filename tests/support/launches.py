@@ -2,7 +2,7 @@
 
 The child is the agent (SIGTERM to it is a pod eviction) and its combined stdout/stderr is the
 log a user would read (`kubectl logs`); the fault tests assert on both and feed the triage
-corpus from them. Used as `python fault_helpers.py '<json request>'`.
+corpus from them. Used as `python tests/support/launches.py '<json request>'`.
 """
 
 from __future__ import annotations

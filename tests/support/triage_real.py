@@ -9,7 +9,7 @@ SIGTERM use the training's documented fault switch `DRIVETRAIN_FAULTS`) and the 
 
 Regenerate the committed logs in tests/data/triage/real/ with
 
-    .venv/bin/python tests/unit/triage_real.py --write
+    .venv/bin/python tests/support/triage_real.py --write
 
 (takes ~1-2 min on 2 cores); `test_triage_corpus.py` reads them, and its slow test
 regenerates the cheap ones and checks that the verdict's class and root fingerprint hold.

@@ -11,9 +11,9 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from loading_helpers import write_test_dataset
 
 from platform_lib.loading.loader import build_loader
+from tests.support.datasets import write_test_dataset
 
 WORLD, BATCH, WORKERS, SEED = 2, 3, 2, 7
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(180)]

@@ -66,15 +66,27 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 def start_moto(
-    log: Path, host: str = "127.0.0.1", port: int | None = None, netns: str | None = None
+    log: Path | None = None,
+    host: str = "127.0.0.1",
+    port: int | None = None,
+    netns: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> tuple[subprocess.Popen, str]:
     """Start moto's standalone S3 server on host:port (optionally inside network namespace
-    `netns`); return (process, endpoint URL)."""
+    `netns`); return (process, endpoint URL).
+
+    `log` receives the server's output (discarded when None); `env` adds variables to its
+    environment, e.g. {"INITIAL_NO_AUTH_ACTION_COUNT": "0"} makes it check credentials
+    (unknown access keys get HTTP 403 InvalidAccessKeyId).
+    """
     port = port or free_port(host if netns is None else "127.0.0.1")
     cmd = [str(BIN / "moto_server"), "-H", host, "-p", str(port)]
     if netns:
         cmd = ["ip", "netns", "exec", netns, *cmd]
-    proc = subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT)
+    out = log.open("ab") if log is not None else subprocess.DEVNULL
+    proc = subprocess.Popen(
+        cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+    )
     endpoint = f"http://{host}:{port}"
     if netns is None:
         wait_http(f"{endpoint}/", proc, "moto S3 server", log=log)

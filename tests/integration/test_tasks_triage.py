@@ -4,18 +4,13 @@ SQLite store) and the retry decision (FlyteRecoverableException or not)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 from flytekit.exceptions.user import FlyteRecoverableException
 from mlflow.tracking import MlflowClient
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-sys.path.insert(0, str(Path(__file__).parent))
-from fault_helpers import launch_failing  # noqa: E402
-
-from tasks.triage import HISTORY_FILE, TrainingFailedError, explain_training_failure  # noqa: E402
+from tasks.triage import HISTORY_FILE, TrainingFailedError, explain_training_failure
+from tests.support.launches import launch_failing
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(300)]
 

@@ -8,7 +8,7 @@ compares the per-step losses with `tests/unit/golden/small.json` (relative toler
 Regenerate after an intended change to the model, the loss, the loader order or the
 synthetic generator, and commit the file with the change that explains it:
 
-    .venv/bin/python tests/unit/golden_run.py --write
+    .venv/bin/python tests/support/golden_run.py --write
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from platform_lib.training.train import train
 
 __all__ = ["GOLDEN_PATH", "RTOL", "build_golden_dataset", "run_golden"]
 
-GOLDEN_PATH = Path(__file__).resolve().parent / "golden" / "small.json"
+GOLDEN_PATH = Path(__file__).resolve().parents[1] / "unit" / "golden" / "small.json"
 RTOL = 1e-4
 
 

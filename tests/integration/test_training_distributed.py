@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-from golden_run import build_golden_dataset
 from torch.distributed.checkpoint import FileSystemReader
 
 from platform_lib.models.registry import build_model
@@ -14,6 +13,7 @@ from platform_lib.training.checkpoint import load_weights
 from platform_lib.training.launch import launch_local
 from platform_lib.training.overrides import apply_overrides
 from platform_lib.training.presets import small
+from tests.support.golden_run import build_golden_dataset
 
 pytestmark = pytest.mark.distributed
 

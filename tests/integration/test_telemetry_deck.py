@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-from telemetry_helpers import restart_timeline
 
 from platform_lib.telemetry.deck import PLOT_BOXES, PLOTS, render_deck_html
 from platform_lib.telemetry.report import build_report
 from platform_lib.telemetry.timeline import StepRecord, Timeline
+from tests.support.timelines import restart_timeline
 
 CHROMIUM_FLAGS = (
     "--headless",

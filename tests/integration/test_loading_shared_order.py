@@ -9,12 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from loading_helpers import write_test_dataset
 
 from platform_lib.loading.config import LoaderConfig
 from platform_lib.loading.loader import build_loader
 from platform_lib.loading.mixing import EpochOrders
 from platform_lib.loading.shared_order import SharedOrders
+from tests.support.datasets import write_test_dataset
 
 pytestmark = pytest.mark.skipif(
     "fork" not in mp.get_all_start_methods() or not Path("/proc/self/smaps_rollup").exists(),

@@ -5,12 +5,10 @@ NaN loss. On CPU with a fixed seed the recovered runs end bitwise equal to an un
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from golden_run import build_golden_dataset
 
 from platform_lib.shards.reader import open_dataset
 from platform_lib.training.checkpoint import list_checkpoints, load_weights
@@ -20,9 +18,8 @@ from platform_lib.training.loop import NonFiniteError
 from platform_lib.training.overrides import apply_overrides
 from platform_lib.training.presets import small
 from platform_lib.training.train import train
-
-sys.path.insert(0, str(Path(__file__).parent))
-from fault_helpers import run_launcher  # noqa: E402
+from tests.support.golden_run import build_golden_dataset
+from tests.support.launches import run_launcher
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(600)]
 

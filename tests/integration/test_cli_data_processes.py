@@ -1,0 +1,91 @@
+"""`drivetrain data build` with worker processes and the installed console script, run as processes;
+the in-process CLI tests are in tests/unit/test_cli_data.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from platform_lib.cli import build_parser, main
+
+SYNTH = ["--source", "synthetic", "--num-logs", "2", "--frames-per-log", "3", "--seed", "7"]
+
+
+def _hashes(root: Path) -> dict[str, str]:
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.fixture(scope="module")
+def synthetic_builds(tmp_path_factory):
+    base = tmp_path_factory.mktemp("cli")
+    for name in ("a", "b"):  # independent raw generations and builds
+        code = main(
+            [
+                "data",
+                "build",
+                *SYNTH,
+                "--input",
+                str(base / f"raw-{name}"),
+                "--output",
+                str(base / f"ds-{name}"),
+                "--shard-size-mb",
+                "0.3",
+            ]
+        )
+        assert code == 0
+    return base
+
+
+def test_parallel_build_gives_the_same_bytes(synthetic_builds, tmp_path):
+    code = main(
+        [
+            "data",
+            "build",
+            *SYNTH,
+            "--input",
+            str(synthetic_builds / "raw-a"),
+            "--output",
+            str(tmp_path / "ds"),
+            "--shard-size-mb",
+            "0.3",
+            "--workers",
+            "2",
+        ]
+    )
+    assert code == 0
+    assert _hashes(tmp_path / "ds") == _hashes(synthetic_builds / "ds-a")
+
+
+def test_parser_has_data_group_and_console_script():
+    parser = build_parser()
+    args = parser.parse_args(["data", "validate", "/x"])
+    assert args.group == "data" and args.command == "validate"
+    result = subprocess.run(
+        [Path(sys.executable).parent / "drivetrain", "data", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0 and "build" in result.stdout and "validate" in result.stdout
+
+
+def test_help_does_not_import_torch_or_pyarrow():
+    """`drivetrain --help` must start fast: the command modules import heavy deps lazily."""
+    code = (
+        "import sys; from platform_lib.cli import build_parser; build_parser(); "
+        "print(sorted(m for m in ('torch', 'pyarrow', 'pandera') if m in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
