@@ -315,8 +315,13 @@ def _write_staging(
     last: tuple[str, int] | None = None
     frames_per_log: dict[str, int] = {}
     target = int(config.shard_size_mb * 1_000_000)
-    with ShardWriter(staging, target_bytes=target) as writer:
-        for item in tqdm(items, total=total, disable=not progress, unit="frame", desc="build"):
+    bar = tqdm(items, total=total, disable=not progress, unit="frame", desc="build")
+    shown_log: str | None = None
+    with bar, ShardWriter(staging, target_bytes=target) as writer:
+        for item in bar:
+            if progress and item.log_id != shown_log:
+                shown_log = item.log_id
+                bar.set_postfix_str(shown_log or "", refresh=False)  # the log being written
             if isinstance(item, FrameError):
                 bad.add(item)
                 continue
@@ -428,7 +433,10 @@ def build_dataset(
             f"val_logs {unknown} are not logs of {input_path} (logs: "
             f"{[d.name for d in log_dirs][:20]}); fix --val-logs"
         )
-    source_logs = hash_logs(log_dirs)
+    show = sys.stderr.isatty() if config.progress is None else config.progress
+    # hashing reads every raw byte before the first frame is built: a bar of its own
+    hashing = tqdm(log_dirs, disable=not show, unit="log", desc="hash raw logs")
+    source_logs = [entry for log_dir in hashing for entry in hash_logs([log_dir])]
     with contextlib.ExitStack() as stack:
         items: Iterable[PreparedFrame | FrameError]
         if config.workers == 1:
