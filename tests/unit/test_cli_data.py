@@ -278,3 +278,13 @@ def test_build_shows_progress_on_a_terminal_only(synthetic_builds, tmp_path, cap
     assert code == 0
     err = capsys.readouterr().err
     assert "\r" not in err and "hash raw logs" not in err and "build:" not in err, err
+
+
+def test_bad_build_settings_are_one_usage_line_naming_every_field(tmp_path, capsys):
+    args = ["data", "build", *SYNTH, "--input", str(tmp_path / "raw"), "--output", str(tmp_path)]
+    assert main([*args, "--shard-size-mb", "-1", "--workers", "0"]) == 2
+    assert capsys.readouterr().err == (
+        "error: shard_size_mb must be > 0, got -1.0; workers must be >= 1, got 0 (data build): "
+        "see `drivetrain data build --help`\n"
+    )
+    assert not (tmp_path / "raw").exists()  # refused before any log was generated
