@@ -108,14 +108,15 @@ class BuildConfig(BaseModel):
 _BOUNDS = (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<="))
 
 
-def describe_config_error(error: ValidationError) -> str:
-    """Return a pydantic error of `BuildConfig` as one line: `<field> must be <rule>, got <value>`.
+def describe_config_error(error: ValidationError, prefix: str = "") -> str:
+    """Return a config model's pydantic error as one line: `<field> must be <rule>, got <value>`.
 
-    Bounds read as before the config was a pydantic model (`shard_size_mb must be > 0, got -1`).
+    For `BuildConfig` and `SyntheticConfig`; bounds read as before they were pydantic models
+    (`shard_size_mb must be > 0, got -1.0`); `prefix` goes before each field name.
     """
     problems = []
     for item in error.errors():
-        field = ".".join(str(part) for part in item["loc"]) or "config"
+        field = prefix + (".".join(str(part) for part in item["loc"]) or "config")
         ctx = item.get("ctx", {})
         bound = next((f"{op} {ctx[key]:g}" for key, op in _BOUNDS if key in ctx), None)
         if bound is not None:

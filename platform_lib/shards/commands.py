@@ -127,11 +127,11 @@ def _run_build(args: argparse.Namespace) -> int:
                 frames_per_log=args.frames_per_log,
                 seed=args.seed,
             )
-        except ValueError as exc:  # e.g. --num-logs 0
-            if isinstance(exc, UserError):
-                raise
+        except ValidationError as exc:  # e.g. --num-logs 0
             print(
-                f"error: {exc} (--num-logs/--frames-per-log/--seed): give positive sizes",
+                f"error: {describe_config_error(exc, 'SyntheticConfig.')} "
+                "(--num-logs/--frames-per-log/--seed): "
+                "give positive sizes",
                 file=sys.stderr,
             )
             return 2
