@@ -36,7 +36,7 @@ from kubernetes.client import V1PodSpec, V1Toleration
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
 from platform_lib.registry.goodput import GoodputFinisher, MlflowMetricsStream, hand_off_run
-from platform_lib.shards import load_manifest
+from platform_lib.shards.manifest import load_manifest
 from platform_lib.telemetry.publish import GOODPUT_HTML
 from platform_lib.training.checkpoint import make_run_dir
 from platform_lib.training.config import TrainConfig, hash_config
@@ -64,9 +64,8 @@ os.environ.setdefault(DISABLE_SHARED_STORE, "1")
 #: module is imported (package/register time, and in the pod from the task's environment).
 PLACEMENT = placement_from_env()
 #: How often the elastic agent polls its workers, in s. The agent notices the workers'
-#: end at its next poll, so this bounds the idle tail after the last step (the plugin's
-#: default, 5 s, cost ~2.5 s per run on average; 0.1 s is torchrun's own default,
-#: `--monitor-interval`; see docs/performance.md).
+#: end at its next poll, so this bounds the idle tail after the last step (0.1 s is
+#: torchrun's own `--monitor-interval` default; the plugin's 5 s: docs/performance.md).
 MONITOR_INTERVAL_S = float(os.environ.get("DRIVETRAIN_ELASTIC_MONITOR_INTERVAL_S", "0.1"))
 
 
@@ -219,7 +218,7 @@ def build_train_task(placement: Placement) -> PythonFunctionTask:
         ),
         enable_deck=True,
         # no "Dependencies" deck: flytekit runs `pip list` and `pip freeze` for it after the
-        # task body (~1 s of the post-training tail); the task image pins the environment
+        # task body, in the post-training tail; the task image pins the environment
         deck_fields=(DeckField.SOURCE_CODE, DeckField.TIMELINE, DeckField.INPUT, DeckField.OUTPUT),
         cache=Cache(version="1"),
         retries=2,

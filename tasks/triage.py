@@ -5,7 +5,7 @@ workers fail for good (after `max_restarts`), the kfpytorch plugin raises from t
 `ChildFailedError`. `explain_training_failure` turns that into the task's error:
 
 1. evidence = the launcher's per-rank exits (rank, pid, exit code or signal) and each failed
-   rank's error file (`platform_lib.triage.evidence_from_child_failure`);
+   rank's error file (`platform_lib.triage.attempt.evidence_from_child_failure`);
 2. verdict + restart decision (`assess_failure`), with the history of earlier attempts kept
    beside the checkpoints and the newest committed checkpoint step (checkpoint progress);
 3. an MLflow run of the failed attempt tagged with the verdict (`triage.*` tags) and the
@@ -27,12 +27,8 @@ from flytekit.exceptions.user import FlyteRecoverableException
 
 from platform_lib.redact import redact
 from platform_lib.training.checkpoint import find_latest_checkpoint
-from platform_lib.triage import (
-    assess_failure,
-    evidence_from_child_failure,
-    failure_message,
-    record_verdict,
-)
+from platform_lib.triage.attempt import assess_failure, evidence_from_child_failure, failure_message
+from platform_lib.triage.record import record_verdict
 
 __all__ = ["HISTORY_FILE", "TrainingFailedError", "explain_training_failure"]
 

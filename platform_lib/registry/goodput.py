@@ -332,11 +332,11 @@ class GoodputFinisher:
 
     The elastic agent (the training task's own process) only polls its workers while they
     train. A background thread waits until rank 0 has opened its telemetry file (warming up
-    earlier would hold this process's GIL while it spawns the workers: +1.1 s before the
-    first worker starts, measured), imports what `finish_goodput` needs (`warm_up_finish`),
+    earlier would hold this process's GIL while it spawns the workers and delay the first
+    one), imports what `finish_goodput` needs (`warm_up_finish`),
     then waits for `run_dir/mlflow_run.json` (`hand_off_run`, rank 0's last act) and
     finishes while the workers return their results and exit, so the post-training tail
-    pays for the slower of the two, not for both (docs/performance.md). `result` joins it.
+    pays for the slower of the two, not for both (docs/performance-history.md). `result` joins it.
 
     Args:
         run_dir: the run folder the workers write (None when the launcher cannot tell:

@@ -53,7 +53,7 @@ def _run(raw_logs: str, seed: int) -> str:
 
 
 def _run_dir(tmp: Path, seed: int) -> Path:
-    for run in (tmp / "tmp").glob("drivetrain-train-*/*"):  # $TMPDIR/drivetrain-train-<uid>/
+    for run in (tmp / "tmp").glob("drivetrain-train-*/*"):
         config = json.loads((run / "train_result.json").read_text())["config"]
         if config["seed"] == seed:
             return run
