@@ -9,6 +9,8 @@ Wiring only; the tasks live in `tasks/`, the logic in `platform_lib/`. See docs/
 
 from __future__ import annotations
 
+import warnings
+
 from flytekit import workflow
 
 from platform_lib.sources.synthetic import SyntheticConfig
@@ -25,6 +27,14 @@ from tasks.register import register_model
 from tasks.train import resolve_config, train_model
 
 __all__ = ["training_pipeline"]
+
+# `pyflyte run` declares a bool input as two click options, `--quarantine/--no_quarantine` and
+# `--quarantine/--no-quarantine` (flytekit's `to_click_option`, since flyteorg/flytekit#2764),
+# and click >= 8.2 warns about the shared `--quarantine` each time it parses the command line.
+# Both spellings work; the warning is flytekit's, not ours, and only this one is ignored.
+warnings.filterwarnings(
+    "ignore", message=r"The parameter --quarantine is used more than once", category=UserWarning
+)
 
 #: Workflow input default (a frozen dataclass; module-level so the default is shared).
 DEFAULT_SYNTHETIC = SyntheticConfig()

@@ -26,11 +26,12 @@ import shutil
 import sys
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from tqdm import tqdm
 
 from platform_lib.fsguard import hold_owner_lock, remove_if_orphaned
@@ -47,7 +48,7 @@ from platform_lib.shards.manifest import (
 )
 from platform_lib.shards.prepare import PreparedFrame, prepare_frame, prepare_log
 from platform_lib.shards.sources import hash_logs, iter_log, list_logs
-from platform_lib.shards.split import SPLIT_METHODS, assign_splits
+from platform_lib.shards.split import assign_splits
 from platform_lib.shards.writer import ShardWriter, fsync_dir
 from platform_lib.sources.frame import CLASS_GROUPS, Frame, FrameError
 
@@ -55,6 +56,7 @@ __all__ = [
     "BuildConfig",
     "build_dataset",
     "check_output",
+    "describe_config_error",
     "publish_staging",
     "stage_output",
     "write_dataset",
@@ -66,53 +68,67 @@ _OWNER_LOCK = ".owner.lock"
 _PUBLISH_WAIT_S = 60.0
 
 
-@dataclass(kw_only=True, frozen=True)
-class BuildConfig:
+class BuildConfig(BaseModel):
     """How raw frames become a dataset (see docs/format.md and platform_lib/shards/README.md)."""
 
-    shard_size_mb: float = 256.0
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    shard_size_mb: float = Field(default=256.0, gt=0.0, allow_inf_nan=False)
     """target shard size, in MB (10**6 bytes). Tens to hundreds of MB amortise the per-request
     latency of object stores (~10-100 ms per GET) over a long sequential read and keep the file
     count low, yet stay small enough to cache on a node-local disk and to spread over many
     loader workers (one shard per worker at a time)"""
     split: Literal["by_log", "by_frame_range"] = "by_log"
     """train/val split method: whole logs, or the last frames of every log"""
-    val_fraction: float = 0.2
+    val_fraction: float = Field(default=0.2, ge=0.0, lt=1.0, allow_inf_nan=False)
     """by_log: fraction of logs that go to val (ignored when val_logs is given)"""
-    val_logs: tuple[str, ...] = ()
-    """by_log: explicit val log ids"""
-    val_frames_per_log: int = 2
+    val_logs: list[str] = Field(default_factory=list)
+    """by_log: explicit val log ids (a list, not a tuple: Flyte types a task input's fields)"""
+    val_frames_per_log: int = Field(default=2, ge=0)
     """by_frame_range: number of last frames of each log that go to val, in frames"""
     quarantine: bool = False
     """leave out bad frames and record them in manifest["quarantine"] instead of failing"""
     overwrite: bool = False
     """replace an existing dataset at the output folder (atomically, by rename)"""
     progress: bool | None = None
-    """show a tqdm bar; None = only when stderr is a terminal"""
-    workers: int = 1
+    """show tqdm bars; None = only when stderr is a terminal"""
+    workers: int = Field(default=1, ge=1)
     """processes that read and encode raw logs (one log per task); output bytes do not
     depend on it"""
 
-    def __post_init__(self) -> None:
-        if not self.shard_size_mb > 0:
-            raise ValueError(f"shard_size_mb must be > 0, got {self.shard_size_mb}")
-        if self.split not in SPLIT_METHODS:
-            raise ValueError(f"split must be one of {SPLIT_METHODS}, got {self.split!r}")
-        if not 0.0 <= self.val_fraction < 1.0:
-            raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
-        if self.workers < 1:
-            raise ValueError(f"workers must be >= 1, got {self.workers}")
-        if self.val_frames_per_log < 0:
-            raise ValueError(f"val_frames_per_log must be >= 0, got {self.val_frames_per_log}")
-
     def recorded(self) -> dict[str, Any]:
         """Fields that shape the dataset bytes (recorded in the manifest; no paths, no flags)."""
-        fields = asdict(self)
-        for name in ("overwrite", "progress", "workers"):
-            fields.pop(name)
+        fields = self.model_dump(exclude={"overwrite", "progress", "workers"})
         fields["val_logs"] = sorted(self.val_logs)
         fields["pyarrow_version"] = pa.__version__
         return fields
+
+
+#: pydantic's bound constraints and how a message states them.
+_BOUNDS = (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<="))
+
+
+def describe_config_error(error: ValidationError, prefix: str = "") -> str:
+    """Return a config model's pydantic error as one line: `<field> must be <rule>, got <value>`.
+
+    For `BuildConfig` and `SyntheticConfig`; bounds read as before they were pydantic models
+    (`shard_size_mb must be > 0, got -1.0`); `prefix` goes before each field name.
+    """
+    problems = []
+    for item in error.errors():
+        field = prefix + (".".join(str(part) for part in item["loc"]) or "config")
+        ctx = item.get("ctx", {})
+        bound = next((f"{op} {ctx[key]:g}" for key, op in _BOUNDS if key in ctx), None)
+        if bound is not None:
+            rule = f"must be {bound}"
+        elif item["type"] == "literal_error":
+            rule = f"must be {ctx['expected']}"
+        else:
+            rule = item["msg"][:1].lower() + item["msg"][1:]
+        value = item["input"]
+        shown = repr(value) if isinstance(value, str) else value
+        problems.append(f"{field} {rule}, got {shown}")
+    return "; ".join(problems)
 
 
 def check_output(output: Path, overwrite: bool) -> None:
@@ -315,8 +331,13 @@ def _write_staging(
     last: tuple[str, int] | None = None
     frames_per_log: dict[str, int] = {}
     target = int(config.shard_size_mb * 1_000_000)
-    with ShardWriter(staging, target_bytes=target) as writer:
-        for item in tqdm(items, total=total, disable=not progress, unit="frame", desc="build"):
+    bar = tqdm(items, total=total, disable=not progress, unit="frame", desc="build")
+    shown_log: str | None = None
+    with bar, ShardWriter(staging, target_bytes=target) as writer:
+        for item in bar:
+            if progress and item.log_id != shown_log:
+                shown_log = item.log_id
+                bar.set_postfix_str(shown_log or "", refresh=False)  # the log being written
             if isinstance(item, FrameError):
                 bad.add(item)
                 continue
@@ -357,7 +378,7 @@ def _write_staging(
             [(r["log_id"], r["frame_index"]) for r in rows],
             method=config.split,
             val_fraction=config.val_fraction,
-            val_logs=config.val_logs,
+            val_logs=tuple(config.val_logs),
             val_frames_per_log=config.val_frames_per_log,
         )
     except ValueError as exc:  # e.g. --val-logs naming a log without usable frames
@@ -428,7 +449,10 @@ def build_dataset(
             f"val_logs {unknown} are not logs of {input_path} (logs: "
             f"{[d.name for d in log_dirs][:20]}); fix --val-logs"
         )
-    source_logs = hash_logs(log_dirs)
+    show = sys.stderr.isatty() if config.progress is None else config.progress
+    # hashing reads every raw byte before the first frame is built: a bar of its own
+    hashing = tqdm(log_dirs, disable=not show, unit="log", desc="hash raw logs")
+    source_logs = [entry for log_dir in hashing for entry in hash_logs([log_dir])]
     with contextlib.ExitStack() as stack:
         items: Iterable[PreparedFrame | FrameError]
         if config.workers == 1:

@@ -98,19 +98,24 @@ def _split_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _run_build(args: argparse.Namespace) -> int:
-    from platform_lib.shards.build import BuildConfig, build_dataset
+    from pydantic import ValidationError
+
+    from platform_lib.shards.build import BuildConfig, build_dataset, describe_config_error
 
     try:
         config = BuildConfig(
             shard_size_mb=args.shard_size_mb,
             **_split_options(args),
-            val_logs=tuple(v for v in (args.val_logs or "").split(",") if v),
+            val_logs=[v for v in (args.val_logs or "").split(",") if v],
             quarantine=args.quarantine,
             overwrite=args.overwrite,
             workers=args.workers,
         )
-    except ValueError as exc:
-        print(f"error: {exc} (data build): see `drivetrain data build --help`", file=sys.stderr)
+    except ValidationError as exc:
+        print(
+            f"error: {describe_config_error(exc)} (data build): see `drivetrain data build --help`",
+            file=sys.stderr,
+        )
         return 2
     input_path = Path(args.input)
     if args.source == "synthetic":
@@ -121,11 +126,11 @@ def _run_build(args: argparse.Namespace) -> int:
                 frames_per_log=args.frames_per_log,
                 seed=args.seed,
             )
-        except ValueError as exc:  # e.g. --num-logs 0
-            if isinstance(exc, UserError):
-                raise
+        except ValidationError as exc:  # e.g. --num-logs 0
             print(
-                f"error: {exc} (--num-logs/--frames-per-log/--seed): give positive sizes",
+                f"error: {describe_config_error(exc, 'SyntheticConfig.')} "
+                "(--num-logs/--frames-per-log/--seed): "
+                "give positive sizes",
                 file=sys.stderr,
             )
             return 2

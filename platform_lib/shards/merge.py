@@ -19,7 +19,6 @@ dataset hash whatever the order they are listed or built in.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import io
 import json
@@ -100,14 +99,15 @@ def resolve_part_store(store: str | None = None) -> str:
 
 def _part_config(config: BuildConfig) -> BuildConfig:
     """The config a part is built with: the byte-shaping fields of `config`, everything train."""
-    return dataclasses.replace(
-        config,
-        split="by_log",
-        val_fraction=0.0,
-        val_logs=(),
-        overwrite=False,
-        progress=False,
-        workers=1,
+    return config.model_copy(
+        update={
+            "split": "by_log",
+            "val_fraction": 0.0,
+            "val_logs": [],
+            "overwrite": False,
+            "progress": False,
+            "workers": 1,
+        }
     )
 
 
@@ -306,7 +306,7 @@ def merge_parts(
             [(r["log_id"], r["frame_index"]) for r in rows],
             method=config.split,
             val_fraction=config.val_fraction,
-            val_logs=config.val_logs,
+            val_logs=tuple(config.val_logs),
             val_frames_per_log=config.val_frames_per_log,
         )
     except ValueError as exc:

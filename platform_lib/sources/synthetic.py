@@ -19,7 +19,6 @@ and renamed into place, so a crash never leaves a half-written `synth-NNNN/`.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -91,7 +90,7 @@ def _write_log_files(config: SyntheticConfig, log_index: int, folder: Path) -> N
             "log_index": log_index,
             "num_frames": config.frames_per_log,
             "cameras": names,
-            "config": dataclasses.asdict(config),
+            "config": config.model_dump(),
         },
     )
     _dump_json(

@@ -15,9 +15,10 @@ Shape legend (F frames, K objects):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
     "CLASS_SPECS",
@@ -29,87 +30,71 @@ __all__ = [
 ]
 
 
-@dataclass(kw_only=True, frozen=True)
-class SyntheticConfig:
+#: An inclusive (min, max) pair; a list, not a tuple, so that Flyte types it as a task input.
+IntRange = Annotated[list[int], Field(min_length=2, max_length=2)]
+FloatRange = Annotated[list[float], Field(min_length=2, max_length=2)]
+
+
+class SyntheticConfig(BaseModel):
     """Size and physics of generated synthetic logs."""
 
-    num_logs: int = 4
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    num_logs: int = Field(default=4, gt=0, le=10000)
     """number of logs (sequences)"""
-    frames_per_log: int = 8
+    frames_per_log: int = Field(default=8, gt=0)
     """LiDAR sweeps per log"""
-    image_width: int = 160
+    image_width: int = Field(default=160, ge=16)
     """camera image width, in pixels"""
-    image_height: int = 96
+    image_height: int = Field(default=96, ge=16)
     """camera image height, in pixels"""
-    lidar_beams: int = 32
+    lidar_beams: int = Field(default=32, gt=0)
     """LiDAR elevation channels"""
-    lidar_azimuth_bins: int = 256
+    lidar_azimuth_bins: int = Field(default=256, gt=0)
     """LiDAR azimuth steps per 360 degree sweep"""
-    lidar_fov_up_deg: float = 10.0
+    lidar_fov_up_deg: float = Field(default=10.0, lt=90.0, allow_inf_nan=False)
     """elevation of the top beam, in degrees"""
-    lidar_fov_down_deg: float = -25.0
+    lidar_fov_down_deg: float = Field(default=-25.0, gt=-90.0, allow_inf_nan=False)
     """elevation of the bottom beam, in degrees"""
-    lidar_max_range_m: float = 80.0
+    lidar_max_range_m: float = Field(default=80.0, gt=0.0, allow_inf_nan=False)
     """LiDAR maximum range, in m"""
-    lidar_height_m: float = 1.8
+    lidar_height_m: float = Field(default=1.8, gt=0.0, allow_inf_nan=False)
     """LiDAR (ego origin) height above the ground, in m"""
-    range_noise_m: float = 0.02
+    range_noise_m: float = Field(default=0.02, ge=0.0, allow_inf_nan=False)
     """standard deviation of LiDAR range noise, in m"""
-    num_vehicles: tuple[int, int] = (3, 8)
+    num_vehicles: IntRange = Field(default_factory=lambda: [3, 8])
     """inclusive (min, max) vehicles per log (an object that finds no collision-free start in
     50 draws is left out, so crowded scenes may hold fewer)"""
-    num_pedestrians: tuple[int, int] = (1, 5)
+    num_pedestrians: IntRange = Field(default_factory=lambda: [1, 5])
     """inclusive (min, max) pedestrians per log"""
-    num_cyclists: tuple[int, int] = (0, 3)
+    num_cyclists: IntRange = Field(default_factory=lambda: [0, 3])
     """inclusive (min, max) cyclists per log"""
-    scene_radius_m: float = 45.0
+    scene_radius_m: float = Field(default=45.0, gt=0.0, allow_inf_nan=False)
     """objects start within this distance of the ego start, in m"""
-    ego_speed_mps: tuple[float, float] = (4.0, 12.0)
+    ego_speed_mps: FloatRange = Field(default_factory=lambda: [4.0, 12.0])
     """(min, max) ego speed, in m/s"""
-    max_yaw_rate_dps: float = 6.0
+    max_yaw_rate_dps: float = Field(default=6.0, ge=0.0, allow_inf_nan=False)
     """maximum absolute ego yaw rate, in degrees/s"""
-    frame_rate_hz: float = 10.0
+    frame_rate_hz: float = Field(default=10.0, gt=0.0, allow_inf_nan=False)
     """sweeps per second, in Hz"""
-    start_timestamp_s: float = 1.7e9
+    start_timestamp_s: float = Field(default=1.7e9, allow_inf_nan=False)
     """timestamp of frame 0 of log 0, in s (UNIX epoch); log j starts j * 1000 s later"""
-    jpeg_quality: int = 90
+    jpeg_quality: int = Field(default=90, ge=1, le=100)
     """JPEG quality of the rendered images (1-100)"""
-    radar_max_range_m: float = 120.0
+    radar_max_range_m: float = Field(default=120.0, gt=0.0, allow_inf_nan=False)
     """radar maximum range, in m"""
-    seed: int = 0
+    seed: int = Field(default=0, ge=0)
     """seed of every random draw"""
 
-    def __post_init__(self) -> None:
-        positive = (
-            "num_logs",
-            "frames_per_log",
-            "image_width",
-            "image_height",
-            "lidar_beams",
-            "lidar_azimuth_bins",
-            "lidar_max_range_m",
-            "lidar_height_m",
-            "scene_radius_m",
-            "frame_rate_hz",
-            "radar_max_range_m",
-        )
-        for name in positive:
-            if not getattr(self, name) > 0:
-                raise ValueError(f"SyntheticConfig.{name} must be > 0, got {getattr(self, name)}")
-        if self.image_width < 16 or self.image_height < 16:
-            raise ValueError("SyntheticConfig.image_width/image_height must be >= 16 pixels")
-        if not -90.0 < self.lidar_fov_down_deg < self.lidar_fov_up_deg < 90.0:
-            raise ValueError("need -90 < lidar_fov_down_deg < lidar_fov_up_deg < 90")
+    @model_validator(mode="after")
+    def _ranges_are_ordered(self) -> SyntheticConfig:
+        if not self.lidar_fov_down_deg < self.lidar_fov_up_deg:
+            raise ValueError("need lidar_fov_down_deg < lidar_fov_up_deg")
         for name in ("num_vehicles", "num_pedestrians", "num_cyclists", "ego_speed_mps"):
-            lo, hi = getattr(self, name)
-            if not 0 <= lo <= hi:
+            low, high = getattr(self, name)
+            if not 0 <= low <= high:
                 raise ValueError(f"SyntheticConfig.{name} must be (min, max) with 0 <= min <= max")
-        if not 1 <= self.jpeg_quality <= 100:
-            raise ValueError("SyntheticConfig.jpeg_quality must be in 1..100")
-        if self.range_noise_m < 0 or self.max_yaw_rate_dps < 0 or self.seed < 0:
-            raise ValueError("range_noise_m, max_yaw_rate_dps and seed must be >= 0")
-        if self.num_logs > 10000:
-            raise ValueError("SyntheticConfig.num_logs must be <= 10000 (log ids synth-NNNN)")
+        return self
 
 
 #: label, class group, PandaSet semseg id, base (length, width, height) m, speed range m/s,
@@ -195,7 +180,8 @@ def sample_scene(config: SyntheticConfig, log_index: int) -> Scene:
     rng = np.random.default_rng([config.seed, log_index, 0])
     frames = config.frames_per_log
     t = np.arange(frames) / config.frame_rate_hz
-    speed = float(rng.uniform(*config.ego_speed_mps))
+    low_speed, high_speed = config.ego_speed_mps
+    speed = float(rng.uniform(low_speed, high_speed))
     yaw_rate = float(np.radians(rng.uniform(-1.0, 1.0) * config.max_yaw_rate_dps))
     ego_pose = _ego_trajectory(t, speed, yaw_rate, config.lidar_height_m)
     ego_xy = ego_pose[:, :2, 3]

@@ -164,6 +164,13 @@ class ParallelConfig(_Section):
     """a collective not complete after this long is a hang (process group timeout), in s"""
 
 
+#: Fields that left `DataConfig`, with the value every config had: `data.batch_delay_s` (an
+#: injected per-batch stall, now the `batch_delay` fault of DRIVETRAIN_FAULTS). `hash_config`
+#: still hashes them, so that hashes recorded before (lineage, run folders) stay the same, and
+#: records that carry them at that value still load.
+RETIRED_DATA_FIELDS: dict[str, float] = {"batch_delay_s": 0.0}
+
+
 class DataConfig(_Section):
     """The batches: splits, batch size and the streaming loader's knobs (`training.data`)."""
 
@@ -179,8 +186,15 @@ class DataConfig(_Section):
     """batches each loader worker prepares ahead of the training loop, in batches"""
     shuffle_buffer: Int = Field(default=2048, ge=1)
     """window of the loader's block shuffle, in samples"""
-    batch_delay_s: Float = Field(default=0.0, ge=0.0)
-    """injected delay before each batch reaches the training loop, in s (tests of input-bound runs); 0: none"""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_retired_fields(cls, values: Any) -> Any:
+        """Accept records written before `batch_delay_s` left (always 0.0 there)."""
+        if isinstance(values, Mapping) and "batch_delay_s" in values:
+            if values["batch_delay_s"] == RETIRED_DATA_FIELDS["batch_delay_s"]:
+                return {k: v for k, v in values.items() if k != "batch_delay_s"}
+        return values
 
     @model_validator(mode="after")
     def _splits_are_distinct_and_named(self) -> DataConfig:
@@ -417,9 +431,12 @@ def canonical_json(config: Any) -> str:
 
     Keys sorted at every level, no whitespace, and every integral float written as an int,
     so the same values give the same text whatever their spelling (`1` vs `1.0`) or key order.
+    A training config's `data` section also holds `RETIRED_DATA_FIELDS` (hashes stay the same).
     """
     if isinstance(config, BaseModel):
         config = config.model_dump()
+    if isinstance(config, Mapping) and isinstance(config.get("data"), Mapping):
+        config = {**config, "data": {**RETIRED_DATA_FIELDS, **config["data"]}}
     return json.dumps(_canonical(config), sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 

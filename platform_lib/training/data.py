@@ -87,8 +87,8 @@ def build_eval_loader(
 def iterate_epochs(loader: Any, batch_delay_s: float = 0.0) -> Iterator[Any]:
     """Yield batches from `loader` forever, epoch after epoch (calling `set_epoch` when present).
 
-    `batch_delay_s` > 0 sleeps that long before each batch (`DataConfig.batch_delay_s`: an
-    injected, fully exposed input stall for tests of input-bound runs), in s.
+    `batch_delay_s` > 0 sleeps that long before each batch (the `batch_delay` fault of
+    `training.faults`: an injected, fully exposed input stall for tests of input-bound runs), in s.
     """
     epoch = getattr(loader, "epoch", 0)
     while True:

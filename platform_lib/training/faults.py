@@ -20,6 +20,8 @@ in elastic attempt `attempt` (default 0: the first start, so a restarted run goe
                    transient storage error, in `times` consecutive attempts (default 1)
     disk_full      writing the rank's checkpoint data of the step fails with ENOSPC after
                    `after_bytes` bytes (default 0), as on a full volume
+    batch_delay    every batch of the rank waits `seconds` before the loop gets it, from the
+                   first batch on (give step 1): a slow loader, for tests of input-bound runs
 
 The variable is read once per process (`FaultPlan.from_env`). Unknown kinds or fields raise
 ValueError naming the variable. Faults are for tests and game days; nothing reads the
@@ -47,7 +49,7 @@ __all__ = ["ENV_VAR", "KINDS", "FaultPlan", "FaultSpec", "InjectedFault"]
 ENV_VAR = "DRIVETRAIN_FAULTS"
 STEP_KINDS = ("crash", "kill", "hang", "nan", "sigterm")
 SAVE_KINDS = ("kill_in_save", "storage_error", "disk_full")
-KINDS = STEP_KINDS + SAVE_KINDS
+KINDS = (*STEP_KINDS, *SAVE_KINDS, "batch_delay")
 
 
 class InjectedFault(RuntimeError):
@@ -72,6 +74,8 @@ class FaultSpec:
     """disk_full: bytes written before ENOSPC"""
     target: str = "agent"
     """sigterm: "agent" (the elastic agent, which forwards it to every rank) or "self" """
+    seconds: float = 0.0
+    """batch_delay: wait before each batch, in s"""
 
     def __post_init__(self) -> None:
         problems = []
@@ -84,6 +88,10 @@ class FaultSpec:
                 problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.times < 1:
             problems.append(f"times must be >= 1, got {self.times}")
+        if self.kind == "batch_delay" and not (self.seconds > 0 and self.step == 1):
+            problems.append(
+                f"batch_delay needs seconds > 0 and step 1, got {self.seconds}, {self.step}"
+            )
         if self.target not in ("agent", "self"):
             problems.append(f"target must be 'agent' or 'self', got {self.target!r}")
         if problems:
@@ -230,6 +238,13 @@ class FaultPlan:
                     True
                 ):  # never joins the next collective; the watchdog sees the others time out
                     time.sleep(3600)
+
+    def batch_delay_s(self) -> float:
+        """Return how long each batch of this rank waits (its `batch_delay` faults), in s."""
+        delays = [f for f in self.faults if f.kind == "batch_delay"]
+        for fault in delays:
+            self.announce(fault, f"{fault.seconds} s before every batch")
+        return sum(f.seconds for f in delays)
 
     def corrupt_batch(self, step: int, batch: dict[str, Any]) -> dict[str, Any]:
         """Return `batch`, with every float tensor set to NaN when a `nan` fault fires at `step`."""

@@ -410,7 +410,7 @@ def train(
         )
         record_restart(out, step, samples, metrics, time.perf_counter() - restore_start)
         batches, meter = (
-            iterate_epochs(loader, cfg.data.batch_delay_s),
+            iterate_epochs(loader, faults.batch_delay_s()),
             InputWaitMeter(skip_first=1),
         )
         batch = None

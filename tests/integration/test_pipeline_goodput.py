@@ -2,9 +2,10 @@
 injected per-batch loader delay is input-bound, measures the delay, and is flagged.
 
 Runs `training_pipeline` in this process twice (tiny synthetic logs, preset small, 2 elastic
-workers, 12 steps) against an isolated flytekit cache and MLflow store. The second run only
-changes `data.batch_delay_s`, so the dataset is a cache hit and the workload (model, dataset
-hash, world size, device, precision) is the same: its baseline is the first run.
+workers, 12 steps) against an isolated flytekit cache and MLflow store. The second run injects
+the delay on every rank (the `batch_delay` fault of DRIVETRAIN_FAULTS) and changes only the
+seed (so training is not a cache hit); the dataset is a cache hit and the workload (model,
+dataset hash, world size, device, precision) is the same: its baseline is the first run.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from platform_lib.sources.synthetic import SyntheticConfig, write_synthetic_logs
+from platform_lib.training.faults import ENV_VAR
 
 pytestmark = pytest.mark.distributed  # ~2 min: two pipeline runs; in `make test` (CI) on purpose
 
@@ -37,29 +39,29 @@ STEPS = {
 DELAY_S = 1.0  # several times a step: the step-time flag holds on a loaded machine too
 
 
-def _run(raw_logs: str, **extra: float) -> str:
+def _run(raw_logs: str, seed: int) -> str:
     from workflows.training_pipeline import training_pipeline
 
     return training_pipeline(
         source="synthetic",
         raw_logs=raw_logs,
         preset="small",
-        overrides=json.dumps({**STEPS, **extra}),
-        seed=0,
+        overrides=json.dumps(STEPS),
+        seed=seed,
         model_name="goodput-test",
     )
 
 
-def _run_dir(tmp: Path, delay: float) -> Path:
+def _run_dir(tmp: Path, seed: int) -> Path:
     for run in (tmp / "tmp").glob("drivetrain-train-*/*"):
         config = json.loads((run / "train_result.json").read_text())["config"]
-        if config["data"]["batch_delay_s"] == delay:
+        if config["seed"] == seed:
             return run
-    raise AssertionError(f"no run folder with batch_delay_s={delay}")
+    raise AssertionError(f"no run folder with seed={seed}")
 
 
 def test_loader_delay_is_input_bound_measured_and_flagged(
-    local_flyte: Path, tmp_path: Path
+    local_flyte: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from mlflow.tracking import MlflowClient
 
@@ -67,15 +69,17 @@ def test_loader_delay_is_input_bound_measured_and_flagged(
 
     raw = tmp_path / "raw"
     write_synthetic_logs(TINY, raw, progress=False)
-    assert _run(str(raw)) == "models:/goodput-test/1"
-    normal = json.loads((_run_dir(tmp_path, 0.0) / "goodput.json").read_text())
+    assert _run(str(raw), seed=0) == "models:/goodput-test/1"
+    normal = json.loads((_run_dir(tmp_path, 0) / "goodput.json").read_text())
     assert (
         normal["baseline"]["runs"] == 0 and normal["baseline"]["flags"] == {}
     )  # the first: no baseline yet
     assert normal["steps"]["kept"] == 12 and normal["steps"]["checkpoints"] == 2
 
-    assert _run(str(raw), **{"data.batch_delay_s": DELAY_S}) == "models:/goodput-test/2"
-    run = _run_dir(tmp_path, DELAY_S)
+    delay = [{"kind": "batch_delay", "step": 1, "rank": r, "seconds": DELAY_S} for r in (0, 1)]
+    monkeypatch.setenv(ENV_VAR, json.dumps(delay))  # the elastic workers inherit it
+    assert _run(str(raw), seed=1) == "models:/goodput-test/2"
+    run = _run_dir(tmp_path, 1)
     delayed = json.loads((run / "goodput.json").read_text())
     assert delayed["input"]["verdict"] == "input-bound"
     # every steady-state step waited the injected delay plus the loader's own (small) time

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from platform_lib.shards.build import BuildConfig, write_dataset
@@ -193,3 +194,47 @@ def test_build_config_checks_fields():
         BuildConfig(shard_size_mb=0)
     with pytest.raises(ValueError, match="split"):
         BuildConfig(split="random")
+
+
+def test_build_config_is_frozen_refuses_unknown_fields_and_keeps_its_record():
+    from pydantic import ValidationError
+
+    config = BuildConfig(val_logs=("b", "a"), split="by_log", workers=2, overwrite=True)
+    with pytest.raises(ValidationError):
+        config.workers = 3  # type: ignore[misc]
+    with pytest.raises(ValueError, match="shard_sise_mb"):
+        BuildConfig(shard_sise_mb=1)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="val_fraction"):
+        BuildConfig(val_fraction=float("nan"))
+    assert list(config.recorded().items()) == [  # the manifest's build_config, in this order
+        ("shard_size_mb", 256.0),
+        ("split", "by_log"),
+        ("val_fraction", 0.2),
+        ("val_logs", ["a", "b"]),
+        ("val_frames_per_log", 2),
+        ("quarantine", False),
+        ("pyarrow_version", pa.__version__),
+    ]
+
+
+def test_build_config_crosses_flyte_unchanged_and_without_warnings():
+    """BuildConfig is a task input and output (tasks/data.py): every field has a Flyte type."""
+    import logging
+
+    from flytekit.core.context_manager import FlyteContextManager
+    from flytekit.core.type_engine import TypeEngine
+
+    seen: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = seen.append  # type: ignore[method-assign]
+    logger = logging.getLogger("flytekit")
+    logger.addHandler(handler)
+    try:
+        ctx = FlyteContextManager.current_context()
+        config = BuildConfig(val_logs=["v"], split="by_frame_range", quarantine=True)
+        literal_type = TypeEngine.to_literal_type(BuildConfig)
+        literal = TypeEngine.to_literal(ctx, config, BuildConfig, literal_type)
+        assert TypeEngine.to_python_value(ctx, literal, BuildConfig) == config
+    finally:
+        logger.removeHandler(handler)
+    assert [r.getMessage() for r in seen] == []

@@ -285,3 +285,35 @@ def test_cuboid_schema_rejects_bad_rows(frames):
     with pytest.raises(pandera.errors.SchemaErrors) as info:
         validate_cuboid_frame(table)
     assert "length" in str(info.value) and "class_group" in str(info.value)
+
+
+def test_config_refuses_unknown_fields_and_malformed_ranges():
+    with pytest.raises(ValueError, match="num_logz"):
+        SyntheticConfig(num_logz=2)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="num_vehicles"):
+        SyntheticConfig(num_vehicles=(1, 2, 3))
+    with pytest.raises(ValueError, match="num_vehicles"):
+        SyntheticConfig(num_vehicles=(5, 2))
+    assert SyntheticConfig(num_vehicles=(1, 2)).num_vehicles == [1, 2]
+
+
+def test_config_crosses_flyte_unchanged_and_without_warnings():
+    """SyntheticConfig is a workflow input (workflows/training_pipeline.py): Flyte types it all."""
+    import logging
+
+    from flytekit.core.context_manager import FlyteContextManager
+    from flytekit.core.type_engine import TypeEngine
+
+    seen: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = seen.append  # type: ignore[method-assign]
+    logger = logging.getLogger("flytekit")
+    logger.addHandler(handler)
+    try:
+        ctx = FlyteContextManager.current_context()
+        literal_type = TypeEngine.to_literal_type(SyntheticConfig)
+        literal = TypeEngine.to_literal(ctx, SMALL, SyntheticConfig, literal_type)
+        assert TypeEngine.to_python_value(ctx, literal, SyntheticConfig) == SMALL
+    finally:
+        logger.removeHandler(handler)
+    assert [r.getMessage() for r in seen] == []

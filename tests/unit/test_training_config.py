@@ -207,3 +207,18 @@ def test_config_imports_no_other_training_module():
         for alias in node.names
     }
     assert not {m for m in imported if m and m.startswith("platform_lib.training")}, imported
+
+
+def test_retired_batch_delay_field_loads_at_zero_and_keeps_hashes():
+    """`data.batch_delay_s` left for the `batch_delay` fault; records written before still load."""
+    small = get_preset("small")
+    assert "batch_delay_s" not in small.to_dict()["data"]
+    old = small.to_dict()
+    old["data"] = {**old["data"], "batch_delay_s": 0.0}
+    assert TrainConfig.from_dict(old) == small
+    assert hash_config(old) == hash_config(small)  # the pinned preset hashes above hold too
+    old["data"]["batch_delay_s"] = 1.0
+    with pytest.raises(ConfigError, match="batch_delay_s"):
+        TrainConfig.from_dict(old)
+    with pytest.raises(ConfigError, match="batch_delay_s"):
+        apply_overrides(small, {"batch_delay_s": 1.0})

@@ -272,8 +272,8 @@ OLD_LINES = [
     ),
     ({"lr": "nan"}, "optimizer.lr='nan' is of the wrong type (overrides): give a number > 0.0"),
     (
-        {"batch_delay_s": -1},
-        "data.batch_delay_s=-1 is out of range (overrides): give a number >= 0.0",
+        {"prefetch_depth": 0},
+        "data.prefetch_depth=0 is out of range (overrides): give an int >= 1 and <= 9223372036854775807",
     ),
     (
         {"interval": 0},
