@@ -89,3 +89,47 @@ def test_help_does_not_import_torch_or_pyarrow():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def _run_on_a_terminal(args: list[str]) -> str:
+    """Run `drivetrain ARGS` with stderr on a real pseudo-terminal (100x40); return its text."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 100, 0, 0))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "platform_lib.cli", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=slave,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(master)
+    assert proc.wait(timeout=120) == 0
+    return b"".join(chunks).decode(errors="replace")
+
+
+def test_build_shows_progress_on_a_terminal_only(synthetic_builds, tmp_path, capsys):
+    raw = str(synthetic_builds / "raw-a")
+    shown = _run_on_a_terminal(
+        ["data", "build", "--source", "synthetic", "--input", raw, "--output", str(tmp_path / "t")]
+    )
+    assert "hash raw logs: 100%" in shown and "2/2" in shown, shown  # a bar over the logs
+    assert "build: 6frame" in shown and "synth-0001" in shown, shown  # frames, current log
+    code = main(["data", "build", *SYNTH, "--input", raw, "--output", str(tmp_path / "p")])
+    assert code == 0
+    err = capsys.readouterr().err
+    assert "\r" not in err and "hash raw logs" not in err and "build:" not in err, err
