@@ -236,7 +236,7 @@ class Manifest(_Record):
                 f"{where} cannot be read as JSON data ({type(exc).__name__}); rebuild the dataset"
             ) from None
         try:
-            return cls.model_validate_json(text)
+            manifest = cls.model_validate_json(text)
         except ValidationError as exc:
             problems = "; ".join(
                 f"field {'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}"
@@ -245,6 +245,31 @@ class Manifest(_Record):
             raise ManifestError(
                 f"{where} does not follow docs/format.md ({problems}); rebuild the dataset"
             ) from None
+        manifest.check_identity(where)
+        return manifest
+
+    def check_identity(self, where: str) -> None:
+        """Check that `dataset_hash` is the hash of the index and shards this manifest lists.
+
+        The shards and the index are later checked against their listed sha256 (once per
+        node), so a dataset that passes both is the dataset its hash names: lineage can trust it.
+
+        Raises:
+            ManifestError: the hash differs, shard paths repeat, or `num_shards` is not the count.
+        """
+        paths = [s.path for s in self.shards]
+        if len(set(paths)) != len(paths) or self.num_shards != len(paths):
+            raise ManifestError(
+                f"{where} lists {len(paths)} shards ({len(set(paths))} distinct) but num_shards "
+                f"is {self.num_shards}; rebuild the dataset"
+            )
+        expected = compute_dataset_hash(self.index.sha256, list(self.shards))
+        if self.dataset_hash != expected:
+            raise ManifestError(
+                f"{where} names dataset_hash {self.dataset_hash[:16]}... but its index and shards "
+                f"hash to {expected[:16]}...; the manifest was edited or mixed from two builds: "
+                "rebuild the dataset"
+            )
 
 
 def builder_version() -> str:

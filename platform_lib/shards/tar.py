@@ -303,7 +303,16 @@ def iter_tar_members(
                 member=name,
                 offset=data_offset + got,
             )
-        reader.skip(padded_size(size) - size)
+        padding = padded_size(size) - size
+        skipped = reader.skip(padding)
+        if skipped < padding:  # a member is always padded to a whole block
+            raise ShardFormatError(
+                f"truncated shard: the data ends at byte {data_offset + size + skipped}, "
+                f"inside the padding after this member's {size} bytes; rebuild or re-download it",
+                shard=shard,
+                member=name,
+                offset=data_offset + size + skipped,
+            )
         yield TarMember(
             name=name,
             kind=info.type,

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from platform_lib.shards.errors import DatasetIndexError
 from platform_lib.shards.index import read_index
+from platform_lib.shards.manifest import compute_dataset_hash
 from platform_lib.shards.view import load_view
 from tests.support.datasets import write_index_rows, write_test_dataset
 
@@ -106,6 +107,7 @@ def test_random_bytes_as_the_index(dataset, tmp_path, blob, parquet_magic):
         "sha256": hashlib.sha256(blob).hexdigest(),
         "bytes": len(blob),
     }
+    stamped["dataset_hash"] = compute_dataset_hash(stamped["index"]["sha256"], stamped["shards"])
     (root / "manifest.json").write_text(json.dumps(stamped))  # recorded: the parser sees it
     _open(root, tmp_path / "cache")
     with pytest.raises(DatasetIndexError):
