@@ -40,8 +40,8 @@ from platform_lib.faults import FaultPlan
 from platform_lib.loading.errors import ResumeStateError
 from platform_lib.loading.input_wait import InputWaitMeter
 from platform_lib.loading.loader import StreamingLoader
+from platform_lib.models.catalog import build_model, build_model_transform
 from platform_lib.models.presets import get_model_config
-from platform_lib.models.registry import build_model, build_model_transform
 from platform_lib.telemetry.recorder import MetricsSink, StepRecorder
 from platform_lib.training.checkpoint import (
     Checkpointer,

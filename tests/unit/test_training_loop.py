@@ -13,7 +13,7 @@ import torch
 from golden_run import build_golden_dataset
 
 from platform_lib.loading.loader import build_loader
-from platform_lib.models.registry import build_model
+from platform_lib.models.catalog import build_model
 from platform_lib.training.checkpoint import find_latest_checkpoint, load_weights
 from platform_lib.training.evaluate import evaluate
 from platform_lib.training.overrides import apply_overrides
@@ -160,7 +160,7 @@ def test_loader_state_from_another_global_batch_restarts_the_saved_epoch(dataset
 
 
 def test_batch_larger_than_the_split_warns_naming_batch_size(dataset):
-    from platform_lib.models.registry import build_model_transform
+    from platform_lib.models.catalog import build_model_transform
     from platform_lib.training.data import build_train_loader
 
     data = apply_overrides(small(), {"batch_size": 9}).data  # the golden train split holds 8
