@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import webdataset as wds
+from geometry import project_points
 from scipy.spatial import cKDTree
 
 from platform_lib.shards.build import BuildConfig, build_dataset
@@ -18,7 +19,6 @@ from platform_lib.shards.codec import decode_sample
 from platform_lib.shards.errors import BuildError
 from platform_lib.shards.reader import open_dataset
 from platform_lib.shards.validate import validate_dataset
-from platform_lib.sources.geometry import project_points
 
 PANDASET = Path(__file__).parents[2].parent / "shared" / "data" / "pandaset"
 SEQUENCE = PANDASET / "002"

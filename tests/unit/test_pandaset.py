@@ -9,10 +9,11 @@ import shutil
 import numpy as np
 import pandas as pd
 import pytest
+from geometry import count_points_in_cuboids, project_points
 from scipy.spatial import cKDTree
 
 from platform_lib.sources.frame import FrameError
-from platform_lib.sources.geometry import count_points_in_cuboids, project_points, transform_points
+from platform_lib.sources.geometry import transform_points
 from platform_lib.sources.hashing import hash_raw_log
 from platform_lib.sources.pandaset import (
     CAMERA_NAMES,

@@ -10,9 +10,9 @@ import pandera.errors
 import pyarrow as pa
 import pytest
 import simplejpeg
+from geometry import label_points_in_cuboids, project_points
 
 from platform_lib.sources.frame import FrameError
-from platform_lib.sources.geometry import label_points_in_cuboids, project_points
 from platform_lib.sources.hashing import hash_raw_log, list_raw_files
 from platform_lib.sources.synthetic import (
     SyntheticConfig,
