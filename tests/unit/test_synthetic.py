@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 
 import numpy as np
 import pandera.errors
@@ -23,7 +24,14 @@ from platform_lib.sources.synthetic import (
     write_synthetic_logs,
 )
 from platform_lib.sources.validation import validate_frame
-from schemas.cuboids import CUBOID_SCHEMA, cuboids_to_frame, validate_cuboid_frame
+from schemas.cuboids import (
+    CENTER_XY_LIMIT_M,
+    CENTER_Z_LIMIT_M,
+    CUBOID_SCHEMA,
+    SIZE_LIMIT_M,
+    cuboids_to_frame,
+    validate_cuboid_frame,
+)
 
 SMALL = SyntheticConfig(
     num_logs=2,
@@ -305,3 +313,27 @@ def test_cuboid_schema_rejects_bad_rows(frames):
     with pytest.raises(pandera.errors.SchemaErrors) as info:
         validate_cuboid_frame(table)
     assert "length" in str(info.value) and "class_group" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("field", "index", "value"),
+    [
+        ("size", (0, 0), SIZE_LIMIT_M + 1.0),
+        ("center", (0, 1), -CENTER_XY_LIMIT_M - 1.0),
+        ("center", (0, 2), CENTER_Z_LIMIT_M + 1.0),
+    ],
+)
+def test_the_frame_check_enforces_the_cuboid_schema_bounds(frames, field, index, value):
+    """A box the contract (`CuboidModel`) refuses, `validate_frame` (production) refuses too."""
+    frame = copy.deepcopy(frames[0])
+    getattr(frame.cuboids, field)[index] = value
+    with pytest.raises(pandera.errors.SchemaErrors):
+        validate_cuboid_frame(cuboids_to_frame(frame.key, frame.cuboids))
+    with pytest.raises(FrameError, match="out-of-contract") as info:
+        validate_frame(frame)
+    assert info.value.reason == "bad_cuboid" and frame.cuboids.track_id[0] in str(info.value)
+    getattr(frame.cuboids, field)[index] = math.copysign(
+        SIZE_LIMIT_M if field == "size" else CENTER_Z_LIMIT_M, value
+    )  # on the bound: both accept
+    validate_cuboid_frame(cuboids_to_frame(frame.key, frame.cuboids))
+    validate_frame(frame)
