@@ -37,8 +37,7 @@ from pathlib import Path
 
 from platform_lib.shards.build import BuildConfig, build_dataset
 from platform_lib.shards.merge import build_part, merge_parts
-from platform_lib.shards.sources import open_source
-from platform_lib.sources.catalog import list_logs
+from platform_lib.sources.catalog import iter_log_frames, list_logs
 from platform_lib.sources.frame import Frame
 from platform_lib.sources.synthetic import SyntheticConfig, write_synthetic_logs
 
@@ -73,8 +72,8 @@ def read_decompress(root: Path) -> int:
 
 
 def iterate_frames(source: str, root: Path) -> int:
-    frames, _, _ = open_source(source, root)
-    return sum(isinstance(f, Frame) for f in frames)
+    logs = list_logs(source, root)
+    return sum(isinstance(f, Frame) for log in logs for f in iter_log_frames(source, log))
 
 
 def _part(log: Path, *, source: str, store: str) -> str:

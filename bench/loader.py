@@ -58,7 +58,7 @@ from platform_lib.loading.loader import build_loader
 from platform_lib.shards.build import BuildConfig, build_dataset, write_dataset
 from platform_lib.shards.codec import decode_sample
 from platform_lib.shards.manifest import compute_dataset_hash
-from platform_lib.shards.sources import open_source
+from platform_lib.sources.catalog import iter_log_frames, list_logs
 from platform_lib.sources.synthetic import SyntheticConfig, read_synthetic, write_synthetic_logs
 
 _CHUNK = 8 * 2**20
@@ -189,7 +189,9 @@ def prepare_pandaset(work: Path, args: argparse.Namespace) -> Path:
     if _fresh(folder, spec):
         small = folder / "small"
         build_dataset("pandaset", root, small, BuildConfig(val_fraction=0.0, progress=False))
-        frames, _, _ = open_source("pandaset", root)
+        frames = (
+            f for log in list_logs("pandaset", root) for f in iter_log_frames("pandaset", log)
+        )
         by_log: dict[str, list] = {}
         for frame in frames:
             by_log.setdefault(frame.log_id, []).append(frame)

@@ -40,10 +40,10 @@ def run_overhead(args: argparse.Namespace) -> dict:
     import torch
 
     from platform_lib.telemetry.recorder import StepRecorder
-    from platform_lib.training.golden import build_golden_dataset
     from platform_lib.training.overrides import apply_overrides
     from platform_lib.training.presets import small
     from platform_lib.training.train import train
+    from platform_lib.zoo.dataset import build_golden_dataset
 
     if args.work is None:  # a folder of our own: removed at the end
         with tempfile.TemporaryDirectory(prefix="drivetrain-bench-telemetry-") as work:

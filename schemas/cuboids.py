@@ -25,13 +25,26 @@ from pandera.typing import Series
 from schemas.classes import CLASS_GROUPS
 
 __all__ = [
+    "CENTER_XY_LIMIT_M",
+    "CENTER_Z_LIMIT_M",
     "CLASS_GROUPS",
     "CUBOID_SCHEMA",
+    "SIZE_LIMIT_M",
     "CuboidArrays",
     "CuboidModel",
     "cuboids_to_frame",
     "validate_cuboid_frame",
 ]
+
+
+#: The value bounds of a box, one definition: `CuboidModel` enforces them on the table and
+#: `platform_lib.sources.validation.validate_frame` on every frame a source yields.
+CENTER_XY_LIMIT_M = 1000.0
+"""|centre x|, |centre y| at most this, in m"""
+CENTER_Z_LIMIT_M = 100.0
+"""|centre z| at most this, in m"""
+SIZE_LIMIT_M = 50.0
+"""length, width and height in (0, SIZE_LIMIT_M], in m"""
 
 
 class CuboidArrays(Protocol):
@@ -74,17 +87,17 @@ class CuboidModel(pa_pd.DataFrameModel):
     """training class group: vehicle / pedestrian / cyclist / other"""
     track_id: Series[str] = pa_pd.Field()
     """object id, stable across the frames of a log (PandaSet uuid, synthetic `<group>-NNN`)"""
-    center_x: Series[float] = pa_pd.Field(ge=-1000.0, le=1000.0)
+    center_x: Series[float] = pa_pd.Field(ge=-CENTER_XY_LIMIT_M, le=CENTER_XY_LIMIT_M)
     """box centre x, in m, ego frame (forward)"""
-    center_y: Series[float] = pa_pd.Field(ge=-1000.0, le=1000.0)
+    center_y: Series[float] = pa_pd.Field(ge=-CENTER_XY_LIMIT_M, le=CENTER_XY_LIMIT_M)
     """box centre y, in m, ego frame (left)"""
-    center_z: Series[float] = pa_pd.Field(ge=-100.0, le=100.0)
+    center_z: Series[float] = pa_pd.Field(ge=-CENTER_Z_LIMIT_M, le=CENTER_Z_LIMIT_M)
     """box centre z (centre of the box, not its bottom), in m, ego frame (up)"""
-    length: Series[float] = pa_pd.Field(gt=0.0, le=50.0)
+    length: Series[float] = pa_pd.Field(gt=0.0, le=SIZE_LIMIT_M)
     """extent along the heading, in m (PandaSet `dimensions.y`)"""
-    width: Series[float] = pa_pd.Field(gt=0.0, le=50.0)
+    width: Series[float] = pa_pd.Field(gt=0.0, le=SIZE_LIMIT_M)
     """extent across the heading, in m (PandaSet `dimensions.x`)"""
-    height: Series[float] = pa_pd.Field(gt=0.0, le=50.0)
+    height: Series[float] = pa_pd.Field(gt=0.0, le=SIZE_LIMIT_M)
     """vertical extent, in m (PandaSet `dimensions.z`)"""
     yaw: Series[float] = pa_pd.Field(ge=-math.pi - 1e-9, le=math.pi + 1e-9)
     """heading about ego +z, in rad, counter-clockwise from ego +x"""

@@ -37,7 +37,6 @@ PINNED = (
     "tqdm==4.70.1",
     "safetensors==0.8.0",
     "tenacity==9.2.1",
-    "scipy==1.17.1",
     "croniter==7.0.0",
     "pydantic==2.14.4",
     "xxhash==4.1.0",

@@ -47,10 +47,11 @@ from platform_lib.shards.manifest import (
     write_manifest,
 )
 from platform_lib.shards.prepare import PreparedFrame, prepare_frame, prepare_log
-from platform_lib.shards.sources import hash_logs, iter_log, list_logs
 from platform_lib.shards.split import assign_splits
 from platform_lib.shards.writer import ShardWriter, fsync_dir
+from platform_lib.sources.catalog import iter_log_frames, list_log_urls
 from platform_lib.sources.frame import CLASS_GROUPS, Frame, FrameError
+from platform_lib.sources.hashing import hash_raw_log
 
 __all__ = [
     "BuildConfig",
@@ -440,9 +441,10 @@ def build_dataset(
         The manifest (also written to `<output_dir>/manifest.json`).
 
     Raises:
-        BuildError: see `write_dataset`; also when `input_path` holds no logs of `source`.
+        BuildError: see `write_dataset`.
+        UserError: unknown source, or `input_path` holds no logs of `source`.
     """
-    log_dirs = list_logs(source, Path(input_path))
+    log_dirs = [Path(p) for p in list_log_urls(source, os.fspath(input_path))]
     unknown = sorted(set(config.val_logs) - {d.name for d in log_dirs})
     if unknown:  # fail before reading any frame, not after the whole build
         raise BuildError(
@@ -452,13 +454,11 @@ def build_dataset(
     show = sys.stderr.isatty() if config.progress is None else config.progress
     # hashing reads every raw byte before the first frame is built: a bar of its own
     hashing = tqdm(log_dirs, disable=not show, unit="log", desc="hash raw logs")
-    source_logs = [entry for log_dir in hashing for entry in hash_logs([log_dir])]
+    source_logs = [{"log_id": d.name, "content_hash": hash_raw_log(d)} for d in hashing]
     with contextlib.ExitStack() as stack:
         items: Iterable[PreparedFrame | FrameError]
         if config.workers == 1:
-            items = (
-                prepare_frame(item) for log_dir in log_dirs for item in iter_log(source, log_dir)
-            )
+            items = (prepare_frame(item) for d in log_dirs for item in iter_log_frames(source, d))
         else:
             context = multiprocessing.get_context("spawn")
             pool = stack.enter_context(context.Pool(min(config.workers, len(log_dirs))))

@@ -47,9 +47,9 @@ from platform_lib.shards.manifest import (
     load_manifest,
     write_manifest,
 )
-from platform_lib.shards.sources import iter_log
 from platform_lib.shards.split import assign_splits
 from platform_lib.shards.writer import fsync_dir
+from platform_lib.sources.catalog import iter_log_frames
 from platform_lib.sources.frame import CLASS_GROUPS
 from platform_lib.sources.hashing import hash_raw_log
 from platform_lib.storage import resolve_fs
@@ -169,7 +169,7 @@ def build_part(
     fs, path, is_local = resolve_fs(location)
     if fs.exists(f"{path}/{MANIFEST_NAME}"):
         return PartResult(location=location, log_id=log_dir.name, log_hash=log_hash, built=False)
-    frames = iter_log(source, log_dir)
+    frames = iter_log_frames(source, log_dir)
     logs = [{"log_id": log_dir.name, "content_hash": log_hash}]
     if is_local:
         try:

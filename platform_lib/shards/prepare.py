@@ -8,10 +8,10 @@ output bytes do not depend on the number of workers.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from platform_lib.shards.codec import check_frame, encode_frame, summarize_frame
+from platform_lib.sources.catalog import iter_log_frames
 from platform_lib.sources.frame import Frame, FrameError
 
 __all__ = ["PreparedFrame", "prepare_frame", "prepare_log"]
@@ -72,7 +72,5 @@ def prepare_log(task: tuple[str, str]) -> list[PreparedFrame | FrameError]:
 
     A log-level FrameError is returned as the only item (counted like a bad frame).
     """
-    from platform_lib.shards.sources import iter_log
-
     source, log_dir = task
-    return [prepare_frame(item) for item in iter_log(source, Path(log_dir))]
+    return [prepare_frame(item) for item in iter_log_frames(source, log_dir)]

@@ -79,10 +79,22 @@ def list_logs(source: str, root: str | os.PathLike[str]) -> list[Path]:
 def iter_log_frames(source: str, log_dir: str | os.PathLike[str]) -> Iterator[Frame | FrameError]:
     """Yield each frame of one log, or the `FrameError` of a bad frame in its place.
 
+    A log-level problem (e.g. a missing poses file) is yielded last as a `FrameError` with
+    frame_index None and the log's id, so the builder counts (and quarantines) it like a bad
+    frame instead of aborting the other logs.
+
     Raises:
-        ValueError: unknown source. FrameError: log-level problem (frame_index None).
+        UserError: unknown source.
     """
-    return _resolve(source)[1](Path(log_dir))
+    from platform_lib.sources.frame import FrameError
+
+    read_frames = _resolve(source)[1]
+    try:
+        yield from read_frames(Path(log_dir))
+    except FrameError as exc:
+        if exc.log_id is None:
+            exc.log_id = Path(log_dir).name
+        yield exc
 
 
 def list_log_urls(source: str, location: str) -> list[str]:

@@ -2,7 +2,8 @@
 
 Checks shapes, dtypes and finiteness of every array (see the legend in
 `platform_lib.sources.frame`), that per-point labels match the points, that cuboid sizes are
-positive, and that camera JPEGs are complete. Each failure raises `FrameError` naming the raw
+within the bounds of the cuboid contract (`schemas.cuboids`: positive sizes, centres and sizes
+in range; yaw any finite angle, as the table wraps it), and that camera JPEGs are complete. Each failure raises `FrameError` naming the raw
 file the bad value came from (`Frame.source_files[role]`) and a reason slug.
 """
 
@@ -13,6 +14,7 @@ import re
 import numpy as np
 
 from platform_lib.sources.frame import CLASS_GROUPS, Frame, FrameError, sample_key
+from schemas.cuboids import CENTER_XY_LIMIT_M, CENTER_Z_LIMIT_M, SIZE_LIMIT_M
 
 __all__ = ["CAMERA_NAME_PATTERN", "check_jpeg_bytes", "validate_frame"]
 
@@ -195,17 +197,25 @@ def _validate_cuboids(frame: Frame) -> None:
             f"{yaw.shape}; expected ({k}, 3), ({k}, 3), ({k},)",
             "bad_cuboid",
         )
-    bad = ~(
-        np.isfinite(center).all(1) & np.isfinite(yaw) & np.isfinite(size).all(1) & (size > 0).all(1)
-    )
-    if bad.any():
+    with np.errstate(invalid="ignore"):  # NaN compares False: out of bounds
+        good = (
+            np.isfinite(yaw)
+            & (np.abs(center[:, :2]) <= CENTER_XY_LIMIT_M).all(1)
+            & (np.abs(center[:, 2]) <= CENTER_Z_LIMIT_M)
+            & ((size > 0) & (size <= SIZE_LIMIT_M)).all(1)
+        )
+    if not good.all():
+        bad = ~good
         i = int(np.flatnonzero(bad)[0])
         raise _fail(
             frame,
             "cuboids",
-            f"{int(bad.sum())} cuboid(s) have non-positive or non-finite size/centre/yaw, first "
-            f"row {i} (track {cub.track_id[i]!r}, label {cub.label[i]!r}, size "
-            f"{size[i].tolist()}); fix the annotation or quarantine the frame",
+            f"{int(bad.sum())} cuboid(s) have non-positive, non-finite or out-of-contract "
+            f"size/centre/yaw (schemas/cuboids.py: |centre x, y| <= {CENTER_XY_LIMIT_M:g} m, "
+            f"|centre z| <= {CENTER_Z_LIMIT_M:g} m, 0 < size <= {SIZE_LIMIT_M:g} m), first "
+            f"row {i} (track {cub.track_id[i]!r}, label {cub.label[i]!r}, centre "
+            f"{center[i].tolist()}, size {size[i].tolist()}); fix the annotation or quarantine "
+            "the frame",
             "bad_cuboid",
         )
     unknown = sorted(set(cub.class_group) - set(CLASS_GROUPS) - {"other"})

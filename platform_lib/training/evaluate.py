@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from platform_lib.models.catalog import build_model, build_model_transform
 from platform_lib.models.presets import get_model_config
-from platform_lib.models.registry import build_model, build_model_transform
 from platform_lib.models.targets import rasterise_cuboids
 from platform_lib.shards.reader import open_dataset
 from platform_lib.training.checkpoint import load_weights

@@ -15,7 +15,8 @@ Outputs under `output_dir` (rank 0 writes all but the checkpoints, samples and h
 Faults survived: a dead worker makes torch elastic restart all of them (`max_restarts`), and
 `train()` resumes from the newest complete checkpoint, bitwise exactly on CPU; SIGTERM saves a
 final checkpoint and raises PreemptedError (`preemption.py`); a hung collective is diagnosed
-(`hang.py`); faults are injected with DRIVETRAIN_FAULTS (`faults.py`, docs/faults.md).
+(`hang.py`). Hooks at named points of every step (`hooks.py`) are the injection seam: tests
+install theirs, DRIVETRAIN_FAULTS installs the fault hooks (`platform_lib.faults`, docs/faults.md).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import os
 import sys
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -34,11 +36,12 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from platform_lib.faults import FaultPlan
 from platform_lib.loading.errors import ResumeStateError
 from platform_lib.loading.input_wait import InputWaitMeter
 from platform_lib.loading.loader import StreamingLoader
+from platform_lib.models.catalog import build_model, build_model_transform
 from platform_lib.models.presets import get_model_config
-from platform_lib.models.registry import build_model, build_model_transform
 from platform_lib.telemetry.recorder import MetricsSink, StepRecorder
 from platform_lib.training.checkpoint import (
     Checkpointer,
@@ -49,8 +52,8 @@ from platform_lib.training.checkpoint import (
 from platform_lib.training.config import TrainConfig
 from platform_lib.training.data import build_train_loader, iterate_epochs
 from platform_lib.training.distributed import DistContext, destroy_distributed, init_distributed
-from platform_lib.training.faults import FaultPlan
 from platform_lib.training.hang import HangWatchdog, enable_flight_recorder, is_collective_timeout
+from platform_lib.training.hooks import HookChain, StepHooks
 from platform_lib.training.loop import (
     MetricsLog,
     NonFiniteError,
@@ -355,7 +358,12 @@ def finish(
 
 
 def train(
-    cfg: TrainConfig, dataset_dir: str, output_dir: str, *, sink: MetricsSink | None = None
+    cfg: TrainConfig,
+    dataset_dir: str,
+    output_dir: str,
+    *,
+    sink: MetricsSink | None = None,
+    hooks: Sequence[StepHooks] = (),
 ) -> TrainResult | None:
     """Train `cfg.model.name` on the `cfg.data.train_split` split of the dataset at `dataset_dir`.
 
@@ -364,6 +372,8 @@ def train(
     Every rank records telemetry under `output_dir/telemetry` and rank 0 writes
     `goodput.json` at the end; a `sink` (rank 0) receives metrics every
     `cfg.metrics.mlflow_interval` steps (`platform_lib.telemetry`, docs/goodput.md).
+    `hooks` are called at named points of every step (`hooks.py`), before the fault hooks
+    DRIVETRAIN_FAULTS switches on in this rank.
 
     Returns:
         TrainResult on rank 0, None on the other ranks.
@@ -385,6 +395,7 @@ def train(
     torch.set_num_threads(cfg.parallel.num_threads)
     torch.use_deterministic_algorithms(True, warn_only=True)
     faults = FaultPlan.from_env(rank=ctx.rank)
+    step_hooks = HookChain([*hooks, faults])
     watchdog = HangWatchdog(
         out, rank=ctx.rank, world_size=ctx.world_size, timeout_s=cfg.parallel.collective_timeout_s
     )
@@ -397,7 +408,7 @@ def train(
             cfg.checkpoint.folder or out / "checkpoints",
             keep=cfg.checkpoint.keep,
             async_save=cfg.checkpoint.async_save,
-            storage_hook=faults.storage_hook,
+            storage_hook=step_hooks.wrap_storage,
             wait_timeout_s=cfg.parallel.collective_timeout_s,
         )
         restore_start = time.perf_counter()
@@ -415,12 +426,12 @@ def train(
         )
         batch = None
         while step < cfg.optimizer.max_steps:
-            faults.at_step(step + 1)
+            step_hooks.at_step(step + 1)
             recorder.begin_step(step + 1)
             start = time.perf_counter()
             batch, input_wait_s = next_batch(batches, ctx.device)
             recorder.lap("input_wait", input_wait_s)
-            loss = forward_backward(model, faults.corrupt_batch(step + 1, batch), cfg.model)
+            loss = forward_backward(model, step_hooks.on_batch(step + 1, batch), cfg.model)
             recorder.lap("forward_backward")
             step += 1
             grad_norm, lr = step_optimizer(model, optimizer, step, cfg, loss)

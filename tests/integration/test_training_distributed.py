@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from torch.distributed.checkpoint import FileSystemReader
 
-from platform_lib.models.registry import build_model
+from platform_lib.models.catalog import build_model
 from platform_lib.training.checkpoint import load_weights
 from platform_lib.training.launch import launch_local
 from platform_lib.training.overrides import apply_overrides

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from platform_lib.faults import ENV_VAR
 from platform_lib.shards.reader import open_dataset
 from platform_lib.training.checkpoint import list_checkpoints, load_weights
 from platform_lib.training.data import split_keys
-from platform_lib.training.faults import ENV_VAR
 from platform_lib.training.loop import NonFiniteError
 from platform_lib.training.overrides import apply_overrides
 from platform_lib.training.presets import small

@@ -22,9 +22,9 @@ from typing import Any
 
 import torch
 
-from platform_lib.training.golden import SYNTHETIC, build_golden_dataset
 from platform_lib.training.presets import small
 from platform_lib.training.train import train
+from platform_lib.zoo.dataset import SYNTHETIC, build_golden_dataset
 
 __all__ = ["GOLDEN_PATH", "RTOL", "build_golden_dataset", "run_golden"]
 

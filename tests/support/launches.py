@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from platform_lib.faults import ENV_VAR
 from platform_lib.training.config import TrainConfig
-from platform_lib.training.faults import ENV_VAR
 
 
 @dataclasses.dataclass

@@ -48,7 +48,7 @@ def _run(
 ) -> str:
     """Run `script` with the venv's python; return stdout+stderr (it must fail).
 
-    `faults` is a DRIVETRAIN_FAULTS value (platform_lib/training/faults.py) for the run.
+    `faults` is a DRIVETRAIN_FAULTS value (platform_lib/faults.py) for the run.
     """
 
     def limit() -> None:  # runs in the child before exec: an address-space limit, inherited

@@ -18,7 +18,7 @@ from platform_lib.shards.codec import decode_sample
 from platform_lib.shards.errors import BuildError
 from platform_lib.shards.reader import open_dataset
 from platform_lib.shards.validate import validate_dataset
-from platform_lib.sources.geometry import project_points
+from tests.support.geometry import project_points
 
 PANDASET = Path(__file__).parents[2].parent / "shared" / "data" / "pandaset"
 SEQUENCE = PANDASET / "002"

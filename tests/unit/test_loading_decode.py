@@ -24,8 +24,8 @@ from platform_lib.loading.loader import build_loader
 from platform_lib.shards.build import BuildConfig, build_dataset
 from platform_lib.shards.codec import decode_sample
 from platform_lib.shards.reader import open_dataset
-from platform_lib.sources.geometry import project_points
 from tests.support.datasets import write_test_dataset
+from tests.support.geometry import project_points
 
 PANDASET = Path(__file__).parents[2].parent / "shared" / "data" / "pandaset"
 BEV_SIZE = CameraResize(width=704, height=256)

@@ -12,7 +12,7 @@ import pytest
 from scipy.spatial import cKDTree
 
 from platform_lib.sources.frame import FrameError
-from platform_lib.sources.geometry import count_points_in_cuboids, project_points, transform_points
+from platform_lib.sources.geometry import transform_points
 from platform_lib.sources.hashing import hash_raw_log
 from platform_lib.sources.pandaset import (
     CAMERA_NAMES,
@@ -25,6 +25,7 @@ from platform_lib.sources.pandaset import (
     read_pandaset_log,
 )
 from schemas.cuboids import cuboids_to_frame, validate_cuboid_frame
+from tests.support.geometry import count_points_in_cuboids, project_points
 
 
 @pytest.fixture(scope="module")

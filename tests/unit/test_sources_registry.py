@@ -27,3 +27,19 @@ def test_unknown_source_names_the_input() -> None:
         match=r"^unknown raw-log format 'nuscenes' \(source\): use one of pandaset, synthetic$",
     ):
         check_source("nuscenes")
+
+
+def test_the_builder_asks_sources_one_error_for_one_mistake(tmp_path) -> None:
+    """The CLI build and the pipeline list logs with one function: same UserError, same line."""
+    from platform_lib.shards.build import build_dataset
+    from platform_lib.sources.catalog import list_log_urls
+
+    with pytest.raises(UserError, match=r"^unknown raw-log format 'nuscenes' \(source\)"):
+        build_dataset("nuscenes", tmp_path, tmp_path / "out", BuildConfig())
+    with pytest.raises(UserError) as built:
+        build_dataset("pandaset", tmp_path, tmp_path / "out", BuildConfig())
+    with pytest.raises(UserError) as listed:
+        list_log_urls("pandaset", str(tmp_path))
+    assert str(built.value) == str(listed.value)
+    assert str(built.value).startswith("no pandaset logs found")
+    assert not (tmp_path / "out").exists()

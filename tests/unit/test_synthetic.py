@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 
 import numpy as np
 import pandera.errors
@@ -12,7 +13,6 @@ import pytest
 import simplejpeg
 
 from platform_lib.sources.frame import FrameError
-from platform_lib.sources.geometry import label_points_in_cuboids, project_points
 from platform_lib.sources.hashing import hash_raw_log
 from platform_lib.sources.synthetic import (
     SyntheticConfig,
@@ -23,7 +23,15 @@ from platform_lib.sources.synthetic import (
     write_synthetic_logs,
 )
 from platform_lib.sources.validation import validate_frame
-from schemas.cuboids import CUBOID_SCHEMA, cuboids_to_frame, validate_cuboid_frame
+from schemas.cuboids import (
+    CENTER_XY_LIMIT_M,
+    CENTER_Z_LIMIT_M,
+    CUBOID_SCHEMA,
+    SIZE_LIMIT_M,
+    cuboids_to_frame,
+    validate_cuboid_frame,
+)
+from tests.support.geometry import label_points_in_cuboids, project_points
 
 SMALL = SyntheticConfig(
     num_logs=2,
@@ -317,3 +325,27 @@ def test_config_crosses_flyte_unchanged_and_without_warnings():
     finally:
         logger.removeHandler(handler)
     assert [r.getMessage() for r in seen] == []
+
+
+@pytest.mark.parametrize(
+    ("field", "index", "value"),
+    [
+        ("size", (0, 0), SIZE_LIMIT_M + 1.0),
+        ("center", (0, 1), -CENTER_XY_LIMIT_M - 1.0),
+        ("center", (0, 2), CENTER_Z_LIMIT_M + 1.0),
+    ],
+)
+def test_the_frame_check_enforces_the_cuboid_schema_bounds(frames, field, index, value):
+    """A box the contract (`CuboidModel`) refuses, `validate_frame` (production) refuses too."""
+    frame = copy.deepcopy(frames[0])
+    getattr(frame.cuboids, field)[index] = value
+    with pytest.raises(pandera.errors.SchemaErrors):
+        validate_cuboid_frame(cuboids_to_frame(frame.key, frame.cuboids))
+    with pytest.raises(FrameError, match="out-of-contract") as info:
+        validate_frame(frame)
+    assert info.value.reason == "bad_cuboid" and frame.cuboids.track_id[0] in str(info.value)
+    getattr(frame.cuboids, field)[index] = math.copysign(
+        SIZE_LIMIT_M if field == "size" else CENTER_Z_LIMIT_M, value
+    )  # on the bound: both accept
+    validate_cuboid_frame(cuboids_to_frame(frame.key, frame.cuboids))
+    validate_frame(frame)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from platform_lib.faults import ENV_VAR, FaultPlan, FaultSpec
 from platform_lib.training.checkpoint import (
     Checkpointer,
     CheckpointSaveError,
@@ -21,7 +22,6 @@ from platform_lib.training.checkpoint import (
     restore_rng_state,
 )
 from platform_lib.training.distributed import destroy_distributed, init_distributed
-from platform_lib.training.faults import ENV_VAR, FaultPlan, FaultSpec
 from platform_lib.training.parallel import apply_fsdp, build_mesh, build_mp_policy
 
 
@@ -141,7 +141,7 @@ def test_transient_storage_error_is_retried(trained, tmp_path, capfd):
     model, optimizer = trained
     plan = _plan(kind="storage_error", step=2, times=2)
     ckpt = Checkpointer(
-        tmp_path / "ckpt", retries=3, retry_backoff_s=0.05, storage_hook=plan.storage_hook
+        tmp_path / "ckpt", retries=3, retry_backoff_s=0.05, storage_hook=plan.wrap_storage
     )
     saved = ckpt.save(2, model, optimizer, {"step": 2})
     assert find_latest_checkpoint(tmp_path / "ckpt") == saved.path
@@ -153,7 +153,7 @@ def test_transient_storage_error_is_retried(trained, tmp_path, capfd):
 def test_async_save_failing_transiently_is_skipped_and_counted(trained, tmp_path):
     model, optimizer = trained
     plan = _plan(kind="storage_error", step=2)
-    ckpt = Checkpointer(tmp_path / "ckpt", async_save=True, storage_hook=plan.storage_hook)
+    ckpt = Checkpointer(tmp_path / "ckpt", async_save=True, storage_hook=plan.wrap_storage)
     ckpt.save(1, model, optimizer, {"step": 1})
     ckpt.save(2, model, optimizer, {"step": 2})
     with pytest.warns(UserWarning, match="async checkpoint step 2 skipped"):
@@ -169,7 +169,7 @@ def test_disk_full_during_a_save_keeps_the_previous_checkpoint(trained, tmp_path
     model, optimizer = trained
     root = tmp_path / "ckpt"
     plan = _plan(kind="disk_full", step=2, after_bytes=100)
-    ckpt = Checkpointer(root, storage_hook=plan.storage_hook)
+    ckpt = Checkpointer(root, storage_hook=plan.wrap_storage)
     ckpt.save(1, model, optimizer, {"step": 1})
     with pytest.raises(CheckpointSaveError, match=r"step 2 .*No space left on device") as raised:
         ckpt.save(2, model, optimizer, {"step": 2})

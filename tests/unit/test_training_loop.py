@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from platform_lib.loading.loader import build_loader
-from platform_lib.models.registry import build_model
+from platform_lib.models.catalog import build_model
 from platform_lib.training.checkpoint import find_latest_checkpoint, load_weights
 from platform_lib.training.evaluate import evaluate
 from platform_lib.training.overrides import apply_overrides
@@ -160,7 +160,7 @@ def test_loader_state_from_another_global_batch_restarts_the_saved_epoch(dataset
 
 
 def test_batch_larger_than_the_split_warns_naming_batch_size(dataset):
-    from platform_lib.models.registry import build_model_transform
+    from platform_lib.models.catalog import build_model_transform
     from platform_lib.training.data import build_train_loader
 
     data = apply_overrides(small(), {"batch_size": 9}).data  # the golden train split holds 8
@@ -172,3 +172,33 @@ def test_batch_larger_than_the_split_warns_naming_batch_size(dataset):
         "batch of 9 x world size 1 is larger than split 'train' (8 samples): every step repeats samples "
         "(data.batch_size): lower batch_size to at most 8"
     ]
+
+
+class _RecordingHooks:
+    """A real `StepHooks` that records where the loop called it and changes nothing."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int]] = []
+
+    def at_step(self, step: int) -> None:
+        self.calls.append(("at_step", step))
+
+    def on_batch(self, step: int, batch: dict) -> dict:
+        self.calls.append(("on_batch", step))
+        return batch
+
+    def wrap_storage(self, writer, step: int):
+        self.calls.append(("wrap_storage", step))
+        return writer
+
+
+def test_the_loop_calls_its_injection_hooks_at_named_points(dataset, tmp_path):
+    cfg = apply_overrides(small(), {"optimizer.max_steps": 4, "checkpoint.interval": 2})
+    hooks = _RecordingHooks()
+    result = train(cfg, str(dataset), str(tmp_path), hooks=[hooks])
+    expected = []
+    for step in range(1, 5):
+        expected += [("at_step", step), ("on_batch", step)]
+        expected += [("wrap_storage", step)] if step % 2 == 0 else []
+    assert hooks.calls == expected
+    assert result.num_steps == 4 and np.isfinite(result.final_loss)

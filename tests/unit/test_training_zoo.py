@@ -6,14 +6,14 @@ import json
 
 import pytest
 
-from platform_lib.training.golden import build_golden_dataset
-from platform_lib.training.zoo import (
+from platform_lib.zoo.check import (
     CPU_PRESETS,
     ZOO_STEPS,
     check_zoo_preset,
     golden_path,
     zoo_config,
 )
+from platform_lib.zoo.dataset import build_golden_dataset
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,9 @@
 """Fault injection for real multi-process runs: one environment switch, read by every rank.
 
+`train()` installs the `FaultPlan` of its rank (`FaultPlan.from_env`) in the loop's injection
+seam (`platform_lib.training.hooks`); the plan is a `StepHooks` object, so a test may also pass
+one to `train(..., hooks=[...])` directly.
+
     DRIVETRAIN_FAULTS='[{"kind": "kill", "rank": 1, "step": 7}]'
 
 A JSON list of faults; each fires once, on rank `rank` (default 0) at optimizer step `step`,
@@ -9,7 +13,7 @@ in elastic attempt `attempt` (default 0: the first start, so a restarted run goe
     crash          raises InjectedFault at the start of the step (a Python error in user code)
     kill           SIGKILL of the rank's own process at the start of the step (no cleanup)
     hang           the rank stops before the step's first collective and sleeps; the others
-                   block in that collective until the collective timeout (`hang.py`)
+                   block in that collective until the collective timeout (`training/hang.py`)
     nan            the rank's batch becomes NaN: NaN loss, NaN gradients, NonFiniteError
     sigterm        SIGTERM to the elastic agent (the rank's parent process, as a pod eviction
                    does; `target`: "agent"), or to the rank itself (`target`: "self", or
@@ -246,7 +250,7 @@ class FaultPlan:
             self.announce(fault, f"{fault.seconds} s before every batch")
         return sum(f.seconds for f in delays)
 
-    def corrupt_batch(self, step: int, batch: dict[str, Any]) -> dict[str, Any]:
+    def on_batch(self, step: int, batch: dict[str, Any]) -> dict[str, Any]:
         """Return `batch`, with every float tensor set to NaN when a `nan` fault fires at `step`."""
         for fault in self.faults:
             if fault.kind == "nan" and fault.step == step and self.consume(fault):
@@ -258,7 +262,7 @@ class FaultPlan:
                 }
         return batch
 
-    def storage_hook(self, writer: Any, step: int) -> Any:
+    def wrap_storage(self, writer: Any, step: int) -> Any:
         """Wrap a DCP storage writer's file system with the save faults of `step` (if any)."""
         faults = [f for f in self.faults if f.kind in SAVE_KINDS and f.step == step]
         if faults:

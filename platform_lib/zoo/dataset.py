@@ -1,8 +1,8 @@
 """The fixed synthetic dataset of golden-loss checks (model zoo gate, tests).
 
 2 logs x 6 frames of synthetic logs (seed 0), split by frame range: the last 2 frames of each
-log are val. Golden files are written by `drivetrain zoo check --write` (package data beside
-`platform_lib/training/zoo.py`) and by the test helper `tests/unit/golden_run.py`; this module
+log are val. Golden files are written by `drivetrain zoo check --write` (package data in
+`platform_lib/zoo/golden/`) and by the test helper `tests/unit/golden_run.py`; this module
 only builds the dataset and writes nothing else.
 """
 

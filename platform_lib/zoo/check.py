@@ -1,6 +1,6 @@
 """Model-zoo gate: every CPU preset trains a few steps and must match its golden losses.
 
-Each preset trains on a fixed synthetic dataset (`platform_lib.training.golden`).
+Each preset trains on a fixed synthetic dataset (`platform_lib.zoo.dataset`).
 
 `check_zoo_preset(preset, dataset_dir, workdir)` trains `zoo_config(preset)` (the preset cut
 to ZOO_STEPS steps, world size 1, in this process) and compares its per-step losses with

@@ -1,4 +1,4 @@
-"""Model zoo: named model presets -> config (`presets`), network and loader-side sample transform."""
+"""Model catalog: preset name or config -> network and loader-side sample transform (`presets`: names)."""
 
 from __future__ import annotations
 
