@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from platform_lib.faults import ENV_VAR
 from platform_lib.sources.synthetic import SyntheticConfig, write_synthetic_logs
-from platform_lib.training.faults import ENV_VAR
 
 pytestmark = pytest.mark.distributed  # ~2 min: two pipeline runs; in `make test` (CI) on purpose
 

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
+from platform_lib.faults import ENV_VAR, FaultPlan
 from platform_lib.training.data import iterate_epochs
-from platform_lib.training.faults import ENV_VAR, FaultPlan
 
 
 def _plan(faults: list[dict], rank: int) -> FaultPlan:
