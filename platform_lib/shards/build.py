@@ -420,6 +420,8 @@ def build_dataset(
 
     Raises:
         BuildError: see `write_dataset`; also when `input_path` holds no logs of `source`.
+        RawFileChangedError: a raw file's bytes as read differ from those hashed for the
+            manifest (it changed during the build); nothing is published.
     """
     log_dirs = list_logs(source, Path(input_path))
     unknown = sorted(set(config.val_logs) - {d.name for d in log_dirs})
@@ -428,17 +430,19 @@ def build_dataset(
             f"val_logs {unknown} are not logs of {input_path} (logs: "
             f"{[d.name for d in log_dirs][:20]}); fix --val-logs"
         )
-    source_logs = hash_logs(log_dirs)
+    listings, source_logs = hash_logs(log_dirs)  # read through these: every byte is checked
     with contextlib.ExitStack() as stack:
         items: Iterable[PreparedFrame | FrameError]
         if config.workers == 1:
             items = (
-                prepare_frame(item) for log_dir in log_dirs for item in iter_log(source, log_dir)
+                prepare_frame(item)
+                for files in listings
+                for item in iter_log(source, files.root, files)
             )
         else:
             context = multiprocessing.get_context("spawn")
             pool = stack.enter_context(context.Pool(min(config.workers, len(log_dirs))))
-            per_log = pool.imap(prepare_log, [(source, str(d)) for d in log_dirs])
+            per_log = pool.imap(prepare_log, [(source, files) for files in listings])
             items = (item for log_items in per_log for item in log_items)
         return _write_prepared(
             items,

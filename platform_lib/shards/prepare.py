@@ -8,11 +8,11 @@ output bytes do not depend on the number of workers.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from platform_lib.shards.codec import check_frame, encode_frame, summarize_frame
 from platform_lib.sources.frame import Frame, FrameError
+from platform_lib.sources.raw_files import RawFiles
 
 __all__ = ["PreparedFrame", "prepare_frame", "prepare_log"]
 
@@ -67,12 +67,15 @@ def prepare_frame(item: Frame | FrameError) -> PreparedFrame | FrameError:
     )
 
 
-def prepare_log(task: tuple[str, str]) -> list[PreparedFrame | FrameError]:
-    """Read and prepare every frame of one raw log; `task` is (source name, log folder).
+def prepare_log(task: tuple[str, RawFiles]) -> list[PreparedFrame | FrameError]:
+    """Read and prepare every frame of one raw log; `task` is (source name, its hashed listing).
 
     A log-level FrameError is returned as the only item (counted like a bad frame).
+
+    Raises:
+        RawFileChangedError: a file's bytes differ from those hashed (`shards.sources.iter_log`).
     """
     from platform_lib.shards.sources import iter_log
 
-    source, log_dir = task
-    return [prepare_frame(item) for item in iter_log(source, Path(log_dir))]
+    source, files = task
+    return [prepare_frame(item) for item in iter_log(source, files.root, files)]

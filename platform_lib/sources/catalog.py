@@ -17,6 +17,7 @@ from platform_lib.errors import UserError
 
 if TYPE_CHECKING:
     from platform_lib.sources.frame import Frame, FrameError
+    from platform_lib.sources.raw_files import RawFiles
 
 __all__ = [
     "DEFAULT_SPLITS",
@@ -54,7 +55,7 @@ def check_source(source: str, *, culprit: str = "source") -> str:
 
 def _resolve(
     source: str,
-) -> tuple[Callable[[Path], list[Path]], Callable[[Path], Iterator[Frame | FrameError]]]:
+) -> tuple[Callable[[Path], list[Path]], Callable[..., Iterator[Frame | FrameError]]]:
     if source == "pandaset":
         from platform_lib.sources.pandaset import iter_pandaset_frames, list_pandaset_logs
 
@@ -76,13 +77,23 @@ def list_logs(source: str, root: str | os.PathLike[str]) -> list[Path]:
     return _resolve(source)[0](Path(root))
 
 
-def iter_log_frames(source: str, log_dir: str | os.PathLike[str]) -> Iterator[Frame | FrameError]:
+def iter_log_frames(
+    source: str, log_dir: str | os.PathLike[str], *, files: RawFiles | None = None
+) -> Iterator[Frame | FrameError]:
     """Yield each frame of one log, or the `FrameError` of a bad frame in its place.
+
+    Args:
+        source: raw-log format.
+        log_dir: the log folder.
+        files: the folder's listing to read through, usually hashed already
+            (`hashing.hash_listing`), so every byte read is checked against the hash; None:
+            list the folder now.
 
     Raises:
         ValueError: unknown source. FrameError: log-level problem (frame_index None).
+        RawFileChangedError: a file's bytes differ from those hashed (`raw_files`).
     """
-    return _resolve(source)[1](Path(log_dir))
+    return _resolve(source)[1](Path(log_dir), files=files)
 
 
 def list_log_urls(source: str, location: str) -> list[str]:
