@@ -87,9 +87,9 @@ def hash_listing(listing: RawFiles) -> str:
         lines.append((rel, 0, f"{rel}\0-> {json.dumps(target)}\n"))
     for rel in listing.files:
         try:
-            digest = listing.digests.get(rel) or hash_file(listing.root / rel)
-            listing.digests[rel] = digest
-            lines.append((rel, 1, f"{rel}\0{digest}\n"))
+            file_digest = listing.digests.get(rel) or hash_file(listing.root / rel)
+            listing.digests[rel] = file_digest
+            lines.append((rel, 1, f"{rel}\0{file_digest}\n"))
         except UserError:
             raise
         except OSError as exc:

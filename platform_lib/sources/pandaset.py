@@ -177,11 +177,11 @@ def load_pandaset_log(
                 reason="bad_calibration",
                 log_id=log_id,
             ) from exc
-        files = index_numbered_files(raw, folder, ".jpg")
-        indices |= set(files)
+        images = index_numbered_files(raw, folder, ".jpg")
+        indices |= set(images)
         cameras[name] = {
             "intrinsics": k,
-            "files": files,
+            "files": images,
             "folder": folder,
             "poses": load_json(folder / "poses.json", files=raw, log_id=log_id),
             "timestamps": load_json(folder / "timestamps.json", files=raw, log_id=log_id),

@@ -64,7 +64,7 @@ class _BoundedStream(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def]
+    def readinto(self, buffer) -> int:
         n = self._stream.readinto(memoryview(buffer)[:_READ_CHUNK])
         self._count += n
         if self._count > self._limit:
