@@ -156,12 +156,23 @@ def build_log_part(source: str, log: str, log_hash: str, config: BuildConfig) ->
     """Build (or find) the part of one raw log in the part store; return its location."""
     with task_errors("building the part of raw log", log):
         local = fetch_folder(log, current_context().working_directory)
+        # A local log is checked against log_hash byte for byte as it is read; a downloaded
+        # one is a private copy, and its remote objects are re-listed before publishing.
+        remote_check = (
+            None if is_local_url(log) else lambda: check_raw_logs_unchanged(log, log_hash)
+        )
         try:
-            part = build_part(source, local, config, log_hash=log_hash, store=part_store())
+            part = build_part(
+                source,
+                local,
+                config,
+                log_hash=log_hash,
+                store=part_store(),
+                check_source=remote_check,
+            )
         except DatasetError as exc:
             raise explain_dataset_error(exc, log) from exc
         if part.built:
-            check_raw_logs_unchanged(log, log_hash)
             check_dataset(part.location, splits=("train",))  # every byte, once per part
     return part.location
 

@@ -51,7 +51,7 @@ from platform_lib.shards.split import assign_splits
 from platform_lib.shards.writer import ShardWriter, fsync_dir
 from platform_lib.sources.catalog import iter_log_frames, list_log_urls
 from platform_lib.sources.frame import CLASS_GROUPS, Frame, FrameError
-from platform_lib.sources.hashing import hash_raw_log
+from platform_lib.sources.hashing import hash_logs
 
 __all__ = [
     "BuildConfig",
@@ -443,6 +443,8 @@ def build_dataset(
     Raises:
         BuildError: see `write_dataset`.
         UserError: unknown source, or `input_path` holds no logs of `source`.
+        RawFileChangedError: a raw file's bytes as read differ from those hashed for the
+            manifest (it changed during the build); nothing is published.
     """
     log_dirs = [Path(p) for p in list_log_urls(source, os.fspath(input_path))]
     unknown = sorted(set(config.val_logs) - {d.name for d in log_dirs})
@@ -453,16 +455,23 @@ def build_dataset(
         )
     show = sys.stderr.isatty() if config.progress is None else config.progress
     # hashing reads every raw byte before the first frame is built: a bar of its own
-    hashing = tqdm(log_dirs, disable=not show, unit="log", desc="hash raw logs")
-    source_logs = [{"log_id": d.name, "content_hash": hash_raw_log(d)} for d in hashing]
+    listings, source_logs = [], []  # read through the listings: every byte read is checked
+    for log_dir in tqdm(log_dirs, disable=not show, unit="log", desc="hash raw logs"):
+        [files], [entry] = hash_logs([log_dir])
+        listings.append(files)
+        source_logs.append(entry)
     with contextlib.ExitStack() as stack:
         items: Iterable[PreparedFrame | FrameError]
         if config.workers == 1:
-            items = (prepare_frame(item) for d in log_dirs for item in iter_log_frames(source, d))
+            items = (
+                prepare_frame(item)
+                for files in listings
+                for item in iter_log_frames(source, files.root, files=files)
+            )
         else:
             context = multiprocessing.get_context("spawn")
             pool = stack.enter_context(context.Pool(min(config.workers, len(log_dirs))))
-            per_log = pool.imap(prepare_log, [(source, str(d)) for d in log_dirs])
+            per_log = pool.imap(prepare_log, [(source, files) for files in listings])
             items = (item for log_items in per_log for item in log_items)
         return _write_prepared(
             items,

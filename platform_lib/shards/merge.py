@@ -24,7 +24,7 @@ import io
 import json
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,8 +50,9 @@ from platform_lib.shards.manifest import (
 from platform_lib.shards.split import assign_splits
 from platform_lib.shards.writer import fsync_dir
 from platform_lib.sources.catalog import iter_log_frames
-from platform_lib.sources.frame import CLASS_GROUPS
-from platform_lib.sources.hashing import hash_raw_log
+from platform_lib.sources.frame import CLASS_GROUPS, Frame, FrameError
+from platform_lib.sources.hashing import hash_logs
+from platform_lib.sources.raw_files import RawFileChangedError
 from platform_lib.storage import resolve_fs
 
 __all__ = ["PartResult", "build_part", "merge_parts", "part_key", "resolve_part_store"]
@@ -134,6 +135,15 @@ def part_key(source: str, log_hash: str, config: BuildConfig) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def _then(
+    frames: Iterator[Frame | FrameError], check: Callable[[], None] | None
+) -> Iterator[Frame | FrameError]:
+    """Yield `frames`, then call `check` (while the part is still staged, before publishing)."""
+    yield from frames
+    if check is not None:
+        check()
+
+
 def build_part(
     source: str,
     log_dir: str | Path,
@@ -141,15 +151,25 @@ def build_part(
     *,
     store: str | None = None,
     log_hash: str | None = None,
+    check_source: Callable[[], None] | None = None,
 ) -> PartResult:
     """Build (or find) the part of the raw log at `log_dir` in the part store.
+
+    The log is hashed (`sources.hashing.hash_logs`) and read through the listing it hashed, so
+    every byte read is checked against that hash: the part key always names the bytes the part
+    was built from, and a log that changes while it is read publishes nothing.
 
     Args:
         source: raw-log format ("synthetic" | "pandaset").
         log_dir: local folder of ONE raw log (its name is the log id).
         config: build settings; only the byte-shaping ones matter (see `part_key`).
         store: part store folder or URL (`resolve_part_store`).
-        log_hash: the log's content hash when already known (else computed).
+        log_hash: the log's hash when it was listed (`hash_log_location`); without
+            `check_source` it must still be the hash of `log_dir`'s bytes. None: hash it now.
+        check_source: for a log downloaded from object storage, where `log_hash` hashes the
+            objects' versions, not the local copy: called after the last frame is read and
+            before the part is published, to raise if the remote log changed
+            (`sources.hashing.check_raw_logs_unchanged`).
 
     Returns:
         Where the part is and whether it was built now.
@@ -157,19 +177,34 @@ def build_part(
     Raises:
         BuildError: the log has bad frames (without `config.quarantine`) or no usable frame;
             the message names the log and the per-reason counts.
+        RawFileChangedError: the log's bytes are not those `log_hash` names, or a file changed
+            while it was read (naming it); nothing is published.
 
     Publishing is atomic: locally the part is staged and renamed into place; on object
     storage its shards and index are uploaded first and its manifest last, so a part without
     manifest.json is incomplete and is rebuilt.
     """
     log_dir = Path(log_dir)
-    log_hash = log_hash or hash_raw_log(log_dir)
-    root = resolve_part_store(store)
-    location = f"{root}/{source}/{part_key(source, log_hash, config)}"
+    files = None
+    if log_hash is None:
+        [files], [entry] = hash_logs([log_dir])
+        log_hash = entry["content_hash"]
+    location = f"{resolve_part_store(store)}/{source}/{part_key(source, log_hash, config)}"
     fs, path, is_local = resolve_fs(location)
     if fs.exists(f"{path}/{MANIFEST_NAME}"):
         return PartResult(location=location, log_id=log_dir.name, log_hash=log_hash, built=False)
-    frames = iter_log_frames(source, log_dir)
+    if files is None:
+        [files], [entry] = hash_logs([log_dir])
+        if check_source is None and entry["content_hash"] != log_hash:
+            raise RawFileChangedError(
+                f"raw log changed since it was listed (content hash {log_hash[:12]} listed, "
+                f"{entry['content_hash'][:12]} now)",
+                str(log_dir),
+                "stop writing to the raw-log folder and re-run the build",
+            )
+    frames = _then(
+        iter_log_frames(source, log_dir, files=files), check_source
+    )  # reads checked vs `files`
     logs = [{"log_id": log_dir.name, "content_hash": log_hash}]
     if is_local:
         try:

@@ -13,6 +13,7 @@ from typing import Any
 from platform_lib.shards.codec import check_frame, encode_frame, summarize_frame
 from platform_lib.sources.catalog import iter_log_frames
 from platform_lib.sources.frame import Frame, FrameError
+from platform_lib.sources.raw_files import RawFiles
 
 __all__ = ["PreparedFrame", "prepare_frame", "prepare_log"]
 
@@ -67,10 +68,13 @@ def prepare_frame(item: Frame | FrameError) -> PreparedFrame | FrameError:
     )
 
 
-def prepare_log(task: tuple[str, str]) -> list[PreparedFrame | FrameError]:
-    """Read and prepare every frame of one raw log; `task` is (source name, log folder).
+def prepare_log(task: tuple[str, RawFiles]) -> list[PreparedFrame | FrameError]:
+    """Read and prepare every frame of one raw log; `task` is (source name, its hashed listing).
 
     A log-level FrameError is returned as the only item (counted like a bad frame).
+
+    Raises:
+        RawFileChangedError: a file's bytes differ from those hashed (`raw_files`).
     """
-    source, log_dir = task
-    return [prepare_frame(item) for item in iter_log_frames(source, log_dir)]
+    source, files = task
+    return [prepare_frame(item) for item in iter_log_frames(source, files.root, files=files)]

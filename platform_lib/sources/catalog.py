@@ -17,6 +17,7 @@ from platform_lib.errors import UserError
 
 if TYPE_CHECKING:
     from platform_lib.sources.frame import Frame, FrameError
+    from platform_lib.sources.raw_files import RawFiles
 
 __all__ = [
     "DEFAULT_SPLITS",
@@ -54,7 +55,7 @@ def check_source(source: str, *, culprit: str = "source") -> str:
 
 def _resolve(
     source: str,
-) -> tuple[Callable[[Path], list[Path]], Callable[[Path], Iterator[Frame | FrameError]]]:
+) -> tuple[Callable[[Path], list[Path]], Callable[..., Iterator[Frame | FrameError]]]:
     if source == "pandaset":
         from platform_lib.sources.pandaset import iter_pandaset_frames, list_pandaset_logs
 
@@ -76,7 +77,9 @@ def list_logs(source: str, root: str | os.PathLike[str]) -> list[Path]:
     return _resolve(source)[0](Path(root))
 
 
-def iter_log_frames(source: str, log_dir: str | os.PathLike[str]) -> Iterator[Frame | FrameError]:
+def iter_log_frames(
+    source: str, log_dir: str | os.PathLike[str], *, files: RawFiles | None = None
+) -> Iterator[Frame | FrameError]:
     """Yield each frame of one log, or the `FrameError` of a bad frame in its place.
 
     A log-level problem (e.g. a missing poses file) is yielded last as a `FrameError` with
@@ -85,12 +88,13 @@ def iter_log_frames(source: str, log_dir: str | os.PathLike[str]) -> Iterator[Fr
 
     Raises:
         UserError: unknown source.
+        RawFileChangedError: a file's bytes differ from those hashed (`raw_files`).
     """
     from platform_lib.sources.frame import FrameError
 
     read_frames = _resolve(source)[1]
     try:
-        yield from read_frames(Path(log_dir))
+        yield from read_frames(Path(log_dir), files=files)
     except FrameError as exc:
         if exc.log_id is None:
             exc.log_id = Path(log_dir).name

@@ -6,11 +6,15 @@ readers open files through (`platform_lib.sources.raw_files.scan_raw_files`: sym
 followed and their targets recorded; dangling links, loops, FIFOs, devices and sockets
 refused); an object-storage prefix (s3://, gs://, ...) uses each object's version id, else its
 ETag (which changes whenever the object's bytes do), so hashing a bucket costs one listing.
+Hashing a listing records each file's digest in it (`RawFiles.digests`): a build hashes the
+listing its reader then reads through, and every read is checked against those digests, so the
+recorded hash names the bytes read (`platform_lib.sources.raw_files`).
 
     hash_raw_content(folder)   sha256 over the sorted lines `relpath\0sha256(file bytes)\n`,
                                plus `relpath\0-> "target"\n` per symbolic link
     hash_raw_log(log_dir)      one raw log: its log id (the folder's name) and content hash, so a
                                renamed log gets another part and cache key (`merge.part_key`)
+    hash_log_listing(listing)  the same over a listing a reader then reads through
     hash_log_location(url)     the same for a log given as a local path or an object-storage URL
     hash_raw_location(url)     a whole raw-log location, local (its bytes) or remote (listing)
 """
@@ -28,9 +32,11 @@ from platform_lib.sources.raw_files import RawFiles, scan_raw_files
 from platform_lib.storage import call_with_retries, resolve_fs
 
 __all__ = [
+    "hash_logs",
     "check_raw_logs_unchanged",
     "hash_file",
     "hash_listing",
+    "hash_log_listing",
     "hash_log_location",
     "hash_raw_content",
     "hash_raw_location",
@@ -71,6 +77,9 @@ def list_raw_files(log_dir: str | os.PathLike[str]) -> list[str]:
 def hash_listing(listing: RawFiles) -> str:
     r"""Return the content hash of a listing (see module docstring).
 
+    Each file's digest is recorded in `listing.digests`; a file already read through the
+    listing keeps the digest of the bytes read (it is not read again).
+
     Raises:
         UserError: a listed file cannot be read or is no longer a regular file (culprit: it).
     """
@@ -79,7 +88,9 @@ def hash_listing(listing: RawFiles) -> str:
         lines.append((rel, 0, f"{rel}\0-> {json.dumps(target)}\n"))
     for rel in listing.files:
         try:
-            lines.append((rel, 1, f"{rel}\0{hash_file(listing.root / rel)}\n"))
+            file_digest = listing.digests.get(rel) or hash_file(listing.root / rel)
+            listing.digests[rel] = file_digest
+            lines.append((rel, 1, f"{rel}\0{file_digest}\n"))
         except UserError:
             raise
         except OSError as exc:
@@ -115,7 +126,33 @@ def hash_raw_log(log_dir: str | os.PathLike[str]) -> str:
         FileNotFoundError: if `log_dir` is not a directory.
         UserError: as `hash_raw_content`.
     """
-    return _log_hash(Path(log_dir).name, hash_raw_content(log_dir))
+    return hash_log_listing(scan_raw_files(log_dir))
+
+
+def hash_log_listing(listing: RawFiles) -> str:
+    """Return `hash_raw_log` of the log folder `listing` lists, recording its digests.
+
+    Raises:
+        UserError: as `hash_listing`.
+    """
+    return _log_hash(listing.root.name, hash_listing(listing))
+
+
+def hash_logs(
+    log_dirs: list[Path] | list[str],
+) -> tuple[list[RawFiles], list[dict[str, str]]]:
+    """Return each log's listing, hashed, and `[{"log_id", "content_hash"}]` for the manifest.
+
+    Read the logs through these listings (`catalog.iter_log_frames(..., files=)`): the digests
+    recorded while hashing are what every read is checked against, so the manifest's hashes
+    name the bytes the build read.
+
+    Raises:
+        UserError: as `hash_listing`.
+    """
+    listings = [scan_raw_files(p) for p in log_dirs]
+    logs = [{"log_id": f.root.name, "content_hash": hash_log_listing(f)} for f in listings]
+    return listings, logs
 
 
 def hash_log_location(location: str) -> str:

@@ -130,8 +130,16 @@ def list_pandaset_logs(root: str | os.PathLike[str]) -> list[Path]:
     return logs
 
 
-def load_pandaset_log(log_dir: str | os.PathLike[str]) -> PandasetLog:
+def load_pandaset_log(
+    log_dir: str | os.PathLike[str], *, files: RawFiles | None = None
+) -> PandasetLog:
     """Load the per-sequence metadata (poses, timestamps, intrinsics, file lists).
+
+    Args:
+        log_dir: the sequence folder.
+        files: the folder's listing to read through, usually hashed already
+            (`hashing.hash_listing`), so every byte read is checked against the hash; None:
+            list the folder now.
 
     Raises:
         FrameError: (frame_index None) reasons "missing_file", "corrupt_metadata",
@@ -141,7 +149,7 @@ def load_pandaset_log(log_dir: str | os.PathLike[str]) -> PandasetLog:
     """
     log_dir = Path(log_dir)
     log_id = log_dir.name
-    raw = scan_raw_files(log_dir)
+    raw = scan_raw_files(log_dir) if files is None else files
     lidar_files = index_numbered_files(raw, log_dir / "lidar", ".pkl.gz")
     indices = set(lidar_files)
     cameras = {}
@@ -169,11 +177,11 @@ def load_pandaset_log(log_dir: str | os.PathLike[str]) -> PandasetLog:
                 reason="bad_calibration",
                 log_id=log_id,
             ) from exc
-        files = index_numbered_files(raw, folder, ".jpg")
-        indices |= set(files)
+        images = index_numbered_files(raw, folder, ".jpg")
+        indices |= set(images)
         cameras[name] = {
             "intrinsics": k,
-            "files": files,
+            "files": images,
             "folder": folder,
             "poses": load_json(folder / "poses.json", files=raw, log_id=log_id),
             "timestamps": load_json(folder / "timestamps.json", files=raw, log_id=log_id),
@@ -319,13 +327,22 @@ def read_pandaset_frame(log: PandasetLog, frame_index: int) -> Frame:
     return validate_frame(frame)
 
 
-def iter_pandaset_frames(log_dir: str | os.PathLike[str]) -> Iterator[Frame | FrameError]:
+def iter_pandaset_frames(
+    log_dir: str | os.PathLike[str], *, files: RawFiles | None = None
+) -> Iterator[Frame | FrameError]:
     """Yield each frame of a sequence in index order, or the `FrameError` of a bad frame.
+
+    Args:
+        log_dir: the sequence folder.
+        files: the folder's listing to read through, usually hashed already
+            (`hashing.hash_listing`), so every byte read is checked against the hash; None:
+            list the folder now.
 
     Raises:
         FrameError: for log-level problems (see `load_pandaset_log`), before any frame.
+        RawFileChangedError: a file's bytes differ from those hashed (`raw_files`).
     """
-    log = load_pandaset_log(log_dir)
+    log = load_pandaset_log(log_dir, files=files)
     for i in log.frame_indices:
         try:
             yield read_pandaset_frame(log, i)

@@ -5,7 +5,9 @@ one the content hash covers), with the size and JSON-nesting bounds of `raw_file
 ships lidar points and annotations as gzip'd pandas pickles; `FramePickleUnpickler` resolves
 only the numpy/pandas globals a DataFrame pickle names (`_FRAME_GLOBALS`) and refuses any other
 (`os.system`, `builtins.eval`, ...) before it is imported, so a hostile raw-log file cannot run
-code at build time.
+code at build time. The unpickler reads at most `MAX_UNPICKLED_BYTES` of decompressed stream
+(a gzip bomb is a corrupt frame), and a pickle that declares an object too large to allocate
+(MemoryError) is a corrupt frame too, never an escaped error.
 
 Layout of one sequence folder (as published by the PandaSet devkit):
     camera/<name>/NN.jpg, intrinsics.json {fx,fy,cx,cy}, poses.json, timestamps.json
@@ -17,6 +19,7 @@ Layout of one sequence folder (as published by the PandaSet devkit):
 from __future__ import annotations
 
 import gzip
+import io
 import pickle
 import re
 import zlib
@@ -33,12 +36,42 @@ __all__ = [
     "index_numbered_files",
     "load_json",
     "FramePickleUnpickler",
+    "MAX_UNPICKLED_BYTES",
     "load_pickled_frame",
     "parse_pose",
     "require_columns",
 ]
 
 _NUMBERED = re.compile(r"^(\d+)\.(jpg|pkl\.gz)$")
+
+#: Most decompressed bytes read from one gzip'd pickle: 32x a full PandaSet lidar frame
+#: (~8 MB decompressed); past it the file is a corrupt frame (a decompression bomb).
+MAX_UNPICKLED_BYTES = 256 << 20
+#: Most bytes one read of the decompressed stream returns (bounds the overshoot past the cap).
+_READ_CHUNK = 1 << 20
+
+
+class DecompressedTooLargeError(ValueError):
+    """The gzip stream decompresses to more than `MAX_UNPICKLED_BYTES`."""
+
+
+class _BoundedStream(io.RawIOBase):
+    """A readable stream over `stream` that raises once more than `limit` bytes were read."""
+
+    def __init__(self, stream: io.BufferedIOBase, limit: int) -> None:
+        self._stream, self._limit, self._count = stream, limit, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        n = self._stream.readinto(memoryview(buffer)[:_READ_CHUNK])
+        self._count += n
+        if self._count > self._limit:
+            raise DecompressedTooLargeError(
+                f"decompresses to more than {self._limit} bytes (MAX_UNPICKLED_BYTES)"
+            )
+        return n
 
 
 def index_numbered_files(files: RawFiles, folder: Path, suffix: str) -> dict[int, Path]:
@@ -190,7 +223,8 @@ def load_pickled_frame(
 
     Raises:
         FrameError: "missing_<what>" if absent; `reason` (e.g. "corrupt_lidar") if the gzip
-            stream or the pickle is truncated/corrupt or does not hold a DataFrame.
+            stream or the pickle is truncated/corrupt, decompresses past `MAX_UNPICKLED_BYTES`,
+            declares an object too large to allocate, or does not hold a DataFrame.
         UserError: larger than `MAX_ARRAY_BYTES`; NotRegularFileError: not a regular file.
     """
     if not files.has_file(path):
@@ -207,9 +241,12 @@ def load_pickled_frame(
     with files.open(path, max_bytes=MAX_ARRAY_BYTES) as handle:
         try:
             with gzip.GzipFile(fileobj=handle) as stream:
-                df = FramePickleUnpickler(stream).load()
+                bounded = io.BufferedReader(_BoundedStream(stream, MAX_UNPICKLED_BYTES))
+                df = FramePickleUnpickler(bounded).load()
         except (
             EOFError,
+            MemoryError,  # the pickle declares an object larger than memory allows
+            OverflowError,
             OSError,
             zlib.error,
             pickle.UnpicklingError,

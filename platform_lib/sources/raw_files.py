@@ -22,6 +22,14 @@ Rules of the walk:
   layout names, never from file contents), so `..` cannot occur; `RawFiles.open` refuses any
   path that is not in the listing.
 
+Hash what you read: the listing keeps one sha256 per file (`RawFiles.digests`), recorded when
+the listing is hashed (`hashing.hash_listing`) or, for a file not hashed yet, when it is first
+read. `RawFiles.read` and `RawFiles.open` read a file's bytes into memory, hash them (one sha256
+over bytes already read) and compare: bytes that differ from the recorded digest raise
+`RawFileChangedError` naming the file, so a file swapped, edited, or changed and changed back
+between hashing and reading never reaches a build under the hash of other bytes (the check is
+on the bytes parsed, whatever happened on disk in between).
+
 Bounds: `MAX_JSON_BYTES` and `MAX_JSON_DEPTH` (JSON metadata), `MAX_IMAGE_BYTES` (one camera
 image), `MAX_ARRAY_BYTES` (one lidar/annotation file, compressed size).
 """
@@ -29,6 +37,8 @@ image), `MAX_ARRAY_BYTES` (one lidar/annotation file, compressed size).
 from __future__ import annotations
 
 import errno
+import hashlib
+import io
 import json
 import os
 import stat
@@ -45,6 +55,7 @@ __all__ = [
     "MAX_IMAGE_BYTES",
     "MAX_JSON_BYTES",
     "MAX_JSON_DEPTH",
+    "RawFileChangedError",
     "RawFiles",
     "parse_json",
     "scan_raw_files",
@@ -62,6 +73,10 @@ MAX_ARRAY_BYTES = 2 << 30
 MAX_ENTRIES = 1_000_000
 
 
+class RawFileChangedError(UserError):
+    """A raw file's bytes as read differ from the bytes hashed for the build's lineage."""
+
+
 @dataclass(frozen=True)
 class RawFiles:
     """The listing of one raw-log folder (see module docstring); paths are relative POSIX."""
@@ -74,6 +89,9 @@ class RawFiles:
     """relative paths of the folders (links followed)"""
     links: dict[str, str] = field(default_factory=dict)
     """relative path of each symbolic link -> its target as written"""
+    digests: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+    """relative path -> hex sha256 of its bytes, as hashed (`hashing.hash_listing`) or first
+    read; every later read must give the same bytes"""
     _file_set: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -105,13 +123,33 @@ class RawFiles:
             if r.startswith(prefix) and "/" not in r[len(prefix) :]
         ]
 
-    def open(self, path: str | os.PathLike[str], *, max_bytes: int | None = None) -> IO[bytes]:
-        """Open the listed regular file `path` for binary reading (the caller closes it).
+    def record_digest(self, path: str | os.PathLike[str], digest: str) -> None:
+        """Record `digest` (hex sha256) as the bytes of listed file `path`, or check it.
 
         Raises:
-            UserError: `path` is not in the listing, or cannot be opened (culprit: the path).
+            RawFileChangedError: another digest is recorded for `path` (culprit: the path).
+        """
+        recorded = self.digests.setdefault(self.rel(path), digest)
+        if recorded != digest:
+            raise RawFileChangedError(
+                f"raw file changed while the build read it (sha256 {recorded[:12]} hashed, "
+                f"{digest[:12]} read)",
+                str(path),
+                "stop writing to the raw-log folder and re-run the build",
+            )
+
+    def read(self, path: str | os.PathLike[str], *, max_bytes: int | None = None) -> bytes:
+        """Return the bytes of the listed regular file `path`, checked against its digest.
+
+        Args:
+            path: a listed file (the root joined with its relative path).
+            max_bytes: largest size accepted, in bytes (None: no bound).
+
+        Raises:
+            UserError: `path` is not in the listing, cannot be opened, or is larger than
+                `max_bytes` (culprit: the path).
             NotRegularFileError: it is no longer a regular file (swapped since the walk).
-            UserError: larger than `max_bytes`.
+            RawFileChangedError: its bytes differ from those hashed or read before.
         """
         if not self.has_file(path):
             raise UserError(
@@ -120,7 +158,9 @@ class RawFiles:
                 "read raw files only through the listing of their log folder",
             )
         try:
-            return os.fdopen(open_regular(path, max_bytes=max_bytes), "rb")
+            with os.fdopen(open_regular(path, max_bytes=max_bytes), "rb") as handle:
+                size = os.fstat(handle.fileno()).st_size  # at most max_bytes (open_regular)
+                data = handle.read(size + 1)
         except UserError:
             raise
         except OSError as exc:
@@ -129,15 +169,24 @@ class RawFiles:
                 str(path),
                 "check that it exists and is readable, then re-run",
             ) from exc
+        if len(data) > size:
+            raise RawFileChangedError(
+                f"raw file changed while the build read it (it grew past {size} bytes)",
+                str(path),
+                "stop writing to the raw-log folder and re-run the build",
+            )
+        self.record_digest(path, hashlib.sha256(data).hexdigest())
+        return data
 
-    def read(self, path: str | os.PathLike[str], *, max_bytes: int) -> bytes:
-        """Return the bytes of the listed regular file `path` (at most `max_bytes`).
+    def open(self, path: str | os.PathLike[str], *, max_bytes: int | None = None) -> IO[bytes]:
+        """Return an in-memory binary stream of `path`'s checked bytes (`read`).
+
+        The whole file is read first, so what the caller parses is exactly what was checked.
 
         Raises:
-            UserError, NotRegularFileError: as `open`.
+            As `read`.
         """
-        with self.open(path, max_bytes=max_bytes) as handle:
-            return handle.read(max_bytes + 1)[:max_bytes]
+        return io.BytesIO(self.read(path, max_bytes=max_bytes))
 
 
 def _refuse_link(path: Path, what: str, target: str) -> UserError:

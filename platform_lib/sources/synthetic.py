@@ -30,6 +30,7 @@ import numpy as np
 
 from platform_lib.sources.frame import Frame, FrameError, raise_first_error
 from platform_lib.sources.hashing import hash_raw_log
+from platform_lib.sources.raw_files import RawFiles
 from platform_lib.sources.synthetic_io import load_synthetic_log, read_synthetic_frame
 from platform_lib.sources.synthetic_render import (
     prepare_camera_rays,
@@ -244,13 +245,22 @@ def list_synthetic_logs(root: str | os.PathLike[str]) -> list[Path]:
     return logs
 
 
-def iter_synthetic_frames(log_dir: str | os.PathLike[str]) -> Iterator[Frame | FrameError]:
+def iter_synthetic_frames(
+    log_dir: str | os.PathLike[str], *, files: RawFiles | None = None
+) -> Iterator[Frame | FrameError]:
     """Yield each frame of a synthetic log, or the `FrameError` of a bad frame in its place.
+
+    Args:
+        log_dir: the log folder.
+        files: the folder's listing to read through, usually hashed already
+            (`hashing.hash_listing`), so every byte read is checked against the hash; None:
+            list the folder now.
 
     Raises:
         FrameError: for log-level problems (meta/calib/poses/timestamps), before any frame.
+        RawFileChangedError: a file's bytes differ from those hashed (`raw_files`).
     """
-    log = load_synthetic_log(log_dir)
+    log = load_synthetic_log(log_dir, files=files)
     for i in range(log.num_frames):
         try:
             yield read_synthetic_frame(log, i)

@@ -81,8 +81,16 @@ def _load_json(
         ) from exc
 
 
-def load_synthetic_log(log_dir: str | os.PathLike[str]) -> SyntheticLog:
+def load_synthetic_log(
+    log_dir: str | os.PathLike[str], *, files: RawFiles | None = None
+) -> SyntheticLog:
     """Load meta.json, calib.json, poses.json and timestamps.json of a synthetic log.
+
+    Args:
+        log_dir: the log folder.
+        files: the folder's listing to read through, usually hashed already
+            (`hashing.hash_listing`), so every byte read is checked against the hash; None:
+            list the folder now.
 
     Raises:
         FrameError: (frame_index None) "missing_file", "corrupt_metadata", "count_mismatch".
@@ -90,7 +98,7 @@ def load_synthetic_log(log_dir: str | os.PathLike[str]) -> SyntheticLog:
             file is over its size bound.
     """
     log_dir = Path(log_dir)
-    files = scan_raw_files(log_dir)
+    files = scan_raw_files(log_dir) if files is None else files
     meta = _load_json(files, log_dir / "meta.json", None)
     if not isinstance(meta, dict) or meta.get("format") != "drivetrain-synthetic-v1":
         found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
