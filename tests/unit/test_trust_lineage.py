@@ -92,7 +92,7 @@ def test_a_part_changed_and_reverted_while_read_is_not_published(
 ) -> None:
     store = tmp_path / "store"
     log_hash = hash_log_location(str(log))  # list_raw_logs
-    real_iter_log = merge.iter_log
+    real_iter_log = merge.iter_log_frames
 
     def changed_during_read(*args, **kwargs):  # A -> B before the first frame, B -> A after
         original = _swap(log)
@@ -101,7 +101,7 @@ def test_a_part_changed_and_reverted_while_read_is_not_published(
         finally:
             (log / TARGET).write_bytes(original)
 
-    monkeypatch.setattr(merge, "iter_log", changed_during_read)
+    monkeypatch.setattr(merge, "iter_log_frames", changed_during_read)
     with pytest.raises(RawFileChangedError, match="changed while the build read it"):
         build_part("synthetic", log, CONFIG, store=str(store), log_hash=log_hash)
     assert hash_log_location(str(log)) == log_hash  # a re-hash afterwards sees nothing
@@ -126,13 +126,13 @@ def test_the_part_key_is_the_hash_of_the_bytes_read(
     log: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = tmp_path / "store"
-    real_iter_log = merge.iter_log
+    real_iter_log = merge.iter_log_frames
 
     def swap_then_read(*args, **kwargs):  # build_part hashed the log; it changes before reading
         _swap(log)
         yield from real_iter_log(*args, **kwargs)
 
-    monkeypatch.setattr(merge, "iter_log", swap_then_read)
+    monkeypatch.setattr(merge, "iter_log_frames", swap_then_read)
     with pytest.raises(RawFileChangedError):
         build_part("synthetic", log, CONFIG, store=str(store))
     assert _published(store) == []
