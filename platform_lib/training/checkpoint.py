@@ -621,7 +621,14 @@ class Checkpointer:
         if self.rank != 0:
             return
         found = list_checkpoints(self.folder)
-        complete = [(s, p) for s, p, done in found if done]
+        ledger = _read_ledger(self.folder)
+
+        def name(path: str) -> str:
+            return path.rstrip("/").rsplit("/", 1)[-1]
+
+        # only steps this trainer committed (in its ledger) count and are pruned; a complete
+        # step folder copied in from elsewhere is neither ours to delete nor a newer checkpoint
+        complete = [(s, p) for s, p, done in found if done and name(p) in ledger]
         if not complete:
             return
         newest = complete[-1][0]
@@ -631,8 +638,7 @@ class Checkpointer:
         for path in doomed:
             fs, root = fsspec.core.url_to_fs(path)
             fs.rm(root, recursive=True)
-        kept = {p.rstrip("/").rsplit("/", 1)[-1] for _, p in complete[-self.keep :]}
-        ledger = _read_ledger(self.folder)
+        kept = {name(p) for _, p in complete[-self.keep :]}
         if set(ledger) - kept:
             _write_ledger(self.folder, {k: v for k, v in ledger.items() if k in kept})
 

@@ -174,3 +174,19 @@ def test_a_stalled_async_save_is_an_error_within_its_deadline(trained, tmp_path)
         assert time.monotonic() - began < 5
     finally:
         release.set()
+
+
+def test_retention_never_deletes_our_steps_for_a_step_copied_in(trained, tmp_path):
+    """A complete step folder copied in from another run neither counts as newest nor is pruned."""
+    import shutil
+
+    model, optimizer = trained
+    ckpt = Checkpointer(tmp_path / "a", keep=1)
+    ckpt.save(1, model, optimizer, {"step": 1})
+    foreign = Checkpointer(tmp_path / "other", keep=1).save(500, model, optimizer, {"step": 500})
+    shutil.copytree(foreign.path, tmp_path / "a" / "step-000500")
+    ours = ckpt.save(2, model, optimizer, {"step": 2})
+    names = sorted(p.name for p in (tmp_path / "a").iterdir())
+    assert names == ["step-000002", "step-000500"]  # step 1 pruned, ours kept, theirs untouched
+    with pytest.warns(UserWarning, match="not in the ledger"):
+        assert ckpt.latest() == ours.path
