@@ -68,8 +68,12 @@ MAX_SUMMARY_ENTRY_LINES = 256
 #: ANSI CSI (colours, cursor), OSC (titles, links; ended by BEL or ST), charset selections
 #: (`ESC ( B`) and other two-byte escapes (ECMA-48).
 _ANSI = re.compile(
-    r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[ -/]+[0-~]|[@-Z\\-_])"
+    r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[ -/]+[0-~]|[0-~])"
+    r"|\x9b[0-?]*[ -/]*[@-~]"
 )
+#: Every other C0 and C1 control but tab (a reset, a bell, a backspace that overprints text):
+#: a verdict's quoted line is printed to a terminal, so none may reach it.
+_CONTROLS = dict.fromkeys([*range(0x00, 0x09), *range(0x0A, 0x20), *range(0x7F, 0xA0)])
 #: stern's `<pod> <container> ` prefix, each name coloured (a pod name holds a `-`).
 _STERN_PREFIX = re.compile(
     r"^\x1b\[[0-9;]*m[a-z0-9][a-z0-9.]*-[-a-z0-9.]*\x1b\[0?m "
@@ -202,15 +206,16 @@ class LogFile:
 def clean_line(raw: str) -> str:
     """Return a log line as its program wrote it: no ANSI escapes, no CR, no collector prefix.
 
-    Removes ANSI CSI sequences (colours, cursor moves), OSC sequences (titles, hyperlinks)
-    and other two-byte escapes, carriage returns, and the pod prefix that `kubectl logs
+    Removes ANSI CSI sequences (7- and 8-bit: colours, cursor moves), OSC sequences (titles,
+    hyperlinks) and other two-byte escapes (a terminal reset), every other C0/C1 control but
+    tab (CR, backspace, bell), and the pod prefix that `kubectl logs
     --prefix` (`[pod/<pod>/<container>] `) or stern (coloured `<pod> <container> `) adds.
     This is the one place lines are cleaned; every rule sees cleaned lines only.
     """
-    if "\x1b" in raw:
+    if "\x1b" in raw or "\x9b" in raw:
         raw = _ANSI.sub("", _STERN_PREFIX.sub("", raw, count=1))
-    if "\r" in raw:
-        raw = raw.replace("\r", "")
+    if not raw.isprintable():  # CR, backspaces, bells, C1 controls (tab stays)
+        raw = raw.translate(_CONTROLS)
     if raw.startswith("[pod/"):
         raw = _KUBECTL_PREFIX.sub("", raw, count=1)
     return raw

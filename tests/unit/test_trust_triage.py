@@ -152,3 +152,19 @@ def test_repeated_lines_are_capped_and_counted(tmp_path: Path) -> None:
     assert verdict.root_line.endswith("ValueError: config must be positive")
     dropped = 1000 - 2 * LINES_KEPT_PER_RULE
     assert any(f"{dropped} lines of nccl-info" in n for n in verdict.notes), verdict.notes
+
+
+def test_terminal_controls_never_reach_the_printed_verdict(tmp_path):
+    """A reset, cursor saves, 8-bit CSI and backspaces in a log are not echoed to a terminal."""
+    from platform_lib.triage.classifier import classify
+    from platform_lib.triage.logs import load_evidence
+
+    log = tmp_path / "esc.log"
+    log.write_text(
+        "torch.OutOfMemoryError: CUDA out of memory. \x1bcRESET \x1b7 \x9b31mRED hidden"
+        "\b\b\b\b\b\bXXXXXX\x07\n",
+        encoding="utf-8",
+    )
+    text = classify(load_evidence(log)).describe()
+    assert "CUDA out of memory" in text
+    assert not any(ord(c) < 0x20 and c not in "\n\t" or 0x7F <= ord(c) < 0xA0 for c in text)
