@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from platform_lib.errors import UserError
-from platform_lib.fsguard import NotRegularFileError, file_kind, open_regular
+from platform_lib.fsguard import NotRegularFileError, file_kind, iter_chunks, open_regular
 
 __all__ = [
     "MAX_ARRAY_BYTES",
@@ -136,8 +136,8 @@ class RawFiles:
         Raises:
             UserError, NotRegularFileError: as `open`.
         """
-        with self.open(path, max_bytes=max_bytes) as handle:
-            return handle.read(max_bytes + 1)[:max_bytes]
+        with self.open(path, max_bytes=max_bytes) as handle:  # at most its fstat size
+            return b"".join(iter_chunks(handle.fileno(), path, chunk_bytes=max(max_bytes, 1)))
 
 
 def _refuse_link(path: Path, what: str, target: str) -> UserError:
