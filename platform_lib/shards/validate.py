@@ -188,8 +188,7 @@ def _read_sized(fs: fsspec.AbstractFileSystem, path: str, expected: int) -> tupl
         if isinstance(fs, LocalFileSystem):
             size = os.fstat(f.fileno()).st_size
         else:
-            size = getattr(f, "size", None)
-            size = fs.size(path) if size is None else size
+            size = int(fs.size(path))
         data = f.read(min(size, expected)) or b""  # None: a read that would block
     return (size if len(data) == min(size, expected) else len(data)), data
 
