@@ -7,7 +7,7 @@ code and append it to `COMMAND_GROUPS` below. Benchmarks are scripts in the repo
 `bench/` folder (`python bench/loader.py`), not commands of the installed library.
 
 Errors: a command raises; `main` prints a user error (`platform_lib.errors.UserError`, a bad
-dataset, a full disk, an unreachable store) as one line `error: <what> (<culprit>): <what to
+dataset, a full disk, an unreachable store, missing credentials) as one line `error: <what> (<culprit>): <what to
 do>` and returns 1 (2 for bad arguments), writing the traceback to
 `$DRIVETRAIN_HOME/logs/errors.log` (both `platform_lib.logs.report_user_error`); `drivetrain
 --debug ...` shows the traceback instead. Anything else is a bug and keeps its traceback.
@@ -79,11 +79,11 @@ def explain_error(
     user = to_user_error(error, where=output or culprit)
     if user is not None:
         return user
-    from platform_lib.storage import StorageUnreachableError
+    from platform_lib.storage import explain_location_error
 
-    if isinstance(error, StorageUnreachableError):
-        what, _, fix = str(error).rpartition("; ")
-        return UserError(what or str(error), culprit, fix or "retry later")
+    user = explain_location_error(error, culprit)  # credentials, bucket name, unreachable store
+    if user is not None:
+        return user
     if type(error).__module__.startswith("platform_lib.shards"):
         from platform_lib.shards.check import explain_dataset_error
         from platform_lib.shards.errors import DatasetError

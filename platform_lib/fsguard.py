@@ -1,9 +1,12 @@
 """Safe opens and owner locks: only regular files, only inside their root, leftovers swept by liveness.
 
 Every local open of an untrusted file (raw log, shard, index, manifest, checkpoint metadata)
-goes through `open_regular`: the path is opened non-blocking (a FIFO cannot block the open),
-`fstat` checks the file type before a byte is read, and a size bound is checked against the
-real size before the caller allocates. `ensure_inside` keeps a path inside the root the user
+goes through `open_regular`: the path is opened non-blocking and stays so (a FIFO cannot block
+the open; O_NONBLOCK changes nothing for a regular file of a disk, but a kernel file whose read
+would wait, such as /proc/kmsg, fails with EAGAIN instead), `fstat` checks the file type before
+a byte is read, files of kernel pseudo file systems (/proc, /sys, debugfs, ...: "regular" files
+that are interfaces, not data) are refused, and a size bound is checked against the real size
+before the caller allocates. `read_regular` and `iter_chunks` read at most that `fstat` size. `ensure_inside` keeps a path inside the root the user
 declared. `hold_owner_lock` / `remove_if_orphaned` are the one liveness rule for leftovers of
 killed processes (shared-memory files, staging folders, downloads): the owner holds an
 exclusive `flock` on a lock file for as long as it lives; a sweeper removes a leftover only
@@ -19,6 +22,7 @@ import fcntl
 import os
 import shutil
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 from platform_lib.errors import UserError
@@ -27,8 +31,11 @@ __all__ = [
     "NotRegularFileError",
     "PathOutsideRootError",
     "ensure_inside",
+    "PSEUDO_FILE_SYSTEMS",
     "file_kind",
+    "file_system_type",
     "hold_owner_lock",
+    "iter_chunks",
     "open_regular",
     "read_regular",
     "remove_if_orphaned",
@@ -42,16 +49,46 @@ _KINDS = (
     (stat.S_ISDIR, "a directory"),
 )
 
+#: File system types (as /proc/self/mountinfo names them) whose regular-typed files are kernel
+#: interfaces, not data: a read may block forever (/proc/kmsg), never end or differ per reader.
+#: `open_regular` refuses their files.
+PSEUDO_FILE_SYSTEMS = frozenset(
+    {
+        "proc",
+        "sysfs",
+        "debugfs",
+        "tracefs",
+        "securityfs",
+        "configfs",
+        "cgroup",
+        "cgroup2",
+        "pstore",
+        "efivarfs",
+        "bpf",
+        "fusectl",
+        "binfmt_misc",
+        "selinuxfs",
+        "mqueue",
+        "rpc_pipefs",
+        "nsfs",
+    }
+)
+_MOUNTINFO = "/proc/self/mountinfo"
+#: st_dev -> file system type of every mount seen in /proc/self/mountinfo ("" for a device not
+#: listed there, e.g. a btrfs subvolume); read once, and again for each device not seen before.
+_mount_types: dict[int, str] = {}
+
 
 class NotRegularFileError(UserError):
-    """A path that should be a regular file is a FIFO, device, socket or directory."""
+    """A path that should be a regular file is a FIFO, device, socket, directory or kernel file."""
 
     def __init__(self, path: str | os.PathLike[str], kind: str) -> None:
         self.path, self.kind = str(path), kind
         super().__init__(
             f"not a regular file: it is {kind}",
             str(path),
-            "replace it with the regular file it should be; FIFOs, devices and sockets are refused",
+            "replace it with the regular file it should be; FIFOs, devices, sockets and files "
+            "of /proc, /sys and other kernel file systems are refused",
         )
 
     def __reduce__(self):  # noqa: D105
@@ -83,22 +120,52 @@ def file_kind(mode: int) -> str | None:
     return None if stat.S_ISREG(mode) else "not a regular file"
 
 
+def _read_mount_types() -> dict[int, str]:
+    """Return st_dev -> file system type of the mounts in /proc/self/mountinfo ({} without /proc)."""
+    types = {}
+    try:
+        with open(_MOUNTINFO, encoding="utf-8", errors="replace") as lines:
+            for line in lines:
+                fields, _, rest = line.partition(" - ")
+                major, _, minor = fields.split(" ")[2].partition(":")
+                types[os.makedev(int(major), int(minor))] = rest.split(" ", 1)[0]
+    except (OSError, ValueError, IndexError):  # no /proc (then no procfs files either), odd line
+        pass
+    return types
+
+
+def file_system_type(dev: int) -> str:
+    """Return the type of the file system of device number `dev` ("ext4", "proc"; "" if unknown).
+
+    From /proc/self/mountinfo, read once per process and again for a device not seen before
+    (a file system mounted later), so an open costs a dict lookup.
+    """
+    if dev not in _mount_types:
+        _mount_types.update(_read_mount_types())
+        _mount_types.setdefault(dev, "")
+    return _mount_types[dev]
+
+
 def open_regular(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> int:
     """Open `path` read-only and return its file descriptor, refusing anything but a regular file.
 
-    The open is non-blocking (a FIFO without a writer does not block it); the file type is
-    checked with `fstat` on the open descriptor (no race with a swap after a `stat`), then
-    blocking mode is restored for ordinary reads.
+    The open is non-blocking (a FIFO without a writer does not block it) and the descriptor
+    stays non-blocking: a regular file of a disk reads as usual, a read that would wait fails
+    with `BlockingIOError` instead of hanging (`iter_chunks` and `read_regular` turn that into
+    `NotRegularFileError`). The file type is checked with `fstat` on the open descriptor (no
+    race with a swap after a `stat`), and so is its file system: a file of /proc, /sys or
+    another kernel file system (`PSEUDO_FILE_SYSTEMS`) is refused, whatever links lead to it.
 
     Args:
         path: a local path.
         max_bytes: when given, a file larger than this is refused before any read.
 
     Returns:
-        An open file descriptor (the caller closes it).
+        An open, non-blocking file descriptor (the caller closes it); read at most its `fstat`
+        size.
 
     Raises:
-        NotRegularFileError: the path is a FIFO, device, socket or directory.
+        NotRegularFileError: the path is a FIFO, device, socket, directory or kernel file.
         UserError: the file is larger than `max_bytes`.
         OSError: the open itself failed (missing file, permission).
     """
@@ -114,29 +181,63 @@ def open_regular(path: str | os.PathLike[str], *, max_bytes: int | None = None) 
         kind = file_kind(info.st_mode)
         if kind is not None:
             raise NotRegularFileError(path, kind)
+        fs_type = file_system_type(info.st_dev)
+        if fs_type in PSEUDO_FILE_SYSTEMS:
+            raise NotRegularFileError(path, f"a file of the kernel's {fs_type} file system")
         if max_bytes is not None and info.st_size > max_bytes:
             raise UserError(
                 f"file is {info.st_size} bytes, more than the {max_bytes} allowed",
                 str(path),
                 "check that this is the file you meant; it is too large to be one",
             )
-        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
-        fcntl.fcntl(fd, fcntl.F_SETFL, flags & ~os.O_NONBLOCK)
     except BaseException:
         os.close(fd)
         raise
     return fd
 
 
+def iter_chunks(
+    fd: int, path: str | os.PathLike[str], *, chunk_bytes: int = 1 << 20
+) -> Iterator[bytes]:
+    """Yield the bytes of the open file `fd` (from `open_regular`) from offset 0, in chunks.
+
+    Reads at most the `fstat` size at the call (a file that grows meanwhile is read to that
+    size; one that shrinks, to its end), with `os.pread` (the descriptor's offset is unused).
+
+    Args:
+        fd: an open descriptor.
+        path: its path, named in errors.
+        chunk_bytes: largest chunk yielded, in bytes.
+
+    Raises:
+        NotRegularFileError: a read would block (a kernel file, not data).
+        OSError: a read failed.
+    """
+    size, offset = os.fstat(fd).st_size, 0
+    while offset < size:
+        try:
+            chunk = os.pread(fd, min(chunk_bytes, size - offset), offset)
+        except BlockingIOError:
+            raise NotRegularFileError(path, "a file whose reads would block") from None
+        if not chunk:
+            return
+        offset += len(chunk)
+        yield chunk
+
+
 def read_regular(path: str | os.PathLike[str], *, max_bytes: int) -> bytes:
     """Return the bytes of the regular file `path`, refusing other types and files over `max_bytes`.
 
+    Reads at most the `fstat` size (itself at most `max_bytes`).
+
     Raises:
-        NotRegularFileError, UserError, OSError: as `open_regular`.
+        NotRegularFileError, UserError, OSError: as `open_regular` and `iter_chunks`.
     """
     fd = open_regular(path, max_bytes=max_bytes)
-    with os.fdopen(fd, "rb") as handle:
-        return handle.read(max_bytes + 1)[:max_bytes]
+    try:
+        return b"".join(iter_chunks(fd, path, chunk_bytes=max(max_bytes, 1)))
+    finally:
+        os.close(fd)
 
 
 def ensure_inside(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> Path:

@@ -16,7 +16,9 @@ what is worth retrying:
 A transient error that outlasts the retries becomes `StorageUnreachableError` (itself
 transient, so a Flyte task turns it into a retryable error); a credentials or permission
 error becomes `StorageAccessError`, a one-line `UserError` naming the URL and how to supply
-credentials. `open_input` / `read_input` open a dataset file of any filesystem, a local one
+credentials; a URL that names no usable location (unknown scheme, malformed host, invalid bucket
+name) is `StorageURLError`. `explain_location_error` is the one mapping of all three (and of an
+unreachable store) to a one-line `UserError`, for the boundaries where a dataset is opened. `open_input` / `read_input` open a dataset file of any filesystem, a local one
 through `platform_lib.fsguard` (regular files only, size bounded). Flyte knows nothing of this
 module: `tasks/errors.py` maps transient errors to `FlyteRecoverableException`.
 """
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import errno
 import os
+import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -39,9 +42,11 @@ from platform_lib.fsguard import open_regular, read_regular
 __all__ = [
     "LOCAL_PROTOCOLS",
     "StorageAccessError",
+    "StorageURLError",
     "StorageUnreachableError",
     "call_with_retries",
     "default_retries",
+    "explain_location_error",
     "explain_storage_error",
     "fetch_folder",
     "is_local_url",
@@ -180,6 +185,24 @@ class StorageAccessError(UserError):
     """Missing or bad credentials, or access denied, for a storage URL (not transient)."""
 
 
+class StorageURLError(UserError):
+    """A path or URL that names no usable storage location: unknown scheme, malformed, bad bucket."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        self.url, self.reason = url, reason
+        super().__init__(
+            f"not a usable storage location ({reason})",
+            url,
+            "give a local path or a URL such as s3://bucket/prefix, gs://bucket/prefix, "
+            "https://host/path or file:///path (its fsspec backend installed); credentials go "
+            "in the environment, never in the URL",
+        )
+
+    def __reduce__(self):  # noqa: D105
+        """Pickle with the original arguments."""
+        return type(self), (self.url, self.reason)
+
+
 def iter_causes(exc: BaseException) -> Iterator[BaseException]:
     """Yield `exc` and its `__cause__` / `__context__` chain (each exception once)."""
     seen: set[int] = set()
@@ -269,6 +292,42 @@ def explain_storage_error(exc: BaseException, url: str) -> StorageAccessError | 
     )
 
 
+def _first_words(exc: BaseException, limit: int = 300) -> str:
+    """Return `exc`'s message on one line (whitespace folded, at most `limit` characters)."""
+    return " ".join(str(exc).split())[:limit] or type(exc).__name__
+
+
+def explain_location_error(exc: BaseException, url: str) -> UserError | None:
+    """Return the one-line `UserError` of a storage error at `url`, else None (not a storage error).
+
+    Maps, looking at `exc` and its causes: a `UserError` (as is); missing or bad credentials
+    and denied access (`explain_storage_error`); an invalid bucket name (botocore's
+    `ParamValidationError`, raised at the first request) to `StorageURLError`; and an
+    unreachable store (`StorageUnreachableError`, or any transient error, `is_transient`) to
+    "cannot reach storage" with the fix. Callers that retry transient errors map after retrying.
+    """
+    access = explain_storage_error(exc, url)
+    if access is not None:
+        return access
+    for err in iter_causes(exc):
+        if isinstance(err, UserError):
+            return err
+        if "ParamValidationError" in _class_names(err):  # its text quotes the URL: not repeated
+            name = "bucket name" if "bucket name" in str(err) else "request parameters"
+            return StorageURLError(url, f"invalid {name}: the store refused them")
+    if is_transient(exc):
+        what, _, fix = str(exc).rpartition("; ")
+        if isinstance(exc, StorageUnreachableError) and what:
+            return UserError(what, url, fix)
+        return UserError(
+            f"cannot reach storage ({type(exc).__name__}: {_first_words(exc)})",
+            url,
+            "check the address, the network and that the server is up (and its credentials), "
+            "then retry",
+        )
+    return None
+
+
 def _credentials_hint(url: str) -> str:
     protocol = url.split("://", 1)[0] if "://" in url else "file"
     if protocol in ("s3", "s3a"):
@@ -296,13 +355,23 @@ def resolve_fs(
 
     s3 URLs get bounded timeouts (connect 5 s, read 60 s) unless `storage_options` sets
     `config_kwargs`.
+
+    Raises:
+        StorageURLError: an unknown scheme, a malformed URL (`http://[::1`) or a scheme whose
+            backend is not installed.
+        OSError: a backend that connects at once (ftp, sftp) could not.
     """
     text = os.fspath(url)
     options = dict(storage_options or {})
     if text.split("://", 1)[0] in ("s3", "s3a") and "://" in text:
         for key, value in _S3_DEFAULTS.items():
             options.setdefault(key, value)
-    fs, root = fsspec.core.url_to_fs(text, **options)
+    try:
+        if "://" in text:
+            urllib.parse.urlsplit(text)  # a malformed host fails here, not at the first read
+        fs, root = fsspec.core.url_to_fs(text, **options)
+    except (ValueError, ImportError) as exc:  # unknown protocol, bad URL, backend missing
+        raise StorageURLError(text, _first_words(exc)) from exc
     return fs, root.rstrip("/") or root, is_local_url(text)
 
 

@@ -33,7 +33,13 @@ from platform_lib.errors import UserError
 from platform_lib.fsguard import PathOutsideRootError, ensure_inside
 from platform_lib.shards.errors import ManifestError, ManifestMissingError
 from platform_lib.shards.writer import fsync_dir
-from platform_lib.storage import is_local_url, read_input, resolve_fs
+from platform_lib.storage import (
+    explain_location_error,
+    is_local_url,
+    is_transient,
+    read_input,
+    resolve_fs,
+)
 
 __all__ = [
     "FORMAT_VERSION",
@@ -430,23 +436,31 @@ def load_manifest(root: str | Path, *, storage_options: dict[str, Any] | None = 
             did not finish); the message names the folder and says to rebuild.
         ManifestError: the manifest is not valid JSON, does not follow docs/format.md, or
             holds more than `MAX_MANIFEST_BYTES`.
-        NotRegularFileError: a local manifest.json is a FIFO, device, socket or folder.
-        OSError: the store could not be read (callers decide whether to retry).
+        NotRegularFileError: a local manifest.json is a FIFO, device, socket, folder or kernel
+            file.
+        StorageURLError: `root` is no usable location (unknown scheme, malformed, bad bucket).
+        StorageAccessError: missing or bad credentials, or access denied.
+        OSError: a transient store error (network, throttling): callers decide whether to
+            retry (`storage.call_with_retries`), then `storage.explain_location_error`.
     """
     root_str = str(root).rstrip("/")
-    fs, path, _ = resolve_fs(root_str, storage_options)
-    manifest_path = f"{path.rstrip('/')}/{MANIFEST_NAME}"
     try:
-        raw = read_input(fs, manifest_path, max_bytes=MAX_MANIFEST_BYTES)
+        fs, path, _ = resolve_fs(root_str, storage_options)
+        raw = read_input(fs, f"{path.rstrip('/')}/{MANIFEST_NAME}", max_bytes=MAX_MANIFEST_BYTES)
     except (FileNotFoundError, NotADirectoryError):
         raw = None
     except UserError as exc:
-        if type(exc) is not UserError:  # NotRegularFileError
+        if type(exc) is not UserError:  # NotRegularFileError, StorageURLError
             raise
         raise ManifestError(
             f"{root_str}/{MANIFEST_NAME} holds more than {MAX_MANIFEST_BYTES} bytes; "
             "check that this is a Drivetrain dataset"
         ) from None
+    except Exception as exc:  # the store's own errors: credentials, bucket name, network
+        user = None if is_transient(exc) else explain_location_error(exc, root_str)
+        if user is None:  # transient: the caller decides whether to retry
+            raise
+        raise user from exc
     if raw is None:
         raise ManifestMissingError(
             f"{root_str} is not a complete Drivetrain dataset: it has no {MANIFEST_NAME} "

@@ -85,7 +85,14 @@ def read_sample_into(
     lo, size = int(view.sample_offset[i]), int(view.sample_size[i])
     target, done = out[:size], 0
     while done < size:
-        n = os.preadv(fd, [target[done:]], lo + done)
+        try:
+            n = os.preadv(fd, [target[done:]], lo + done)
+        except BlockingIOError:  # a non-blocking kernel file that `open_regular` did not know
+            raise ShardFormatError(
+                "reads of this shard would block: it is not a data file; restore the shard",
+                shard=shard,
+                offset=lo + done,
+            ) from None
         if n == 0:
             raise _truncated(view, i, lo + done, shard)
         done += n
@@ -151,16 +158,23 @@ def verify_sample(view: DatasetView, i: int, data: memoryview, *, check: Check, 
 
 
 def hash_shard(fd: int) -> tuple[str, int]:
-    """Return (sha256 hex, size in bytes) of the open file `fd`, read in 8 MiB chunks."""
-    digest, offset = hashlib.sha256(), 0
+    """Return (sha256 hex, size in bytes) of the open file `fd`, read in 8 MiB chunks.
+
+    Reads at most the file's `fstat` size (the size it had when called).
+
+    Raises:
+        BlockingIOError: a read would block (`fd` is no data file).
+    """
+    digest, offset, size = hashlib.sha256(), 0, os.fstat(fd).st_size
     buffer = bytearray(_CHUNK)
     view = memoryview(buffer)
-    while True:
-        n = os.preadv(fd, [view], offset)
+    while offset < size:
+        n = os.preadv(fd, [view[: min(_CHUNK, size - offset)]], offset)
         if n == 0:
-            return digest.hexdigest(), offset
+            break
         digest.update(view[:n])
         offset += n
+    return digest.hexdigest(), offset
 
 
 def verification_folder(cache_dir: str | None, dataset_hash: str) -> Path:

@@ -1,8 +1,8 @@
 """Validate a published dataset end to end: manifest, index schema + values, every shard byte.
 
 Checks, collecting every problem (with shard, member and byte offset where determinable):
-manifest keys and dataset_hash; index.parquet sha256/size, Arrow schema, pandera rules,
-content hashes; each shard's size and sha256; a tar scan of each shard (member names safe,
+manifest keys and dataset_hash; index.parquet size (before reading it) and sha256, Arrow schema, pandera rules,
+content hashes; each shard's size (before reading more than the manifest's) and sha256; a tar scan of each shard (member names safe,
 regular files, header checksums, zero padding) compared member by member with the index
 (offset, size, sha256, sample ranges) and the manifest's per-shard sample counts. Local files
 are opened only when they are regular files (`platform_lib.fsguard`), and shard locations
@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import fsspec
+from fsspec.implementations.local import LocalFileSystem
 from pandera.errors import SchemaErrors
 from tqdm import tqdm
 
@@ -169,6 +171,28 @@ def _scan_shard(data: bytes, shard: str, problems: list[Problem]) -> dict[str, d
     return found
 
 
+def _read_sized(fs: fsspec.AbstractFileSystem, path: str, expected: int) -> tuple[int, bytes]:
+    """Return (real size, bytes) of `path`, reading at most `min(real size, expected)` bytes.
+
+    The size is checked before any read: the open descriptor's `fstat` size for a local file
+    (regular files only, `storage.open_input`), the store's for a remote one. So a file that
+    is larger than the manifest says (or a kernel file that never ends) is not read past what
+    the manifest promises, and a shorter one is read to its end (its tar scan names where the
+    data stops).
+
+    Raises:
+        FileNotFoundError: `path` does not exist.
+        NotRegularFileError: a local `path` is not a regular file.
+    """
+    with open_input(fs, path) as f:
+        if isinstance(fs, LocalFileSystem):
+            size = os.fstat(f.fileno()).st_size
+        else:
+            size = int(fs.size(path))
+        data = f.read(min(size, expected)) or b""  # None: a read that would block
+    return (size if len(data) == min(size, expected) else len(data)), data
+
+
 def _check_index_rows(rows: list[dict[str, Any]], problems: list[Problem]) -> None:
     for row in rows:
         key = row["key"]
@@ -311,7 +335,8 @@ def validate_dataset(
         for bad data (only for I/O errors other than missing files, and the refusals below).
 
     Raises:
-        NotRegularFileError: a local manifest, index or shard is a FIFO, device, socket or folder.
+        NotRegularFileError: a local manifest, index or shard is a FIFO, device, socket, folder
+            or kernel file (/proc, /sys, ...).
         ShardLocationError: a shard location outside the dataset folder and `shard_roots`.
     """
     root = str(root).rstrip("/")
@@ -341,15 +366,20 @@ def validate_dataset(
             )
         )
     try:
-        with open_input(fs, f"{base}/{INDEX_NAME}") as f:
-            index_bytes = f.read()  # bounded by the file's real size
+        index_size, index_bytes = _read_sized(fs, f"{base}/{INDEX_NAME}", index_entry.bytes)
     except FileNotFoundError:
         problems.append(Problem(message=f"{INDEX_NAME} is missing; rebuild the dataset"))
         return report
-    if (
-        hashlib.sha256(index_bytes).hexdigest() != index_entry.sha256
-        or len(index_bytes) != index_entry.bytes
-    ):
+    if index_size != index_entry.bytes:
+        problems.append(
+            Problem(
+                message=f"{INDEX_NAME} sha256/size differ from the manifest (it has {index_size} "
+                f"bytes, the manifest says {index_entry.bytes}: replaced or corrupt); rebuild "
+                "the dataset"
+            )
+        )
+        return report
+    if hashlib.sha256(index_bytes).hexdigest() != index_entry.sha256:
         problems.append(
             Problem(
                 message=f"{INDEX_NAME} sha256/size differ from the manifest "
@@ -421,20 +451,19 @@ def validate_dataset(
             continue
         try:
             shard_fs, shard_file = fsspec.core.url_to_fs(location)
-            with open_input(shard_fs, shard_file) as f:
-                data = f.read()  # bounded by the file's real size
+            size, data = _read_sized(shard_fs, shard_file, entry.bytes)
         except FileNotFoundError:
             problems.append(
                 Problem(message="shard file is missing; rebuild or re-download it", shard=path)
             )
             continue
-        if len(data) != entry.bytes:
+        if size != entry.bytes:
             problems.append(
                 Problem(
-                    message=f"shard has {len(data)} bytes, manifest says "
+                    message=f"shard has {size} bytes, manifest says "
                     f"{entry.bytes} (truncated or extended)",
                     shard=path,
-                    offset=min(len(data), entry.bytes),
+                    offset=min(size, entry.bytes),
                 )
             )
         if hashlib.sha256(data).hexdigest() != entry.sha256:

@@ -27,7 +27,7 @@ import os
 from pathlib import Path
 
 from platform_lib.errors import UserError
-from platform_lib.fsguard import open_regular
+from platform_lib.fsguard import iter_chunks, open_regular
 from platform_lib.sources.raw_files import RawFiles, scan_raw_files
 from platform_lib.storage import call_with_retries, resolve_fs
 
@@ -48,16 +48,19 @@ _CHUNK = 1 << 20
 
 
 def hash_file(path: str | os.PathLike[str]) -> str:
-    """Return the hex sha256 of a regular file's bytes, read in 1 MiB chunks.
+    """Return the hex sha256 of a regular file's bytes, read in 1 MiB chunks up to its fstat size.
 
     Raises:
-        NotRegularFileError: `path` is a FIFO, device, socket or folder.
+        NotRegularFileError: `path` is a FIFO, device, socket, folder or kernel file (/proc...).
         OSError: it cannot be opened.
     """
     digest = hashlib.sha256()
-    with os.fdopen(open_regular(path), "rb") as fh:
-        while chunk := fh.read(_CHUNK):
+    fd = open_regular(path)
+    try:
+        for chunk in iter_chunks(fd, path, chunk_bytes=_CHUNK):
             digest.update(chunk)
+    finally:
+        os.close(fd)
     return digest.hexdigest()
 
 

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from platform_lib.errors import UserError
-from platform_lib.fsguard import NotRegularFileError, file_kind, open_regular
+from platform_lib.fsguard import NotRegularFileError, file_kind, iter_chunks, open_regular
 
 __all__ = [
     "MAX_ARRAY_BYTES",
@@ -159,8 +159,10 @@ class RawFiles:
             )
         try:
             with os.fdopen(open_regular(path, max_bytes=max_bytes), "rb") as handle:
-                size = os.fstat(handle.fileno()).st_size  # at most max_bytes (open_regular)
-                data = handle.read(size + 1)
+                fd = handle.fileno()
+                size = os.fstat(fd).st_size  # at most max_bytes (open_regular)
+                data = b"".join(iter_chunks(fd, path))  # at most `size` bytes, never blocks
+                grew = bool(os.pread(fd, 1, size))
         except UserError:
             raise
         except OSError as exc:
@@ -169,7 +171,7 @@ class RawFiles:
                 str(path),
                 "check that it exists and is readable, then re-run",
             ) from exc
-        if len(data) > size:
+        if grew:
             raise RawFileChangedError(
                 f"raw file changed while the build read it (it grew past {size} bytes)",
                 str(path),

@@ -1,53 +1,97 @@
 """`drivetrain triage <log file | folder | MLflow run id> [--json]`: classify a failed run.
 
 Everything it prints is `platform_lib.redact`ed: the tracking URI in an error may carry a
-password, and a failed run's logs may quote tokens.
+password, and a failed run's logs may quote tokens. Fetching a run's evidence from an MLflow
+server has a deadline: MLflow's own HTTP knobs are bounded for the call (`MLFLOW_HTTP_LIMITS`,
+about 35 s at worst for an address that never answers, a few seconds for a closed port) unless
+the user set them, and an unreachable server is said so, not "no such run".
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import re
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
+from platform_lib.errors import UserError
 from platform_lib.redact import redact
+from platform_lib.storage import is_transient
 from platform_lib.triage.record import EVIDENCE_ARTIFACT_PATH
 
-__all__ = ["EVIDENCE_ARTIFACT_PATH", "add_triage_command", "fetch_run_evidence"]
+__all__ = [
+    "EVIDENCE_ARTIFACT_PATH",
+    "MLFLOW_HTTP_LIMITS",
+    "add_triage_command",
+    "fetch_run_evidence",
+]
 
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
+
+#: MLflow's HTTP settings during `fetch_run_evidence`, each unless already in the environment
+#: (MLflow's defaults retry for ~255 s): retries after the first attempt, backoff factor (s),
+#: and the timeout of one request (s).
+MLFLOW_HTTP_LIMITS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
+}
+
+
+@contextlib.contextmanager
+def _bounded_mlflow_http() -> Iterator[None]:
+    """Set the `MLFLOW_HTTP_LIMITS` the environment lacks for the block (MLflow reads them per request)."""
+    added = [name for name in MLFLOW_HTTP_LIMITS if name not in os.environ]
+    os.environ.update({name: MLFLOW_HTTP_LIMITS[name] for name in added})
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
 
 
 def fetch_run_evidence(run_id: str, dst: str | Path) -> Path:
     """Download the `triage/` evidence artifacts of MLflow run `run_id` into `dst`.
 
     Uses the platform's tracking store (`MLFLOW_TRACKING_URI`, else
-    `$DRIVETRAIN_HOME/mlflow.db`).
+    `$DRIVETRAIN_HOME/mlflow.db`), with MLflow's HTTP retries and timeout bounded
+    (`MLFLOW_HTTP_LIMITS`; set those variables to allow more).
 
     Raises:
         LookupError: the run does not exist or has no `triage/` artifacts.
+        UserError: the tracking server did not answer (refused, timed out) within the limits.
     """
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
     from platform_lib.registry.mlflow_store import resolve_tracking_uri
 
-    client = MlflowClient(resolve_tracking_uri())
+    uri = resolve_tracking_uri()
+    client = MlflowClient(uri)
     try:
-        client.get_run(run_id)
-        if not client.list_artifacts(run_id, EVIDENCE_ARTIFACT_PATH):
-            raise LookupError(
-                f"MLflow run {run_id} has no '{EVIDENCE_ARTIFACT_PATH}/' artifacts "
-                "(logged when a training task fails); pass a log file instead"
-            )
-        return Path(client.download_artifacts(run_id, EVIDENCE_ARTIFACT_PATH, str(dst)))
+        with _bounded_mlflow_http():
+            client.get_run(run_id)
+            if not client.list_artifacts(run_id, EVIDENCE_ARTIFACT_PATH):
+                raise LookupError(
+                    f"MLflow run {run_id} has no '{EVIDENCE_ARTIFACT_PATH}/' artifacts "
+                    "(logged when a training task fails); pass a log file instead"
+                )
+            return Path(client.download_artifacts(run_id, EVIDENCE_ARTIFACT_PATH, str(dst)))
     except MlflowException as exc:
-        raise LookupError(
-            f"no MLflow run {run_id} in {resolve_tracking_uri()}: {exc.message}"
-        ) from exc
+        if exc.error_code != "RESOURCE_DOES_NOT_EXIST" and is_transient(exc):
+            raise UserError(
+                "cannot reach the MLflow tracking server",
+                uri,
+                "check MLFLOW_TRACKING_URI and that the server is up, then retry (a slow server: "
+                "raise MLFLOW_HTTP_REQUEST_TIMEOUT or MLFLOW_HTTP_REQUEST_MAX_RETRIES); or pass "
+                "the run's log file",
+            ) from exc
+        raise LookupError(f"no MLflow run {run_id} in {uri}: {exc.message}") from exc
 
 
 def _run_triage(args: argparse.Namespace) -> int:
