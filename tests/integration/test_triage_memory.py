@@ -28,7 +28,6 @@ def _bench():
     return module
 
 
-@pytest.mark.slow
 def test_triage_of_a_50mb_log_stays_small(tmp_path: Path) -> None:
     log = tmp_path / "trainer.log"
     _bench().write_log(log, 50)

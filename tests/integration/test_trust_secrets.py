@@ -136,7 +136,6 @@ def _start_mlflow(root: Path) -> tuple[subprocess.Popen, int]:
     return proc, port
 
 
-@pytest.mark.slow
 @pytest.mark.distributed
 def test_pipeline_run_shows_no_secret(secret_env: dict[str, str], tmp_path: Path) -> None:
     server_root = tmp_path / "mlflow-server"
