@@ -97,6 +97,8 @@ _AUTHORIZATION = re.compile(
     r"[^\s\"',;]+"
 )
 _BEARER = re.compile(r"(?i)(?P<head>\bbearer\s+)[A-Za-z0-9._~+/=-]{8,}")
+#: A base64 data URI (an embedded plot): its payload is skipped by the text patterns.
+_DATA_URI = re.compile(r"(data:[\w.+/-]+;base64,[A-Za-z0-9+/=]{64,})")
 _KEY_SHAPES = re.compile(
     r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}\b"  # AWS access key id
     r"|(?<![A-Za-z0-9/+=])(?=[A-Za-z0-9/+]*[a-z])(?=[A-Za-z0-9/+]*[A-Z])(?=[A-Za-z0-9/+]*[0-9/+])"
@@ -176,6 +178,14 @@ def redact(text: str) -> str:
     if not text:
         return text
     text = _mask_values(str(text), _secret_values())
+    if "base64," in text:  # an embedded image's payload is data, not text: the patterns skip it
+        parts = _DATA_URI.split(text)
+        return "".join(p if i % 2 else _redact_patterns(p) for i, p in enumerate(parts))
+    return _redact_patterns(text)
+
+
+def _redact_patterns(text: str) -> str:
+    """Mask the pattern-shaped secrets of `text` (userinfo, tokens, keys; see `redact`)."""
     text = _USERINFO.sub(rf"\g<scheme>\g<user>:{MASK}@", text)
     text = _USER_ONLY.sub(rf"\g<scheme>{MASK}@", text)
     text = _AUTHORIZATION.sub(rf"\g<head>{MASK}", text)
