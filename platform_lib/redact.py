@@ -97,6 +97,10 @@ _AUTHORIZATION = re.compile(
     r"[^\s\"',;]+"
 )
 _BEARER = re.compile(r"(?i)(?P<head>\bbearer\s+)[A-Za-z0-9._~+/=-]{8,}")
+#: Words one of which a secret-named key (`_SECRET_KEYS`) holds: the quoted-key pattern's gate.
+_SECRET_WORDS = ("token", "signature", "passw", "secret", "credential", "key")
+#: A run of key characters as long as the shortest key shape: the key-shape pattern's gate.
+_KEY_RUN = re.compile(r"[A-Za-z0-9/+]{20}|gh[pousr]_|github_pat_")
 #: A base64 data URI (an embedded plot): its payload is skipped by the text patterns.
 _DATA_URI = re.compile(r"(data:[\w.+/-]+;base64,[A-Za-z0-9+/=]{64,})")
 _KEY_SHAPES = re.compile(
@@ -185,15 +189,28 @@ def redact(text: str) -> str:
 
 
 def _redact_patterns(text: str) -> str:
-    """Mask the pattern-shaped secrets of `text` (userinfo, tokens, keys; see `redact`)."""
-    text = _USERINFO.sub(rf"\g<scheme>\g<user>:{MASK}@", text)
-    text = _USER_ONLY.sub(rf"\g<scheme>{MASK}@", text)
-    text = _AUTHORIZATION.sub(rf"\g<head>{MASK}", text)
-    text = _BEARER.sub(rf"\g<head>{MASK}", text)
-    text = _KEY_VALUE.sub(_mask_key_value, text)
-    text = _QUERY_KEY.sub(rf"\g<key>={MASK}", text)
-    text = _QUOTED.sub(rf"\g<key>\g<quote>{MASK}\g<quote>", text)
-    return _KEY_SHAPES.sub(MASK, text)
+    """Mask the pattern-shaped secrets of `text` (userinfo, tokens, keys; see `redact`).
+
+    Each pattern runs only when the text holds the characters or words it needs (a plain
+    substring test), so numbers-only text such as a timeline costs a few scans, not nine
+    regular expressions.
+    """
+    lower = text.lower()
+    if ":/" in text and "@" in text:
+        text = _USERINFO.sub(rf"\g<scheme>\g<user>:{MASK}@", text)
+        text = _USER_ONLY.sub(rf"\g<scheme>{MASK}@", text)
+    if "uthoriz" in lower:
+        text = _AUTHORIZATION.sub(rf"\g<head>{MASK}", text)
+    if "bearer" in lower:
+        text = _BEARER.sub(rf"\g<head>{MASK}", text)
+    if "=" in text or "%3" in text:
+        text = _KEY_VALUE.sub(_mask_key_value, text)
+        text = _QUERY_KEY.sub(rf"\g<key>={MASK}", text)
+    if any(word in lower for word in _SECRET_WORDS):
+        text = _QUOTED.sub(rf"\g<key>\g<quote>{MASK}\g<quote>", text)
+    if _KEY_RUN.search(text):
+        text = _KEY_SHAPES.sub(MASK, text)
+    return text
 
 
 class RedactingFilter(logging.Filter):
