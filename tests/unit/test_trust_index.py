@@ -138,3 +138,19 @@ def test_the_index_sha256_is_computed_once_per_node_and_recorded(dataset, tmp_pa
     with pytest.raises(DatasetIndexError, match="sha256 differs"):
         load_view(str(dataset), cache_dir=str(cache))
     assert json.loads(record.read_text())["ok"] is False
+
+
+def test_a_manifest_whose_hash_is_not_its_contents_is_refused(dataset):
+    """A dataset_hash copied from another build (lineage would name bytes it does not hold)."""
+    from platform_lib.shards.errors import ManifestError
+    from platform_lib.shards.manifest import load_manifest
+
+    path = dataset / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["dataset_hash"] = "ab" * 32  # a well-formed hash of some other dataset
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(ManifestError, match="index and shards hash to") as raised:
+        load_manifest(str(dataset))
+    assert "\n" not in str(raised.value) and str(dataset) in str(raised.value)
+    with pytest.raises(ManifestError):
+        build_loader(str(dataset), rank=0, world_size=1, batch_size=2, num_workers=0, seed=0)
