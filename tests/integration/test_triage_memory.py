@@ -14,8 +14,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 #: Peak RSS allowed for triage of a 50 MB log, in MiB (the interpreter and imports are ~100).
 PEAK_MIB = 180
