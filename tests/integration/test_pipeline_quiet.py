@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline_helpers import run_pipeline_cli
+from tests.support.pipeline import run_pipeline_cli
 
 
 def test_pyflyte_run_parses_the_workflow_inputs_without_warnings(
