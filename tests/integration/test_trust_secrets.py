@@ -162,7 +162,8 @@ def test_pipeline_run_shows_no_secret(secret_env: dict[str, str], tmp_path: Path
         # it really went through the server: the run, its params, tags and artifacts are there
         from mlflow.tracking import MlflowClient
 
-        client = MlflowClient(f"http://127.0.0.1:{port}")
+        server = f"http://127.0.0.1:{port}"
+        client = MlflowClient(tracking_uri=server, registry_uri=server)
         version = client.get_model_version("drivetrain-bev-synthetic", "1")
         run = client.get_run(version.run_id)
         assert run.data.params and "dataset_hash" in run.data.tags
