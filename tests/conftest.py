@@ -140,3 +140,50 @@ def mlflow_home(tmp_path_factory: pytest.TempPathFactory, mlflow_db):
         mp.setenv("MLFLOW_TRACKING_URI", "placeholder")  # recorded so teardown restores it
         mp.delenv("MLFLOW_TRACKING_URI")
         yield home
+
+
+@pytest.fixture
+def trained():
+    """An FSDP-sharded 2-layer model after one AdamW step (so the optimizer has state), world size 1."""
+    import torch
+
+    from platform_lib.training.distributed import destroy_distributed, init_distributed
+    from platform_lib.training.parallel import apply_fsdp, build_mesh, build_mp_policy
+
+    ctx = init_distributed("gloo")
+    torch.manual_seed(0)
+    model = apply_fsdp(
+        torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.Linear(32, 1)),
+        build_mesh(ctx),
+        build_mp_policy(False),
+    )
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model(torch.randn(8, 32)).sum().backward()
+    optimizer.step()
+    yield model, optimizer
+    destroy_distributed(ctx)
+
+
+@pytest.fixture(scope="module")
+def synthetic_builds(tmp_path_factory) -> Path:
+    """Two independent synthetic raw generations and builds (raw-a/ds-a, raw-b/ds-b), same seed."""
+    from platform_lib.cli import main
+
+    base = tmp_path_factory.mktemp("cli")
+    synth = ["--source", "synthetic", "--num-logs", "2", "--frames-per-log", "3", "--seed", "7"]
+    for name in ("a", "b"):
+        code = main(
+            [
+                "data",
+                "build",
+                *synth,
+                "--input",
+                str(base / f"raw-{name}"),
+                "--output",
+                str(base / f"ds-{name}"),
+                "--shard-size-mb",
+                "0.3",
+            ]
+        )
+        assert code == 0
+    return base

@@ -9,8 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from platform_lib.cli import build_parser, main
 
 SYNTH = ["--source", "synthetic", "--num-logs", "2", "--frames-per-log", "3", "--seed", "7"]
@@ -22,27 +20,6 @@ def _hashes(root: Path) -> dict[str, str]:
         for p in sorted(root.rglob("*"))
         if p.is_file()
     }
-
-
-@pytest.fixture(scope="module")
-def synthetic_builds(tmp_path_factory):
-    base = tmp_path_factory.mktemp("cli")
-    for name in ("a", "b"):  # independent raw generations and builds
-        code = main(
-            [
-                "data",
-                "build",
-                *SYNTH,
-                "--input",
-                str(base / f"raw-{name}"),
-                "--output",
-                str(base / f"ds-{name}"),
-                "--shard-size-mb",
-                "0.3",
-            ]
-        )
-        assert code == 0
-    return base
 
 
 def test_parallel_build_gives_the_same_bytes(synthetic_builds, tmp_path):

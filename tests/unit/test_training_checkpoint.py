@@ -21,25 +21,6 @@ from platform_lib.training.checkpoint import (
     list_checkpoints,
     restore_rng_state,
 )
-from platform_lib.training.distributed import destroy_distributed, init_distributed
-from platform_lib.training.parallel import apply_fsdp, build_mesh, build_mp_policy
-
-
-@pytest.fixture
-def trained():
-    """An FSDP-sharded 2-layer model after one AdamW step (so the optimizer has state)."""
-    ctx = init_distributed("gloo")
-    torch.manual_seed(0)
-    model = apply_fsdp(
-        torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.Linear(32, 1)),
-        build_mesh(ctx),
-        build_mp_policy(False),
-    )
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    model(torch.randn(8, 32)).sum().backward()
-    optimizer.step()
-    yield model, optimizer
-    destroy_distributed(ctx)
 
 
 def _weights(model) -> dict[str, torch.Tensor]:

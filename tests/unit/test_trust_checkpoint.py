@@ -11,7 +11,6 @@ import tempfile
 from pathlib import Path
 
 import pytest
-import torch
 
 from platform_lib.errors import format_user_error
 from platform_lib.training.checkpoint import (
@@ -20,8 +19,6 @@ from platform_lib.training.checkpoint import (
     ensure_private_dir,
     make_run_dir,
 )
-from platform_lib.training.distributed import destroy_distributed, init_distributed
-from platform_lib.training.parallel import apply_fsdp, build_mesh, build_mp_policy
 
 
 class _Planted:
@@ -32,23 +29,6 @@ class _Planted:
 
     def __reduce__(self):
         return (Path.write_text, (self.marker, "code ran"))
-
-
-@pytest.fixture
-def trained():
-    """An FSDP-sharded 2-layer model after one AdamW step (so the optimizer has state)."""
-    ctx = init_distributed("gloo")
-    torch.manual_seed(0)
-    model = apply_fsdp(
-        torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Linear(16, 1)),
-        build_mesh(ctx),
-        build_mp_policy(False),
-    )
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    model(torch.randn(4, 16)).sum().backward()
-    optimizer.step()
-    yield model, optimizer
-    destroy_distributed(ctx)
 
 
 def test_tampered_metadata_is_refused_before_it_is_unpickled(trained, tmp_path):
