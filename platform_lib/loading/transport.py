@@ -193,6 +193,7 @@ def pack_arrays(batch: dict[str, Any]) -> dict[str, Any]:
         offset += -(-array.nbytes // 64) * 64  # 64-byte aligned views
     packed = _replace(batch, slots)
     if not arrays:
+        packed[ARENA_KEY] = None  # packed (small tensors by value), no arena
         return packed
     arena = _new_shared_bytes(offset)
     flat = arena.numpy()
@@ -221,8 +222,14 @@ def _restore(obj: Any, flat: np.ndarray | None) -> Any:
 
 
 def unpack_arrays(batch: dict[str, Any]) -> dict[str, Any]:
-    """Return `batch` with slots and small tensors restored, as views of its arena (main process)."""
-    arena = batch.pop(ARENA_KEY, None)
+    """Return `batch` with slots and small tensors restored, as views of its arena (main process).
+
+    A batch `pack_arrays` never saw (no `ARENA_KEY`: read in the main process) is returned as
+    is, without a walk over its objects.
+    """
+    if ARENA_KEY not in batch:
+        return batch
+    arena = batch.pop(ARENA_KEY)
     return _restore(batch, None if arena is None else arena.numpy())
 
 

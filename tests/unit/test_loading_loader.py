@@ -63,3 +63,16 @@ def test_large_arrays_travel_through_one_shared_memory_arena_unchanged():
         restored["lidar"][1], points[::2]
     )
     assert restored["lidar"][1].dtype == np.float32 and restored["__key__"] == ["k"]
+
+
+def test_small_tensors_travel_by_value_and_an_unpacked_batch_is_not_walked():
+    import torch
+
+    from platform_lib.loading.transport import ARENA_KEY, pack_arrays, unpack_arrays
+
+    packed = pack_arrays({"padded": [torch.tensor([1, 2])], "__key__": ["k"]})
+    assert packed[ARENA_KEY] is None  # packed, nothing large: no arena
+    restored = unpack_arrays(packed)
+    assert torch.equal(restored["padded"][0], torch.tensor([1, 2])) and ARENA_KEY not in restored
+    read_here = {"lidar": [np.zeros(3)], "__key__": ["k"]}  # read in the main process
+    assert unpack_arrays(read_here) is read_here
