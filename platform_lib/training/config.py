@@ -8,9 +8,8 @@
       checkpoint  CheckpointConfig  distributed checkpoints
       metrics     MetricsConfig     metrics lines
 
-Sections are frozen pydantic models of scalars (`extra="forbid"`, strict types, `Field`
-bounds); to add a field, add one annotated line and its one-line docstring with the unit.
-How overrides, hashing and errors follow: the package README.md, "Configs by component".
+Sections are frozen pydantic models of scalars (`extra="forbid"`, strict types, `Field` bounds);
+adding a field, overrides, hashing and errors: the package README.md, "Configs by component".
 """
 
 from __future__ import annotations
