@@ -1,6 +1,6 @@
 """Build throughput against the limit of merely reading (and decompressing) the raw files.
 
-Times, on a warm page cache, reading the raw files, the source reader, `drivetrain build` on
+Times, on a warm page cache, reading the raw files, the source reader, `drivetrain data build` on
 1 and N processes, the pipeline's fan-out build, a one-new-log rebuild and the merge alone,
 and prints frames/s, raw MB/s and each stage relative to reading (rows: bench/README.md).
 
