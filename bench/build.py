@@ -1,20 +1,8 @@
 """Build throughput against the limit of merely reading (and decompressing) the raw files.
 
-For each input (synthetic logs generated once, and the PandaSet sample) it times, on a warm
-page cache (every stage reads the same files once before timing):
-    read raw          read every byte of the raw log folder (the I/O limit)
-    read+decompress   PandaSet only: read + gunzip + unpickle the .pkl.gz, parse the JSON
-    source frames     iterate the source reader's Frames (parse, transform, validate)
-    build (N proc)    drivetrain build: frames -> shards + index + manifest, published, with
-                      1 and N reader/encoder processes
-    fan-out (N proc)  the pipeline's build: one part per raw log (`shards.merge.build_part`,
-                      what each map-task instance runs) on N processes, then `merge_parts`
-                      (index + manifest only, no shard bytes copied)
-    +1 log (1 proc)   the same after one new log arrived: the other parts are found in the
-                      part store (their raw logs are hashed for the lookup), one part is
-                      built, then the merge
-    merge only        `merge_parts` over the parts
-and prints frames/s, raw MB/s (input bytes / s) and each stage's time relative to `read raw`.
+Times, on a warm page cache, reading the raw files, the source reader, `drivetrain data build` on
+1 and N processes, the pipeline's fan-out build, a one-new-log rebuild and the merge alone,
+and prints frames/s, raw MB/s and each stage relative to reading (rows: bench/README.md).
 
 Usage: python bench/build.py [--num-logs 40 --frames-per-log 50] [--work DIR] [--repeat 1]
        [--workers N]

@@ -1,25 +1,8 @@
 """Checkpoint blocking time: synchronous vs async DCP save, against limits and a peer.
 
-Runs `--world-size` gloo ranks on this machine (torch.multiprocessing, c10d on 127.0.0.1). For
-each workload (the BEV-fusion presets and an MLP sized by `--mlp-mb` of fp32 parameters), after
-one AdamW step (so the optimizer holds two moments per parameter), it times `--reps` saves of:
-
-    sync DCP        Checkpointer(async_save=False).save: the loop is blocked for the whole write
-    async DCP       Checkpointer(async_save=True).save: blocked while the state is staged into
-                    host memory (pinned with CUDA); `complete` = until the background write ends
-    peer torch.save full state dict gathered to rank 0, written to one file (no sharding)
-
-and, as limits measured in the same run on the same rank-local bytes:
-
-    copy limit      copy every local tensor into a preallocated buffer (memcpy: the least
-                    staging can cost; the async stager reuses its buffers across saves too)
-    write limit     write the same bytes to one file and fsync (the least a durable write costs)
-
-Blocking time is the max over ranks (the next collective waits for the slowest rank).
-Printed: median ms per save and ratios to the limits. With `--matmuls N`, a fixed compute
-workload (N 512x512 fp32 matmuls per rank) is also timed while an async save writes in the
-background, against the same workload idle: what the background thread costs the training
-step on this host's cores.
+Runs `--world-size` gloo ranks on this machine and times sync DCP, async DCP and a
+`torch.save` peer against the memcpy and write+fsync limits on the same bytes; `--matmuls N`
+also times compute during a background save (rows: bench/README.md).
 
 Usage: python bench/checkpoint.py [--world-size 2] [--mlp-mb 64] [--reps 3] [--matmuls 0] [--dir /tmp/x]
 """

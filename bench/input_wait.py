@@ -1,13 +1,9 @@
 """Input wait of the loader under a simulated accelerator step, and the meter's accuracy.
 
-For each step time T (ms) and worker count, the training loop `time.sleep(T)`s per batch (an
-accelerator step leaves the host CPUs to the loader workers) and `InputWaitMeter` records the
-time blocked on the next batch. Printed: input wait as % of step time, mean and p99 wait,
-excluding the first `--warmup` steps (worker start-up). Then a stall of known length is
-injected before one batch and the meter's reading is compared with it (must be within 10%).
-
-With --metrics, the input wait of real training runs (their metrics.jsonl, e.g. of `make run`)
-is printed first, computed the same way (wait / step time, first step left out).
+For each step time T (ms) and worker count the loop sleeps T per batch and `InputWaitMeter`
+records the time blocked on the next batch (% of step time, mean and p99); then an injected
+stall of known length checks the meter (within 10%). `--metrics` first prints the input wait
+of real runs from their metrics.jsonl.
 
 Usage: python bench/input_wait.py [--dataset DIR] [--steps-ms 0 10 50 100] [--workers 1 2 4]
        [--batch-size 8] [--steps 60] [--metrics RUN/metrics.jsonl ...]

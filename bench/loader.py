@@ -1,32 +1,10 @@
 """Loader throughput against peers and limits, at equal workers, on synthetic and full-size PandaSet frames.
 
-Datasets (built once under --work):
-    synthetic   rendered synthetic logs (6 JPEG cameras, LiDAR with labels, radar), replicated
-    pandaset    the 10 frames of the real PandaSet sample (../shared/data/pandaset/002), replicated
-                under distinct log ids to --pandaset-frames frames: 6 x 1920x1080 JPEG untouched +
-                ~170k-point LiDAR, ~4.4 MB per frame
-
-Rows (samples/s; every pipeline: --workers DataLoader workers, the same identity collate (a
-batch is a list of decoded samples; no torch conversion), the same decode functions
-`decode_sample` + `imaging.decode.decode_sample_cameras`):
-    ours verify=V        loading.loader.build_loader, verify shard/member/none (decode none)
-    ours                 build_loader with the default verify, decode none / cpu / cpu@WxH
-                         (camera_resize; DCT-domain downscaling) / gpu (nvJPEG, only with CUDA)
-    webdataset           upstream webdataset: WebDataset(shardshuffle) .shuffle(1000) .map(decode)
-                         .batched(B, identity collate) in a WebLoader(batch_size=None) -- its docs' setup
-    mosaicml-streaming   StreamingDataset over the same samples written as MDS, DataLoader(batch_size=B)
-                         (only when `streaming` is importable: run with .bench-venv/bin/python)
-    files                one file per member, map-style Dataset, shuffled DataLoader
-    limit: seq read      --workers processes reading the shard files sequentially (8 MiB reads)
-    limit: mem decode    --workers processes decoding samples already in memory (no I/O, no hand-off)
-Batch sizes: this loader's rows at each of --batch-sizes, the peers' at each for decode none and
-at the first for decoding rows, the verify variants at the first. Decoding rows stop after
---decode-samples samples (decode none rows read every sample).
-Worker memory: for indexes of --memory-rows rows (the dataset's index tiled under distinct keys),
-the private memory (USS, PSS from /proc/PID/smaps_rollup) of each loader worker
-after --memory-batches batches.
-Everything runs on a warm page cache (the files are read once first). Targets (issue 7, for the
-pandaset dataset) are printed with their verdicts at the end.
+Rows (samples/s, same workers, collate and decode functions for every pipeline): this loader
+per verify and decode mode, webdataset, mosaicml-streaming (with .bench-venv), one file per
+member, and the sequential-read and in-memory decode limits; then loader worker memory
+(USS/PSS) for large indexes and the issue-7 targets with verdicts. Datasets, rows and
+fairness rules: bench/README.md.
 
 Usage: python bench/loader.py [--datasets synthetic pandaset] [--work DIR] [--workers 2]
        [--batch-sizes 16 1] [--peers all|webdataset] [--memory-rows 10000 100000 1000000] [--json OUT]

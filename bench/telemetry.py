@@ -1,22 +1,8 @@
 """Telemetry overhead, and the default pipeline's goodput with its fixed overheads.
 
-overhead  (default) Trains the small preset in this process (world size 1, fixed synthetic
-          dataset) and reports the recorder's own time (`StepRecorder.overhead_s`, measured
-          in the run) against the run's step time: target < 1 %. Then the recorder's calls
-          of one step (begin, three laps, end) in a tight loop, per step, against the same
-          median step time (the floor of the cost, without the run's cache effects).
-pipeline  Runs the default pipeline (`training_pipeline()`, synthetic logs, preset
-          synthetic_default) in this process with fresh HOME / TMPDIR / DRIVETRAIN_HOME,
-          times every task from outside (wraps `sandbox_execute`), and prints the training
-          run's goodput report plus what the report cannot see from inside the workers:
-          the post-training tail (last step end -> train task end, which includes the
-          elastic agent noticing the workers' exit) and registration time.
-          `--before` reproduces the settings before the fixed-overhead cuts (issue 9,
-          item 8): elastic monitor interval 5 s (the plugin default), no MLflow stream
-          during training (the MLflow store is created by registration).
-
-agent     The elastic agent's share of the tail alone: a trivial 2-worker elastic launch,
-          worker return -> launch return, per monitor interval (5 s: the plugin's default).
+Modes: `overhead` (the recorder's own time against step time), `pipeline` (the default
+pipeline run in this process, every task timed from outside, with the goodput report and the
+post-training tail), `agent` (the elastic agent's share of the tail); rows: bench/README.md.
 
 Usage: python bench/telemetry.py overhead [--steps 40] [--work DIR]
        python bench/telemetry.py agent [--intervals 5 0.5] [--repeat 3]

@@ -1,18 +1,12 @@
 """The `drivetrain` command: one argparse subcommand group per area.
 
-Groups register themselves through `COMMAND_GROUPS`: each entry is a function
-`add_<group>_commands(subparsers)` that adds its group parser and sets `func` on every leaf
-(`func(args) -> int` exit code). To add a group, write `add_<group>_commands` next to its
-code and append it to `COMMAND_GROUPS` below. Benchmarks are scripts in the repository's
-`bench/` folder (`python bench/loader.py`), not commands of the installed library.
-
-Errors: a command raises; `main` prints a user error (`platform_lib.errors.UserError`, a bad
-dataset, a full disk, an unreachable store, missing credentials) as one line `error: <what> (<culprit>): <what to
-do>` and returns 1 (2 for bad arguments), writing the traceback to
-`$DRIVETRAIN_HOME/logs/errors.log` (both `platform_lib.logs.report_user_error`); `drivetrain
---debug ...` shows the traceback instead. Anything else is a bug and keeps its traceback.
-Every line, log record and traceback is `platform_lib.redact`ed, and so is everything a command
-prints (no password, token or secret variable's value reaches the terminal).
+To add a group, write `add_<group>_commands(subparsers)` next to its code (it adds the group's
+parser and sets `func(args) -> int` on every leaf) and append it to `COMMAND_GROUPS`.
+Benchmarks are scripts in `bench/`, not commands. A command raises; `main` prints a user error
+(`platform_lib.errors.UserError`, a bad dataset, a full disk, an unreachable store, missing
+credentials) as one redacted line `error: <what> (<culprit>): <what to do>` and returns 1 (2 for
+bad arguments), the traceback going to `$DRIVETRAIN_HOME/logs/errors.log` (`--debug` shows it
+instead); anything else is a bug and keeps its traceback. See docs/architecture.md, "Errors".
 """
 
 from __future__ import annotations

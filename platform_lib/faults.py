@@ -1,35 +1,13 @@
 """Fault injection for real multi-process runs: one environment switch, read by every rank.
 
-`train()` installs the `FaultPlan` of its rank (`FaultPlan.from_env`) in the loop's injection
-seam (`platform_lib.training.hooks`); the plan is a `StepHooks` object, so a test may also pass
-one to `train(..., hooks=[...])` directly.
-
     DRIVETRAIN_FAULTS='[{"kind": "kill", "rank": 1, "step": 7}]'
 
-A JSON list of faults; each fires once, on rank `rank` (default 0) at optimizer step `step`,
-in elastic attempt `attempt` (default 0: the first start, so a restarted run goes through):
-
-    kind           what happens
-    crash          raises InjectedFault at the start of the step (a Python error in user code)
-    kill           SIGKILL of the rank's own process at the start of the step (no cleanup)
-    hang           the rank stops before the step's first collective and sleeps; the others
-                   block in that collective until the collective timeout (`training/hang.py`)
-    nan            the rank's batch becomes NaN: NaN loss, NaN gradients, NonFiniteError
-    sigterm        SIGTERM to the elastic agent (the rank's parent process, as a pod eviction
-                   does; `target`: "agent"), or to the rank itself (`target`: "self", or
-                   when it runs without an agent): the agent then restarts the group
-    kill_in_save   SIGKILL while the rank writes the checkpoint of the step (after opening its
-                   first data file): a partial checkpoint folder remains
-    storage_error  opening the rank's checkpoint files of the step fails with ECONNRESET, a
-                   transient storage error, in `times` consecutive attempts (default 1)
-    disk_full      writing the rank's checkpoint data of the step fails with ENOSPC after
-                   `after_bytes` bytes (default 0), as on a full volume
-    batch_delay    every batch of the rank waits `seconds` before the loop gets it, from the
-                   first batch on (give step 1): a slow loader, for tests of input-bound runs
-
-The variable is read once per process (`FaultPlan.from_env`). Unknown kinds or fields raise
-ValueError naming the variable. Faults are for tests and game days; nothing reads the
-variable unless it is set.
+A JSON list of faults (crash, kill, hang, nan, sigterm, kill_in_save, storage_error, disk_full,
+batch_delay; what each does and its fields: docs/faults.md), each firing once on rank `rank`
+at optimizer step `step` of elastic attempt `attempt`. `train()` installs its rank's
+`FaultPlan` (`FaultPlan.from_env`: read once per process; unknown kinds or fields raise
+ValueError naming the variable) in the loop's injection seam (`platform_lib.training.hooks`);
+a test may pass one to `train(..., hooks=[...])`. For tests and game days only.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """Safe opens and owner locks: only regular files, only inside their root, leftovers swept by liveness.
 
 Every local open of an untrusted file (raw log, shard, index, manifest, checkpoint metadata)
-goes through `open_regular`: the path is opened non-blocking and stays so (a FIFO cannot block
-the open; O_NONBLOCK changes nothing for a regular file of a disk, but a kernel file whose read
-would wait, such as /proc/kmsg, fails with EAGAIN instead), `fstat` checks the file type before
-a byte is read, files of kernel pseudo file systems (/proc, /sys, debugfs, ...: "regular" files
-that are interfaces, not data) are refused, and a size bound is checked against the real size
-before the caller allocates. `read_regular` and `iter_chunks` read at most that `fstat` size. `ensure_inside` keeps a path inside the root the user
-declared. `hold_owner_lock` / `remove_if_orphaned` are the one liveness rule for leftovers of
-killed processes (shared-memory files, staging folders, downloads): the owner holds an
-exclusive `flock` on a lock file for as long as it lives; a sweeper removes a leftover only
-when it can take that lock itself. The kernel drops a dead process's locks, so the rule holds
-across PID namespaces where a process id means nothing.
+goes through `open_regular` (non-blocking, file type and file system checked by `fstat` on the
+descriptor, size bounded before any read); `read_regular` and `iter_chunks` read at most that
+size; `ensure_inside` keeps a path inside its declared root. `hold_owner_lock` /
+`remove_if_orphaned` are the one liveness rule for leftovers of killed processes: an `flock`
+the kernel drops with its owner, so it holds across PID namespaces. Rules: docs/security.md.
 """
 
 from __future__ import annotations

@@ -1,24 +1,9 @@
 """Secret redaction: the one function every error, log line, MLflow value and page goes through.
 
-`redact(text)` masks, in this order: the values of secret environment variables present at
-call time (`is_secret_variable`: MLFLOW_TRACKING_PASSWORD, AWS_SECRET_ACCESS_KEY, any
-`*_TOKEN`, `*_PASSWORD`, `*SECRET*`, Flyte's `_FSEC_*`, ...), the passwords of URIs held by
-any environment variable (MLFLOW_TRACKING_URI) and secrets registered with `register_secret`
-or `register_uri_secrets` (a Flyte secret read from a mounted file, a URL on the command
-line), raw and percent-encoded, wherever they appear; the
-password of URI userinfo (`scheme://user:***@host`, a lone `scheme://***@host`); values of
-secret query/key-value parameters (`token=`, `X-Amz-Signature=`, `sig=`, `password=`,
-`?key=`, JSON `"password": "..."`); Authorization headers and bearer tokens; and key shapes
-that are secrets wherever they appear (AWS access key ids and 40-character secret keys,
-GitHub and Databricks tokens). Each becomes `MASK`. Literal values shorter than
-`MIN_SECRET_CHARS` are not matched on their own (masking "1" everywhere would destroy every
-message); they are still masked where a URI or a `key=` names them.
-
-`install_redaction()` applies the same function to every log record (`RedactingFilter`, via
-the log record factory, so loggers and handlers created later are covered too) and to
-tracebacks of uncaught exceptions; the `drivetrain` command and the Flyte tasks call it.
-`redacted_output()` redacts everything a block writes to stdout and stderr (the `drivetrain`
-command runs inside it).
+`redact(text)` masks secrets (what counts: its docstring) as `MASK`; `install_redaction()`
+applies it to every log record and to tracebacks of uncaught exceptions, and
+`redacted_output()` to everything a block writes to stdout and stderr. The `drivetrain`
+command and the Flyte tasks use all three.
 """
 
 from __future__ import annotations
@@ -176,8 +161,21 @@ def redact(text: str) -> str:
             an MLflow param/tag/artifact, a page.
 
     Returns:
-        The text with secrets replaced (see the module docstring for what counts); the
-        unchanged text when it holds none.
+        The text with secrets replaced; the unchanged text when it holds none.
+
+    Masked, in this order: the values of secret environment variables present at call time
+    (`is_secret_variable`: MLFLOW_TRACKING_PASSWORD, AWS_SECRET_ACCESS_KEY, any `*_TOKEN`,
+    `*_PASSWORD`, `*SECRET*`, Flyte's `_FSEC_*`, ...), the passwords of URIs held by any
+    environment variable (MLFLOW_TRACKING_URI) and secrets registered with `register_secret`
+    or `register_uri_secrets` (a Flyte secret read from a mounted file, a URL on the command
+    line), raw and percent-encoded, wherever they appear; the password of URI userinfo
+    (`scheme://user:***@host`, a lone `scheme://***@host`); values of secret query/key-value
+    parameters (`token=`, `X-Amz-Signature=`, `sig=`, `password=`, `?key=`, JSON
+    `"password": "..."`); Authorization headers and bearer tokens; and key shapes that are
+    secrets wherever they appear (AWS access key ids and 40-character secret keys, GitHub and
+    Databricks tokens). Literal values shorter than `MIN_SECRET_CHARS` are not matched on their
+    own (masking "1" everywhere would destroy every message); they are still masked where a
+    URI or a `key=` names them.
     """
     if not text:
         return text

@@ -1,26 +1,12 @@
 """One storage layer: fsspec URL resolution, bounded retries, one transient-error classifier.
 
 Every read of raw logs, datasets and run folders that may live on object storage goes through
-here: `resolve_fs` turns a folder path or URL (`s3://bucket/prefix`, `gs://...`, `file://...`)
-into an fsspec filesystem (s3 with bounded connect/read timeouts), `call_with_retries` retries
-transient failures with exponential backoff (tenacity), and `is_transient` is the one rule for
-what is worth retrying:
-
-    transient   connection refused / reset / aborted, timeouts (socket, asyncio, botocore's
-                EndpointConnectionError, ConnectTimeoutError, ReadTimeoutError,
-                ConnectionClosedError), throttling and unavailability (HTTP 429, 500, 502,
-                503, 504; S3 SlowDown, Throttling, RequestTimeout), stale NFS handles
-    permanent   missing objects or folders, access denied, missing or bad credentials, full
-                disks, bad data (retrying cannot fix them)
-
-A transient error that outlasts the retries becomes `StorageUnreachableError` (itself
-transient, so a Flyte task turns it into a retryable error); a credentials or permission
-error becomes `StorageAccessError`, a one-line `UserError` naming the URL and how to supply
-credentials; a URL that names no usable location (unknown scheme, malformed host, invalid bucket
-name) is `StorageURLError`. `explain_location_error` is the one mapping of all three (and of an
-unreachable store) to a one-line `UserError`, for the boundaries where a dataset is opened. `open_input` / `read_input` open a dataset file of any filesystem, a local one
-through `platform_lib.fsguard` (regular files only, size bounded). Flyte knows nothing of this
-module: `tasks/errors.py` maps transient errors to `FlyteRecoverableException`.
+here: `resolve_fs` (a path or URL -> an fsspec filesystem, s3 with bounded timeouts),
+`call_with_retries` (exponential backoff, tenacity), `is_transient` (the one rule for what is
+worth retrying), `explain_location_error` (the one mapping of storage errors to a one-line
+`UserError`) and `open_input` / `read_input` (local files through `platform_lib.fsguard`).
+Flyte knows nothing of this module: `tasks/errors.py` maps transient errors to
+`FlyteRecoverableException`.
 """
 
 from __future__ import annotations
@@ -243,6 +229,13 @@ def is_transient(exc: BaseException) -> bool:
     Looks at `exc` and its cause chain: s3fs re-raises a throttled request (botocore
     `ClientError` "SlowDown", HTTP 503) as `OSError(EBUSY)` with the ClientError as cause.
     Missing paths, permissions, credentials, full disks and bad data are never transient.
+
+        transient   connection refused / reset / aborted, timeouts (socket, asyncio, botocore's
+                    EndpointConnectionError, ConnectTimeoutError, ReadTimeoutError,
+                    ConnectionClosedError), throttling and unavailability (HTTP 429, 500, 502,
+                    503, 504; S3 SlowDown, Throttling, RequestTimeout), stale NFS handles
+        permanent   missing objects or folders, access denied, missing or bad credentials, full
+                    disks, bad data (retrying cannot fix them)
     """
     for err in iter_causes(exc):  # the outermost error that says either way decides
         if isinstance(err, StorageUnreachableError):

@@ -1,21 +1,11 @@
 """Data tasks: raw logs -> content hash -> validated dataset.
 
-Cache keys: `materialize_raw_logs` on (source, raw_logs, synthetic config); `hash_raw_logs`
-and `list_raw_logs` are deliberately NOT cached (they are the cheap probes that tell whether
-the raw bytes changed and which logs are present); `build_log_part` on (source, log_hash,
-config) with the location `log` excluded (`Cache(ignored_inputs=...)`), so moving or copying
-identical logs is a cache hit and changing one byte (or the log's folder name, its log id) is a
-miss for that log only;
-`merge_dataset` on the part locations, which are content addresses. Its output carries the
-manifest's dataset_hash as its Flyte hash, so downstream cache keys follow the dataset's
-content, not the temporary folder it landed in.
-
-Fanned-out build (`workflows/training_pipeline.py`): `list_raw_logs` (uncached probe: the logs
-present now and their content hashes) -> `build_log_parts`, a map task running
-`build_log_part` once per log (on a cluster each log is its own pod, cached by the log's
-content hash; everywhere the part lands content-addressed in the part store, so an unchanged
-log is never rebuilt, locally either) -> `merge_dataset`, which writes index + manifest over
-the parts' shards without copying them (`platform_lib.shards.merge`).
+`list_raw_logs` (an uncached probe: the logs present now and their content hashes) ->
+`build_log_parts`, a map task running `build_log_part` once per log (cached by the log's
+content hash, the part landing content-addressed in the part store, so an unchanged log is
+never rebuilt) -> `merge_dataset`, which writes index + manifest over the parts' shards
+without copying them (`platform_lib.shards.merge`) and carries the dataset hash as its Flyte
+hash. The cache key of each task: docs/pipeline.md, "Caching".
 """
 
 from __future__ import annotations

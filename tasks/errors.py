@@ -1,22 +1,10 @@
 """Error handling at the task boundary: retryable storage errors and one-line user errors.
 
-Every task body runs inside `task_errors(what, url)`:
-
-- a transient storage error (`platform_lib.storage.is_transient`: connection refused/reset,
-  timeouts, throttling) becomes `FlyteRecoverableException`, which Flyte retries (`retries=`;
-  on a cluster only, local runs never retry);
-- a user error (`platform_lib.errors.UserError`, bad credentials for `url`, a full disk) is
-  printed as the single line `error: <what> (<culprit>): <what to do>` on stderr and leaves the
-  task as `PipelineInputError`, a `click.exceptions.Exit` (exit code 2) that `pyflyte run` hands
-  to click, so a local run ends there without a traceback; the traceback is appended to
-  `$DRIVETRAIN_HOME/logs/errors.log` (`platform_lib.logs.report_user_error`). On a cluster the line is the execution's error message;
-- anything else is a bug and keeps its traceback.
-
-Every message, the errors.log traceback and (from the first `task_errors` on) every log
-record of the task's process go through `platform_lib.redact`.
-
-`download_input` fetches a FlyteDirectory/FlyteFile input and names the stale cache when a
-cached task's output was deleted (e.g. TMPDIR wiped under flytekit's local cache).
+Every task body runs inside `task_errors(what, url)`, which turns a transient storage error
+into `FlyteRecoverableException`, a user error into its one line plus `PipelineInputError`,
+and leaves a bug its traceback; every message, the errors.log traceback and the task's log
+records go through `platform_lib.redact`. `download_input` fetches a FlyteDirectory/FlyteFile
+input and names the stale cache when a cached task's output was deleted.
 """
 
 from __future__ import annotations
@@ -59,7 +47,19 @@ class PipelineInputError(click.exceptions.Exit):
 
 @contextlib.contextmanager
 def task_errors(what: str, url: str = "") -> Iterator[None]:
-    """Classify an error leaving a task body (see the module docstring).
+    """Classify an error leaving a task body.
+
+    - a transient storage error (`platform_lib.storage.is_transient`: connection refused/reset,
+      timeouts, throttling) becomes `FlyteRecoverableException`, which Flyte retries
+      (`retries=`; on a cluster only, local runs never retry);
+    - a user error (`platform_lib.errors.UserError`, bad credentials for `url`, a full disk)
+      is printed as the single line `error: <what> (<culprit>): <what to do>` on stderr and
+      leaves the task as `PipelineInputError`; the traceback is appended to
+      `$DRIVETRAIN_HOME/logs/errors.log` (`platform_lib.logs.report_user_error`). On a
+      cluster the line is the execution's error message;
+    - anything else is a bug and keeps its traceback.
+
+    From the first `task_errors` on, every log record of the task's process is redacted.
 
     Args:
         what: the operation, for messages (e.g. "reading raw_logs").

@@ -1,20 +1,11 @@
 """Placement catalog: where a task runs on the cluster, and through which Kueue queue.
 
-A user asks for N accelerators of a type in a team's queue, never for a node; this module is
-the single source of truth that turns such a request (`Placement`) into what the serialised
-Flyte task carries (listed below). Invalid requests fail when the task is built, at import by
-`pyflyte package/register/run`, with a `PlacementError` naming the field. The training task's
-placement is read from the environment at serialisation time (`placement_from_env`:
-`DRIVETRAIN_TEAM`, `DRIVETRAIN_ACCELERATOR`, `DRIVETRAIN_ACCELERATOR_COUNT`) and carried in its
-container environment, so the pod rebuilds the very same task when it imports `tasks.train`.
-`deploy/kueue/` must agree with this catalog (flavors, queues, quotas):
-`tests/unit/test_deploy_crossref.py` checks it.
-
-- resources (accelerators, host CPU and memory per pod),
-- node selector + tolerations (the nodes of that accelerator's pool),
-- the `kueue.x-k8s.io/queue-name` label naming the team's LocalQueue (Flyte 1.16 copies task
-  labels, `@task(labels=...)`, onto the Pod or the PyTorchJob that runs the task),
-- the elastic shape: `nnodes` x `nproc_per_node` (nnodes > 1 -> a PyTorchJob).
+A user asks for N accelerators of a type in a team's queue, never for a node; `Placement`
+turns such a request into resources, node selector + tolerations, the
+`kueue.x-k8s.io/queue-name` label and the elastic shape (`nnodes` x `nproc_per_node`).
+Invalid requests fail when the task is built with a `PlacementError` naming the field; the
+training task's placement comes from the environment (`placement_from_env`, docs/cluster.md).
+`deploy/kueue/` must agree with this catalog (`tests/unit/test_deploy_crossref.py`).
 """
 
 from __future__ import annotations

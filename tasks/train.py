@@ -1,19 +1,11 @@
 """Training tasks: resolve the config, then elastic distributed training.
 
-`train_model` runs `platform_lib.training.train.train` in `nproc_per_node` worker processes
-started by torch elastic (`Elastic`): with nnodes=1 it is one pod (locally: one machine), with
-nnodes>1 Flyte submits a PyTorchJob to the training operator. The shape, resources, node
-selector/tolerations and Kueue queue label come from a `Placement` (accelerator type, count,
-team; see `tasks.placement`), read from `DRIVETRAIN_TEAM`, `DRIVETRAIN_ACCELERATOR` and
-`DRIVETRAIN_ACCELERATOR_COUNT` when packaging/registering and baked into the pod's environment,
-so the pod rebuilds the same task. Workers are spawned processes that import `tasks.train` from
-the installed package. Only rank 0's return value comes back; it is a handle on the run folder
-(distributed checkpoint, model.safetensors, metrics.jsonl), never tensors. `max_restarts`
-restarts the worker group in place (locally too) and the run resumes from its last
-distributed checkpoint; task `retries` apply on a cluster only. Rank 0 streams metrics to
-an MLflow run while training; the task's own process (the elastic agent's) compares the run's
-goodput with its workload's baseline and publishes the goodput Deck while the workers exit
-(`platform_lib.registry.goodput.GoodputFinisher`, docs/goodput.md).
+`train_model` runs `platform_lib.training.train.train` in `nproc_per_node` torch elastic
+workers (`Elastic`: one pod for nnodes=1, a PyTorchJob beyond), placed by `tasks.placement`.
+Rank 0 returns a handle on the run folder, never tensors; `max_restarts` restarts the worker
+group in place from the last checkpoint, task `retries` apply on a cluster only. The task's
+own process publishes the goodput Deck while the workers exit
+(`platform_lib.registry.goodput.GoodputFinisher`). See docs/pipeline.md and docs/goodput.md.
 """
 
 from __future__ import annotations

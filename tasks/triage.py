@@ -1,19 +1,10 @@
 """A failed training task, explained: triage verdict -> MLflow tags, error message, retry or not.
 
-The elastic training task (`tasks.train`) runs torch elastic in its own process; when its
-workers fail for good (after `max_restarts`), the kfpytorch plugin raises from torchelastic's
-`ChildFailedError`. `explain_training_failure` turns that into the task's error:
-
-1. evidence = the launcher's per-rank exits (rank, pid, exit code or signal) and each failed
-   rank's error file (`platform_lib.triage.attempt.evidence_from_child_failure`);
-2. verdict + restart decision (`assess_failure`), with the history of earlier attempts kept
-   beside the checkpoints and the newest committed checkpoint step (checkpoint progress);
-3. an MLflow run of the failed attempt tagged with the verdict (`triage.*` tags) and the
-   evidence as artifacts (`record_verdict`); best effort: an unreachable MLflow is reported,
-   never hides the failure;
-4. the error: `FlyteRecoverableException` (Flyte retries the task) when the policy restarts,
-   else `TrainingFailedError`; its message is the verdict (class, root line, rank, pid, signal,
-   confidence, action) and the decision.
+When the elastic workers fail for good, `explain_training_failure` gathers the launcher's
+per-rank exits and error files, classifies them with the attempt history
+(`platform_lib.triage.attempt.assess_failure`), records a FAILED MLflow run with the verdict
+(best effort) and raises `FlyteRecoverableException` when the policy restarts, else
+`TrainingFailedError`, the verdict as message. See docs/faults.md, "Failed launches".
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """Launch plans of `training_pipeline`: nightly incremental retraining and on-demand runs.
 
-    pyflyte --pkgs workflows package ...        # serialises both with the workflow
-    pyflyte register workflows/                 # on a cluster; activate the schedule with
-    flytectl update launchplan -p <project> -d <domain> drivetrain_scheduled_retrain --activate
-
 `drivetrain_scheduled_retrain` runs on a cron schedule over the raw-log location new logs
-land in. Each run lists the logs present at kick-off (`list_raw_logs` is uncached), builds
-only logs it has not built before (unchanged logs are cache hits, their parts are reused) and
-registers a new model version whose lineage lists every log's hash. `drivetrain_on_demand`
-carries the team's defaults; any input can be overridden at launch.
-
-Registration-time settings (read when this module is imported, i.e. by `pyflyte package` /
+land in, building only logs it has not built before; `drivetrain_on_demand` carries the
+team's defaults. Registration-time settings (read at import by `pyflyte package` /
 `register`): DRIVETRAIN_RETRAIN_CRON (default "0 3 * * *", UTC), DRIVETRAIN_RETRAIN_RAW_LOGS,
-DRIVETRAIN_RETRAIN_SOURCE. A bad cron expression fails the import, naming the setting and
-the cron field.
+DRIVETRAIN_RETRAIN_SOURCE; a bad cron expression fails the import naming the setting and
+field. Registering and activating: docs/pipeline.md.
 """
 
 from __future__ import annotations

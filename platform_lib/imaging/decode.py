@@ -1,25 +1,13 @@
 """Decode camera JPEGs at the size the model needs, with intrinsics that follow the pixels.
 
-A model fed 704x256 images should not pay for decoding 1920x1080. `CameraResize` names the
-output size; `plan_camera_resize` turns it into one aspect-preserving crop of the source
-image (horizontally centred, vertically anchored, by default at the bottom where the road
-is, as BEVDet/BEVFusion crop) followed by one resize to the output size. Both decoders
-implement exactly that geometry, so `adjust_intrinsics` gives the camera matrix of the
-output pixels:
+`plan_camera_resize` turns a `CameraResize` (output size) into one aspect-preserving crop
+(centred horizontally, anchored vertically, by default at the bottom as BEVDet/BEVFusion crop)
+and one resize; both decoders (`decode_jpeg_cpu`, `decode_jpegs_gpu`) implement exactly that.
 
-- CPU (`decode_jpeg_cpu`): libjpeg-turbo scales in the DCT domain while decoding (scale
-  factors M/8, through simplejpeg's `min_width`/`min_height`), choosing the smallest decoded
-  size that still has at least the output resolution inside the crop; Pillow then resamples
-  the crop box of that image to the output size (antialiased bilinear, one pass).
-- GPU (`decode_jpegs_gpu`): nvJPEG through `torchvision.io.decode_jpeg(device="cuda")` decodes
-  a batch at full size (torchvision exposes no DCT scaling), then crop + antialiased bilinear
-  resize on the device. Only in the main process (workers are forked and never touch CUDA).
-
-Shape legend: image (H, W, 3) uint8 RGB on the CPU; (N, 3, H, W) uint8 RGB on the GPU;
-K (3, 3) float64 pixel intrinsics, pixel centres at integer coordinates (OpenCV convention).
-
-Pixel geometry (source x -> output x', same for y): x' = (x + 0.5 - crop_x) * scale_x - 0.5,
-the half-pixel-centre mapping of OpenCV's / Pillow's resize. Hence fx' = fx * scale_x,
+Shapes: image (H, W, 3) uint8 RGB on the CPU, (N, 3, H, W) uint8 RGB on the GPU; K (3, 3)
+float64 pixel intrinsics, pixel centres at integer coordinates (OpenCV convention).
+Pixel geometry (`adjust_intrinsics`; the half-pixel-centre mapping of OpenCV's / Pillow's
+resize): x' = (x + 0.5 - crop_x) * scale_x - 0.5, the same for y; hence fx' = fx * scale_x,
 cx' = (cx + 0.5 - crop_x) * scale_x - 0.5 (skew scales with x).
 """
 
@@ -208,6 +196,11 @@ def decode_jpeg_cpu(
 ) -> np.ndarray:
     """Decode one JPEG to RGB, at the output size of `resize` when given (DCT-domain scaling).
 
+    libjpeg-turbo scales in the DCT domain while decoding (scale factors M/8, through
+    simplejpeg's `min_width`/`min_height`), choosing the smallest decoded size that still has
+    at least the output resolution inside the crop; Pillow then resamples the crop box of that
+    image to the output size (antialiased bilinear, one pass).
+
     Args:
         data: JPEG bytes.
         resize: output size; None decodes at full size.
@@ -244,6 +237,10 @@ def decode_jpegs_gpu(
     datas: Sequence[bytes | memoryview], resize: CameraResize | None = None, *, device: str = "cuda"
 ) -> list:
     """Decode JPEGs on the GPU with nvJPEG and crop/resize them like `decode_jpeg_cpu`.
+
+    `torchvision.io.decode_jpeg(device="cuda")` decodes the batch at full size (torchvision
+    exposes no DCT scaling), then crop + antialiased bilinear resize run on the device. Call
+    it only in the main process (loader workers are forked and never touch CUDA).
 
     Args:
         datas: N JPEG byte strings (any sizes).

@@ -1,20 +1,12 @@
-"""Node-local cache tier for remote shards.
+"""Node-local cache tier for remote shards: one download per node, published atomically.
 
-All ranks and workers of a node share one cache folder. A shard is downloaded once per node
-(one GET of the whole object) under a per-shard file lock, written to a temporary name and
-published with an atomic rename, so a crash never leaves a half shard under the real name.
-Beyond `limit_bytes`, least-recently-used shards (by mtime, touched on every open) are
-evicted. Only folders carrying the cache marker are ever swept, so source data is never
-deleted. Shard paths must be `shards/shard-NNNNNN.tar` (checked before any file is opened),
-so a remote manifest can never make the cache write outside its folder.
-
-A download holds an exclusive `flock` on its temporary file until it is renamed; the sweep
-deletes a temporary file only when it can take that lock itself (`fsguard.remove_if_orphaned`).
-Liveness is thus judged by the kernel's lock, not by a process id, so a live download of a
-process in another PID namespace (two containers sharing a hostPath cache) is never deleted.
-A cached shard is opened only when it is a regular file (`fsguard.open_regular`).
-
-Layout: `<cache_dir>/<dataset_hash[:16]>/<shard path>`, e.g. `.../3fa1.../shards/shard-000000.tar`.
+All ranks and workers of a node share one cache folder, laid out as
+`<cache_dir>/<dataset_hash[:16]>/shards/shard-NNNNNN.tar`. A shard is downloaded once per node
+(one GET) under a per-shard file lock, into a temporary file published by rename; beyond
+`limit_bytes`, least-recently-used shards (mtime) are evicted, only in folders carrying the
+cache marker. Shard paths must be `shards/shard-NNNNNN.tar` (checked before any open), cached
+shards are opened only as regular files, and a temporary file is swept only when its
+download's lock is free (`fsguard.remove_if_orphaned`, safe across PID namespaces).
 """
 
 from __future__ import annotations

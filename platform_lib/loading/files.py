@@ -1,20 +1,10 @@
 """Shard files of one dataset in one process: open, verify once per node, read into buffers.
 
 Shards are opened in place or through the node cache, once per process and shard, and only
-when they are regular files (`platform_lib.fsguard.open_regular`: one fstat per open, none per
-sample): a FIFO, device, socket or folder raises `ShardNotRegularError`, never a hang. A
-sample's byte range is read straight into a caller's buffer.
-
-Verify policy (`LoaderConfig.verify`):
-    "shard"   sha256 of the whole shard against the manifest when it enters the node cache or
-              is first opened on the node (one process hashes it, under a lock; the result is
-              recorded in `<cache dir>/<dataset_hash[:16]>/verified/`, keyed by the file's size,
-              mtime and inode, and not redone), plus xxh3_64 of every member on every read. A
-              shard that fails (or a dataset built without xxh3) is read with the "member"
-              checks, so the error names the damaged member and only its sample is skipped.
-    "member"  tar headers and sha256 of every member on every read (no shard hash).
-    "none"    no check (a truncated shard is still reported); documented not to catch a
-              flipped byte.
+as regular files (`fsguard.open_regular`: a FIFO, device, socket or folder raises
+`ShardNotRegularError`, never a hang); a sample's byte range is read straight into a caller's
+buffer. The verify policies ("shard", "member", "none": `LoaderConfig.verify`) are described
+in the package README.md, "Verify once".
 """
 
 from __future__ import annotations

@@ -1,29 +1,11 @@
 """Zero-copy hand-off of batches from loader workers to the main process: a shared-memory ring.
 
-One file in /dev/shm, allocated once per loader (`posix_fallocate`, so a full /dev/shm is a
-clear `RingError` up front, never a SIGBUS later), mapped by the main process and inherited by
-forked workers, holds `num_slots` slots of `slot_bytes`, one batch each. Workers send only a
-small skeleton through the pipe, with every array, tensor or JPEG buffer in the slot replaced
-by a `_Ref` (slot, offset, shape, dtype) that the main process turns back into a view of the
-slot (no copy, no unpickling of payloads); with CUDA the ring is page-locked once
-(cudaHostRegister), so `.to("cuda", non_blocking=True)` copies straight from it. Worker w owns
-slots [w * D, (w + 1) * D); when none is free (the training loop keeps many batches alive) or
-a batch outgrows the output area, it travels in a private shared-memory block instead
-(`LoaderStats.ring_fallbacks`): slower, never wrong. Named files in the tmpfs folder carry
-their owner's lock (`claim_owner`, the `fsguard` liveness rule), so each new ring or order
-file first sweeps the files of loaders whose owner is gone.
-
-Slot layout:
-
-    [ raw area: the batch's sample byte ranges, read by `preadv` straight from the shards |
-      output area: arrays the worker computed (decoded images, transform outputs, collated
-      tensors stacked in place) ]
-
-Slot life cycle, one int32 state per slot in the ring header:
-    0 free -> g (> 0, acquired by a worker in iteration generation g) -> -1 (delivered to the
-    main process) -> 0 (every view of the batch is gone: a finalizer on the slot's base array).
-    A slot still marked with an older generation was filled but never delivered (an abandoned
-    epoch) and is free again.
+One file in /dev/shm per loader, allocated up front (a full /dev/shm is a `RingError`, never a
+SIGBUS), holds one batch per slot; workers send only a small skeleton whose arrays are `_Ref`s
+into their slot, and the main process turns them back into views (slot layout and life cycle:
+`Ring`). A batch finding no free slot travels in a private shared-memory block
+(`LoaderStats.ring_fallbacks`). Files in the tmpfs folder carry their owner's lock
+(`claim_owner`), so a new ring first sweeps the files of loaders whose owner is gone.
 """
 
 from __future__ import annotations
@@ -86,7 +68,21 @@ class _Ref:
 
 
 class Ring:
-    """The shared-memory ring of one loader (see module docstring).
+    """The shared-memory ring of one loader.
+
+    One /dev/shm file, allocated once (`posix_fallocate`), mapped by the main process and
+    inherited by forked workers, holds `num_workers * slots_per_worker` slots, one batch each;
+    worker w owns slots [w * D, (w + 1) * D). With CUDA the ring is page-locked once
+    (cudaHostRegister), so `.to("cuda", non_blocking=True)` copies straight from it. Slot layout:
+
+        [ raw area: the batch's sample byte ranges, read by `preadv` straight from the shards |
+          output area: arrays the worker computed (decoded images, transform outputs, collated
+          tensors stacked in place) ]
+
+    Slot life cycle, one int32 state per slot in the ring header: 0 free -> g (> 0, acquired
+    by a worker in iteration generation g) -> -1 (delivered to the main process) -> 0 (every
+    view of the batch is gone: a finalizer on the slot's base array). A slot still marked with
+    an older generation was filled but never delivered (an abandoned epoch) and is free again.
 
     Args:
         num_workers: worker processes (at least 1; the in-process loader uses one).

@@ -1,16 +1,9 @@
 """Epoch orders computed once in the main process and mapped read-only by the workers.
 
-The main process writes each epoch's (source, unit) order once into a file in the loader's
-tmpfs folder (`LoaderConfig.shm_dir`, beside the ring) and keeps it mapped; persistent workers
-map the same file read-only, so its pages stay shared and a worker's private memory does not
-grow with the index. A file is written completely before the workers are told its epoch
-(`BatchStream.start`) and never changes; the two latest epochs are kept (the one being
-consumed and the one the workers run ahead on), older ones are unlinked (a worker that still
-maps one keeps its pages), and the files of a killed loader are removed by the next loader on
-the node (`ring.claim_owner`).
-
-File layout: (2, P) int64, row 0 the source index and row 1 the unit id of each global position
-(`EpochOrders`, byte for byte).
+Each epoch's order is one file in the loader's tmpfs folder (`LoaderConfig.shm_dir`), written
+completely before the workers are told its epoch and never changed, so persistent workers share
+its pages instead of each holding the index. File layout: (2, P) int64, row 0 the source index
+and row 1 the unit id of each global position (`EpochOrders`, byte for byte).
 """
 
 from __future__ import annotations
@@ -36,6 +29,11 @@ _KEEP = 2
 
 class SharedOrders:
     """Epoch orders in shared memory: `publish` in the main process, `get` in the workers.
+
+    The main process keeps each published file mapped; the two latest epochs are kept (the one
+    being consumed and the one the workers run ahead on), older ones are unlinked (a worker
+    that still maps one keeps its pages), and the files of a killed loader are removed by the
+    next loader on the node (`ring.claim_owner`).
 
     Args:
         orders: the order of any epoch (computed in the main process only).

@@ -1,16 +1,11 @@
 """Goodput in MLflow: metrics streamed during training, the final report, baselines and flags.
 
-- `MlflowMetricsStream`: the training loop's sink (rank 0): the MLflow run is created in a
-  background thread (a fresh SQLite store takes seconds to migrate) and metrics logged
-  asynchronously, so training never waits on MLflow.
-- `compare_with_workload_baseline`: compare a run's report with its workload's baseline
-  (`telemetry.baseline`) and add the run to the baseline store.
-- `hand_off_run` (rank 0, after `train()`) and `finish_goodput` (the training task's own
-  process, in a `GoodputFinisher` thread while the workers exit): all of the above for a
-  finished run.
-- `log_goodput`: final goodput metrics, regression flags as tags `goodput.regression.<name>`,
-  and the report files as artifacts under `goodput/`.
-- `load_goodput_from_mlflow`: the report of a past run, for `drivetrain goodput RUN_ID`.
+`MlflowMetricsStream` is the training loop's sink on rank 0 (the MLflow run is created and
+metrics are logged in a background thread, so training never waits on MLflow);
+`hand_off_run` (rank 0, after `train()`) and `finish_goodput` (the training task's own process,
+in a `GoodputFinisher` thread while the workers exit) compare the run with its workload's
+baseline and publish it (`log_goodput`: metrics, `goodput.regression.<name>` tags, report
+artifacts under `goodput/`); `load_goodput_from_mlflow` reads a past run's report back.
 """
 
 from __future__ import annotations

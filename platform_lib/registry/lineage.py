@@ -1,19 +1,10 @@
 """Lineage: the content hashes and ids that tie a model version to what produced it.
 
-Every registered model version carries these tags (see `build_lineage`):
-
-    dataset_hash        manifest["dataset_hash"] of the dataset it was trained on
-    val_split_hash      sha256 over the content hashes of the validation samples (`hash_val_split`)
-    raw_logs_hash       content hash of the raw-log location the dataset was built from
-    source_log_hashes   JSON {log_id: content_hash} from manifest["source_logs"]
-    code_version        git commit of the caller's work tree (suffix "+dirty" when it has
-                        uncommitted changes), `$DRIVETRAIN_CODE_VERSION`, or "drivetrain==<version>"
-    config_hash         sha256 of the canonical JSON of the TrainConfig
-                        (`platform_lib.training.config.hash_config`)
-    seed                training seed
-    flyte_execution_id  Flyte execution name (given by the task), or "local"
-
-Raw-log content keys: `platform_lib.sources.hashing.hash_raw_location`.
+`build_lineage` gathers the tags every registered model version carries: dataset_hash,
+val_split_hash (`hash_val_split`), raw_logs_hash (`platform_lib.sources.hashing.
+hash_raw_location`), source_log_hashes, code_version, config_hash
+(`platform_lib.training.config.hash_config`), seed and flyte_execution_id. What each tag
+holds: docs/pipeline.md, "Lineage and the registry".
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """MLflow tracking: where runs are stored, and logging params, step metrics and eval tables.
 
-Storage (embedded default, nothing to start):
-
-    $DRIVETRAIN_HOME            default ~/.drivetrain
-      mlflow.db                 SQLite tracking + model registry store
-      mlartifacts/              artifact root of the experiments created here
-
-`MLFLOW_TRACKING_URI` overrides the store (e.g. `http://mlflow.internal:5000`, or a Postgres
-URI); experiments created against a server use the server's artifact root. Open the UI with
-`mlflow ui --backend-store-uri sqlite:///$HOME/.drivetrain/mlflow.db`.
-
-Every param and tag value and every artifact written through this package is
-`platform_lib.redact`ed first (`redact_values`, `log_json`, `log_redacted_file`): a config or
-lineage value may be a URL with a password.
+The store is `MLFLOW_TRACKING_URI` when set (a server, a Postgres URI), else the embedded
+`sqlite:///$DRIVETRAIN_HOME/mlflow.db` with artifacts in `$DRIVETRAIN_HOME/mlartifacts/`
+(README.md, "Where outputs go"). Every param and tag value and every artifact written through
+this package is `platform_lib.redact`ed first (`redact_values`, `log_json`,
+`log_redacted_file`): a config or lineage value may be a URL with a password.
 """
 
 from __future__ import annotations

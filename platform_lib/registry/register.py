@@ -1,19 +1,10 @@
 """Model registration: versions with lineage tags, `candidate` / `champion` aliases, loading back.
 
-A registered model version's artifacts are data, never code:
-
-    model/model.safetensors     the network's state dict (safetensors)
-    model/config.json           {"format": "drivetrain-model/1", "train_config": {...}}
-
-Alias rules (`register_model_version`):
-    candidate   moves to every new version.
-    champion    moves to the new version only when its validation mean IoU is strictly higher
-                than the champion's, measured on the same validation set (equal
-                `val_split_hash` tags). The first version of a model becomes champion. When the
-                validation sets differ the metrics are not comparable: the champion stays, the
-                new version is tagged `champion_decision=kept:val_set_differs`, and an operator
-                promotes it explicitly with `promote_champion` (e.g. after re-evaluating both on
-                one validation set).
+A version's artifacts are data, never code: `model/model.safetensors` (the state dict) and
+`model/config.json` (`{"format": "drivetrain-model/1", "train_config": {...}}`). `candidate`
+moves to every new version; `champion` only to one whose validation mean IoU is strictly
+higher on the same validation set (equal `val_split_hash`), else an operator promotes it with
+`promote_champion`. The alias rules in full: docs/pipeline.md, "Lineage and the registry".
 """
 
 from __future__ import annotations

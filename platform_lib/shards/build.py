@@ -1,17 +1,10 @@
 """Build a dataset: frames -> checked -> encoded -> shards + index -> manifest (last) -> publish.
 
-Publishing: everything is written into a staging folder beside the output
-(`<parent>/.<name>.staging-<pid>-<random>/`: shards renamed from `*.tmp-<pid>` after fsync,
-index via temp+rename, manifest.json last via temp+rename), then the staging folder is renamed
-to the output. A crash leaves the output untouched (no manifest, so readers refuse a
-half-built folder) and at most a staging folder; the staging folder holds its builder's owner
-lock (`platform_lib.fsguard.hold_owner_lock`), and the next build into the same output removes
-every staging folder whose builder is gone (`remove_if_orphaned`). Renames into one parent
-folder are serialised by a lock on that folder, so of two builds racing into one output (or
-one empty folder) exactly one publishes and the other is refused naming the output. An output
-folder that already holds a dataset is refused unless `overwrite=True`, which swaps the new
-dataset in by rename and only then deletes the old one; a non-empty folder that is not a
-dataset is always refused.
+Everything is written into a staging folder beside the output (holding its builder's owner
+lock) and published by one rename, so a crash leaves the output untouched and at most a
+staging folder that the next build sweeps; of two builds racing into one output exactly one
+publishes. An existing dataset is replaced only with `overwrite=True`; a non-empty folder that
+is not a dataset is always refused. Details: docs/format.md, "Publishing".
 """
 
 from __future__ import annotations

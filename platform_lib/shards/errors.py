@@ -1,8 +1,6 @@
 """The one error hierarchy of dataset reading and building: everything under `DatasetError`.
 
-Each message says what, where (folder, shard, member, byte offset, sample key) and what to do.
-Every class can be rebuilt from its message alone (`cls(message)`), which is how
-`torch.utils.data` re-raises a worker's exception in the main process.
+Each message says what, where and what to do; `DatasetError` has the rules.
 
     DatasetError
     ├── ManifestMissingError   no manifest.json (unfinished build, wrong path); also FileNotFoundError
@@ -29,7 +27,12 @@ __all__ = [
 
 
 class DatasetError(Exception):
-    """A dataset folder, manifest, index or shard does not satisfy docs/format.md."""
+    """A dataset folder, manifest, index or shard does not satisfy docs/format.md.
+
+    Each message says what, where (folder, shard, member, byte offset, sample key) and what to
+    do. Every subclass can be rebuilt from its message alone (`cls(message)`), which is how
+    `torch.utils.data` re-raises a worker's exception in the main process.
+    """
 
 
 class ManifestMissingError(DatasetError, FileNotFoundError):

@@ -1,18 +1,10 @@
 r"""manifest.json as a typed object: the identity and inventory of a dataset, written LAST.
 
-`Manifest` (pydantic, frozen) is what every reader gets: it is validated when loaded, so no
-caller reads a dict by key or re-checks a field. Shard paths must be `shards/shard-NNNNNN.tar`
-(no absolute path, no `..`), so the node cache never writes outside its folder. A merged
-dataset's shard `location`s are checked by `shard_location` before any byte is read: a
-manifest may name shards only inside its own folder or inside a root the user declared
-(`shard_roots=` of the reader, `$DRIVETRAIN_SHARD_ROOTS`; for a local manifest also the local
-part store). A remote manifest (s3://, http(s)://, gs://...) can therefore never make a node
-open a local file the user did not declare. manifest.json itself is read only when it is a
-regular file of at most `MAX_MANIFEST_BYTES`.
-
-`dataset_hash` = sha256 of the text `index:<index sha256>\n` followed by one line
-`<shard path>:<shard sha256>\n` per shard in manifest order; it changes whenever any byte of
-the index or of any shard changes, and identifies a dataset for caching, lineage and MLflow.
+`Manifest` (pydantic, frozen) is validated when loaded, so no caller reads a dict by key or
+re-checks a field; manifest.json is read only as a regular file of at most
+`MAX_MANIFEST_BYTES`. Shard paths must be `shards/shard-NNNNNN.tar`, and a merged dataset's
+shard `location`s are checked by `shard_location` before any byte is read. `dataset_hash`
+(formula: docs/format.md, "Manifest") identifies a dataset for caching, lineage and MLflow.
 """
 
 from __future__ import annotations

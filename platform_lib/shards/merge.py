@@ -1,20 +1,11 @@
 """Fanned-out dataset build: one *part* per raw log, then a merge that writes no shard bytes.
 
-A part is a complete dataset (docs/format.md) built from ONE raw log, stored content-addressed
-at `<part store>/<source>/<part key>/` where the part key hashes the log's content hash and
-every setting that shapes the part's bytes (`part_key`). Building the same log twice finds
-the part already published and returns it (`build_part` reports `built=False`), so a
-retraining run over N old logs and 1 new log builds one part. Parts are independent, so they
-build in any order, on any number of processes or nodes (a Flyte map task on a cluster).
-
-The merge (`merge_parts`) reads only the parts' manifests and indexes and writes a new
-index.parquet + manifest.json whose shard entries keep the dataset-relative form
-`shards/shard-NNNNNN.tar` (numbered over the parts sorted by log id) and carry a `location`:
-where the bytes of that shard already are (a URL, an absolute path, or a path relative to the
-dataset root). Splits are assigned over all logs at merge time (`split.assign_splits`), so a
-new log can move the val choice without rebuilding any part. `dataset_hash` covers the index
-and the (path, sha256) of every shard, never a location: the same parts give the same
-dataset hash whatever the order they are listed or built in.
+`build_part` builds a complete dataset from ONE raw log into the content-addressed part store
+(`part_key`: the log's content hash and every setting that shapes the part's bytes), so a log
+built before is found, not rebuilt, and parts build in any order on any number of processes
+or nodes. `merge_parts` reads only the parts' manifests and indexes and writes a new index +
+manifest whose shard entries carry a `location`; splits are assigned over all logs at merge
+time. The merged format and its hash: docs/format.md, "Merged datasets".
 """
 
 from __future__ import annotations

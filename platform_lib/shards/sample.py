@@ -1,19 +1,10 @@
 """Read one sample's byte range and verify it: the one sample verifier of the code base.
 
-A sample is the byte range [sample_offset, sample_offset + sample_size) of its shard: one
-`preadv` straight into a caller's buffer (e.g. a slot of the loader's shared-memory ring).
-Checks, by strength:
-    "sha256"  tar headers at the index offsets name `<key>.<member>` with the index size, and
-              each member's sha256 matches the index (what `verify="member"` does per read)
-    "xxh3"    each member's xxh3_64 matches the index (XXH3 64-bit, seed 0; the per-read check
-              of `verify="shard"` once the whole shard's sha256 was checked on the node); a
-              dataset built without xxh3 gets no per-read check here
-    "none"    nothing (a truncated shard is still reported)
-Errors name shard, member (`<key>.<ext>`) and byte offset.
-
-Whole files (a shard, the index) are hashed at most once per node and file version:
-`check_once` keeps the verdict in a record under `<node cache>/<dataset_hash[:16]>/verified/`,
-keyed by the file's stamp (size, mtime, inode, ... and the expected sha256).
+A sample is the byte range [sample_offset, sample_offset + sample_size) of its shard, read by
+one `preadv` straight into a caller's buffer (e.g. a slot of the loader's shared-memory ring)
+and checked by `verify_sample` ("sha256", "xxh3" or "none"); errors name shard, member
+(`<key>.<ext>`) and byte offset. `check_once` hashes whole files (a shard, the index) at most
+once per node and file version.
 """
 
 from __future__ import annotations
@@ -101,6 +92,14 @@ def read_sample_into(
 
 def verify_sample(view: DatasetView, i: int, data: memoryview, *, check: Check, shard: str) -> None:
     """Check row `i`'s sample bytes `data` (its whole byte range) against the index.
+
+    Checks, by strength:
+        "sha256"  tar headers at the index offsets name `<key>.<member>` with the index size,
+                  and each member's sha256 matches the index (what `verify="member"` does)
+        "xxh3"    each member's xxh3_64 matches the index (XXH3 64-bit, seed 0; the per-read
+                  check of `verify="shard"` once the whole shard's sha256 was checked on the
+                  node); a dataset built without xxh3 gets no per-read check here
+        "none"    nothing (a truncated shard is still reported)
 
     Raises:
         ShardFormatError: (sha256) a tar header that does not match the index row (name,
@@ -193,7 +192,9 @@ def check_once(
     """Return a whole-file check's verdict, running `check` at most once per node and stamp.
 
     One process runs `check` under a file lock and writes `{**stamp, "ok": verdict}` to
-    `record` (temporary name + rename); later calls with the same stamp read the verdict.
+    `record` (temporary name + rename; the loader keeps records under
+    `<node cache>/<dataset_hash[:16]>/verified/`, keyed by the file's stamp: size, mtime, inode,
+    ... and the expected sha256); later calls with the same stamp read the verdict.
     Without a usable record (None, unwritable folder, a lock held past 600 s) `check` runs here.
 
     Args:

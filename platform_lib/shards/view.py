@@ -1,6 +1,6 @@
 """DatasetView: one dataset (or one split) as the typed manifest plus a columnar index.
 
-Shape legend (R rows = samples, M members over all rows, S shards):
+Shape legend (R rows = samples sorted by (shard_id, sample_offset), M members, S shards):
     key_offsets (R + 1,) int64, key_bytes (K,) uint8   key i = key_bytes[key_offsets[i]:key_offsets[i + 1]]
     shard_id, sample_offset, sample_size (R,)          shard position, byte range of the sample
     member_start (R + 1,) int64                        members of row i: [member_start[i], member_start[i + 1])
@@ -8,13 +8,7 @@ Shape legend (R rows = samples, M members over all rows, S shards):
     member_offset, member_size (M,) int64              byte range of the member DATA in the shard
     member_sha256 (M, 32) uint8, member_xxh3 (M,) uint64 (None for datasets built without it)
     shard_bytes (S,) int64                             shard sizes from the manifest
-
-No Python object per row: every per-row or per-member column is a fixed-width numpy array
-(keys as one byte buffer plus offsets, Arrow's string layout), so worker processes that
-inherit a view by fork share its pages instead of copying them on read (reading a Python
-object writes its reference count; reading a numpy element writes nothing).
-
-Rows are sorted by (shard_id, sample_offset): units laid out in this order read sequentially.
+No Python object per row, so forked workers share a view's pages (see `DatasetView`).
 """
 
 from __future__ import annotations
@@ -43,7 +37,14 @@ _HEX[np.frombuffer(b"abcdef", np.uint8)] = np.arange(10, 16)
 
 @dataclass(kw_only=True, eq=False)
 class DatasetView:
-    """One dataset split: the validated manifest plus fixed-width index columns (see module doc)."""
+    """One dataset split: the validated manifest plus fixed-width index columns (see module doc).
+
+    Every per-row or per-member column is a fixed-width numpy array (keys as one byte buffer
+    plus offsets, Arrow's string layout), so worker processes that inherit a view by fork share
+    its pages instead of copying them on read (reading a Python object writes its reference
+    count; reading a numpy element writes nothing). Rows are sorted by (shard_id,
+    sample_offset): units laid out in this order read sequentially.
+    """
 
     url: str
     """dataset folder or fsspec URL as given"""

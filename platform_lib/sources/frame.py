@@ -1,16 +1,14 @@
 """The canonical frame: what every raw-log reader yields and the shard writer consumes.
 
-Shape legend (N LiDAR points, M radar returns, K cuboids):
+Shape legend (N LiDAR points, M radar returns; ego frame: x forward, y left, z up, metres, ISO
+8855 / nuScenes, origin at the LiDAR of the sweep; timestamps in s, UNIX epoch for real logs):
     lidar       (N, 4) float32   x, y, z in m (ego frame), intensity (sensor units, 0..255 PandaSet)
     lidar_seg   (N,)   int32     per-point semantic class id (source taxonomy), or None
-    radar       (M, 5) float32   x, y, z in m (ego frame), radial velocity in m/s (positive =
-                                 moving away from the sensor), RCS in dBsm; or None
+    radar       (M, 5) float32   x, y, z in m (ego), radial velocity in m/s (positive = moving
+                                 away from the sensor), RCS in dBsm; or None
     ego_pose    (4, 4) float64   world_from_ego homogeneous transform
     intrinsics  (3, 3) float64   pinhole camera matrix K, pixels
     extrinsics  (4, 4) float64   ego_from_camera; camera frame is OpenCV (x right, y down, z forward)
-
-Ego frame: x forward, y left, z up, metres (ISO 8855 / nuScenes convention), origin at the
-LiDAR of the sweep. Timestamps are seconds (float64, UNIX epoch for real logs).
 """
 
 from __future__ import annotations

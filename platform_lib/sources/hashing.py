@@ -1,22 +1,12 @@
 r"""Content hashes of raw logs: the identity of a build's input, recorded in the manifest.
 
 Hashes depend on names and contents only (not on mtimes, permissions or the folder's own name
-or location), so a copied folder hashes the same. A local folder is hashed over the listing the
-readers open files through (`platform_lib.sources.raw_files.scan_raw_files`: symbolic links
-followed and their targets recorded; dangling links, loops, FIFOs, devices and sockets
-refused); an object-storage prefix (s3://, gs://, ...) uses each object's version id, else its
-ETag (which changes whenever the object's bytes do), so hashing a bucket costs one listing.
-Hashing a listing records each file's digest in it (`RawFiles.digests`): a build hashes the
-listing its reader then reads through, and every read is checked against those digests, so the
-recorded hash names the bytes read (`platform_lib.sources.raw_files`).
-
-    hash_raw_content(folder)   sha256 over the sorted lines `relpath\0sha256(file bytes)\n`,
-                               plus `relpath\0-> "target"\n` per symbolic link
-    hash_raw_log(log_dir)      one raw log: its log id (the folder's name) and content hash, so a
-                               renamed log gets another part and cache key (`merge.part_key`)
-    hash_log_listing(listing)  the same over a listing a reader then reads through
-    hash_log_location(url)     the same for a log given as a local path or an object-storage URL
-    hash_raw_location(url)     a whole raw-log location, local (its bytes) or remote (listing)
+or location), so a copied folder hashes the same. A local folder is hashed over the listing
+its reader then reads through (`raw_files.scan_raw_files`), recording each file's digest so
+every read is checked against it; an object-storage prefix uses each object's version id,
+else its ETag, so hashing a bucket costs one listing. `hash_raw_content` (a folder),
+`hash_raw_log` (one log: log id + hash), `hash_log_listing`, `hash_log_location` (a log by
+path or URL) and `hash_raw_location` (a whole raw-log location) give the forms in use.
 """
 
 from __future__ import annotations
@@ -109,7 +99,10 @@ def hash_listing(listing: RawFiles) -> str:
 
 
 def hash_raw_content(folder: str | os.PathLike[str]) -> str:
-    """Return the hex sha256 content hash of a folder (names and bytes; see module docstring).
+    r"""Return the hex sha256 content hash of a folder (names and bytes).
+
+    The hash is sha256 over the sorted lines `relpath\0sha256(file bytes)\n`, plus
+    `relpath\0-> "target"\n` per symbolic link, of the folder's `scan_raw_files` listing.
 
     Raises:
         FileNotFoundError: if `folder` is not a directory.

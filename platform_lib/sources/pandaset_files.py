@@ -1,19 +1,14 @@
 """Low-level access to PandaSet raw files, with errors that name the file and what to do.
 
-Files are looked up and opened only through the sequence's listing (`raw_files.RawFiles`, the
-one the content hash covers), with the size and JSON-nesting bounds of `raw_files`. PandaSet
-ships lidar points and annotations as gzip'd pandas pickles; `FramePickleUnpickler` resolves
-only the numpy/pandas globals a DataFrame pickle names (`_FRAME_GLOBALS`) and refuses any other
-(`os.system`, `builtins.eval`, ...) before it is imported, so a hostile raw-log file cannot run
-code at build time. The unpickler reads at most `MAX_UNPICKLED_BYTES` of decompressed stream
-(a gzip bomb is a corrupt frame), and a pickle that declares an object too large to allocate
-(MemoryError) is a corrupt frame too, never an escaped error.
-
-Layout of one sequence folder (as published by the PandaSet devkit):
-    camera/<name>/NN.jpg, intrinsics.json {fx,fy,cx,cy}, poses.json, timestamps.json
-    lidar/NN.pkl.gz (DataFrame x,y,z,i,t,d in world coords), poses.json, timestamps.json
-    annotations/cuboids/NN.pkl.gz, annotations/semseg/NN.pkl.gz (+ classes.json), meta/
-    poses.json: per frame {"position": {x,y,z}, "heading": {w,x,y,z}} = world_from_sensor
+Files are opened only through the sequence's listing (`raw_files.RawFiles`), with its size and
+JSON-nesting bounds. Lidar points and annotations are gzip'd pandas pickles, read by
+`load_pickled_frame` through `FramePickleUnpickler`, which resolves only the numpy/pandas
+globals a DataFrame pickle names and reads a bounded decompressed stream, so a hostile file
+cannot run code at build time. Folder layout (PandaSet devkit): camera/<name>/NN.jpg,
+intrinsics.json, poses.json, timestamps.json; lidar/NN.pkl.gz (DataFrame x,y,z,i,t,d in world
+coordinates), poses.json, timestamps.json; annotations/cuboids/NN.pkl.gz,
+annotations/semseg/NN.pkl.gz (+ classes.json); poses are world_from_sensor
+({"position": {x,y,z}, "heading": {w,x,y,z}} per frame).
 """
 
 from __future__ import annotations

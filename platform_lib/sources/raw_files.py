@@ -1,37 +1,11 @@
 """The one list of a raw log's files: what the content hash covers is exactly what readers may open.
 
 `scan_raw_files(folder)` walks a raw-log folder once and returns a `RawFiles` listing; the
-content hash (`platform_lib.sources.hashing`) hashes that listing and the readers
-(`pandaset.py`, `synthetic_io.py`) look files up and open them only through it, so a byte the
-build reads is a byte the hash covers. Every open goes through `platform_lib.fsguard.open_regular`
-(file type checked on the open descriptor, size bounded), and JSON is parsed with a nesting bound.
-
-Rules of the walk:
-
-* Names starting with "." are skipped (tool state such as `.DS_Store`): never hashed, never read.
-* Symbolic links are followed, wherever they point (a camera folder linked from another disk is
-  part of the log), and each link's target as written (`os.readlink`) is recorded in the
-  listing, so the hash covers both the bytes reached through a link and where it points. Files
-  keep their in-tree path (`camera/front_camera/00.jpg`), so a symlink-free log hashes as before
-  and readers name in-tree paths in their errors. Links are therefore the one way a read leaves
-  the log folder: only build from raw logs you trust (the PandaSet pickles run code anyway).
-* Refused with a one-line `UserError` naming the path: a dangling link, a link loop (a folder
-  link back to one of its own ancestors, or a chain the kernel gives up on), a FIFO, device or
-  socket (`NotRegularFileError`), and a walk of more than `MAX_ENTRIES` entries.
-* Readers only name paths below the folder they listed (names come from the listing and fixed
-  layout names, never from file contents), so `..` cannot occur; `RawFiles.open` refuses any
-  path that is not in the listing.
-
-Hash what you read: the listing keeps one sha256 per file (`RawFiles.digests`), recorded when
-the listing is hashed (`hashing.hash_listing`) or, for a file not hashed yet, when it is first
-read. `RawFiles.read` and `RawFiles.open` read a file's bytes into memory, hash them (one sha256
-over bytes already read) and compare: bytes that differ from the recorded digest raise
-`RawFileChangedError` naming the file, so a file swapped, edited, or changed and changed back
-between hashing and reading never reaches a build under the hash of other bytes (the check is
-on the bytes parsed, whatever happened on disk in between).
-
-Bounds: `MAX_JSON_BYTES` and `MAX_JSON_DEPTH` (JSON metadata), `MAX_IMAGE_BYTES` (one camera
-image), `MAX_ARRAY_BYTES` (one lidar/annotation file, compressed size).
+content hash (`platform_lib.sources.hashing`) hashes that listing and the readers look files
+up and open them only through it (`fsguard.open_regular`, size bounded, JSON with a nesting
+bound), checking each file's bytes against the digest recorded when it was hashed
+(`RawFileChangedError`). Rules of the walk (hidden names, links, refused entries, the
+`MAX_ENTRIES` bound): `scan_raw_files`; the threat model: docs/security.md.
 """
 
 from __future__ import annotations
@@ -200,7 +174,33 @@ def _refuse_link(path: Path, what: str, target: str) -> UserError:
 
 
 def scan_raw_files(folder: str | os.PathLike[str]) -> RawFiles:
-    """Walk `folder` once and return its listing (rules in the module docstring).
+    """Walk `folder` once and return its listing.
+
+    Rules of the walk:
+
+    * Names starting with "." are skipped (tool state such as `.DS_Store`): never hashed, never
+      read.
+    * Symbolic links are followed, wherever they point (a camera folder linked from another
+      disk is part of the log), and each link's target as written (`os.readlink`) is recorded,
+      so the hash covers both the bytes reached through a link and where it points. Files keep
+      their in-tree path (`camera/front_camera/00.jpg`), so a symlink-free log hashes as before
+      and readers name in-tree paths in their errors. Links are the one way a read leaves the
+      log folder: only build from raw logs you trust (the PandaSet pickles run code anyway).
+    * Refused with a one-line `UserError` naming the path: a dangling link, a link loop (a
+      folder link back to one of its own ancestors, or a chain the kernel gives up on), a
+      FIFO, device or socket (`NotRegularFileError`), and a walk of more than `MAX_ENTRIES`
+      entries.
+    * Readers name only paths below the folder they listed (names come from the listing and
+      fixed layout names, never from file contents), so `..` cannot occur; `RawFiles.open`
+      refuses any path that is not in the listing.
+
+    Hash what you read: the listing keeps one sha256 per file (`RawFiles.digests`), recorded
+    when the listing is hashed (`hashing.hash_listing`) or, for a file not hashed yet, when it
+    is first read. `RawFiles.read` and `RawFiles.open` hash the bytes they read and compare, so
+    a file swapped, edited, or changed and changed back between hashing and reading raises
+    `RawFileChangedError` instead of reaching a build under the hash of other bytes. Bounds:
+    `MAX_JSON_BYTES` and `MAX_JSON_DEPTH` (JSON metadata), `MAX_IMAGE_BYTES` (one camera
+    image), `MAX_ARRAY_BYTES` (one lidar/annotation file, compressed size).
 
     Raises:
         FileNotFoundError: `folder` is not a directory.

@@ -1,20 +1,10 @@
 """Synthetic raw logs: generate (seeded, byte-deterministic), write to disk, read back as Frames.
 
-Raw layout of one log folder `synth-NNNN/` (F frames, names zero-padded to 6 digits):
-    meta.json                 {"format": "drivetrain-synthetic-v1", "log_id", "log_index",
-                               "num_frames", "cameras", "config": {SyntheticConfig fields}}
-    calib.json                {"cameras": {name: {"width", "height", "intrinsics" 3x3,
-                               "extrinsics" 4x4 ego_from_camera (OpenCV axes)}}}
-    poses.json                [F x 4x4 world_from_ego]
-    timestamps.json           [F floats, s]
-    camera/<name>/NNNNNN.jpg  rendered JPEG (camera exposure time = sweep time)
-    lidar/NNNNNN.npy          (N, 4) float32 x, y, z (m, ego), intensity 0..255
-    lidar_seg/NNNNNN.npy      (N,) int32 PandaSet class ids (Road 7, Car 13, Bicycle 26, Ped. 30)
-    radar/NNNNNN.npy          (M, 5) float32 x, y, z (m, ego), radial velocity (m/s), RCS (dBsm)
-    cuboids/NNNNNN.json       {"label", "class_group", "center", "size", "yaw", "track_id",
-                               "velocity"} ego frame (velocity: world-relative, ego axes, m/s)
-JSON is `sort_keys=True, separators=(",", ":")`; a log is written to a temporary sibling folder
-and renamed into place, so a crash never leaves a half-written `synth-NNNN/`.
+`write_synthetic_logs` writes one `synth-NNNN/` folder per log (to a temporary sibling, then
+renamed into place, so a crash never leaves a half-written log); `iter_synthetic_frames` and
+friends read them back. The folder layout (meta.json, calib.json, poses.json,
+timestamps.json, camera/, lidar/, lidar_seg/, radar/, cuboids/) with units and frames is in
+the package README.md, "Synthetic logs"; JSON is `sort_keys=True, separators=(",", ":")`.
 """
 
 from __future__ import annotations

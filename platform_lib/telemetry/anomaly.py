@@ -5,7 +5,7 @@ Anomalies follow Google's ml-goodput-measurement (`compute_ideal_step_time`,
 the median and the unscaled median absolute deviation (MAD, `scipy.stats.median_abs_deviation`
 with scale=1) of the rest, a step is anomalous when it is longer than median + 3 MAD; the
 ideal step time is the mean of the normal steps. ml-goodput-measurement's minimum is 1 s;
-here it is a setting (`MetricsConfig.anomaly_min_step_s`) because CPU steps take ~0.2 s.
+here it is a setting (`MetricsConfig.anomaly_min_step_s`) because small CPU steps are shorter.
 
 Straggler score, after NVIDIA's resiliency extension (relative performance score): a rank's
 median step time against the fastest rank's, `fastest median / rank median` in (0, 1]; a rank

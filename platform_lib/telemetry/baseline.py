@@ -1,18 +1,12 @@
 """Per-workload baselines: every finished run's summary, and regression flags against them.
 
-A workload is (model preset, dataset hash, world size, device type, precision): runs with
-the same key should take the same time per step. Each finished run adds its summary to the
-baseline store (an MLflow experiment, `drivetrain-baselines`, one run per summary tagged
-with the workload key); a new run is compared with the median of its workload's last
-`BASELINE_RUNS` summaries and flagged when
-
-    step time   median step time   > baseline x (1 + tolerance)
-    peak memory peak bytes         > baseline x (1 + tolerance)
-    checkpoint  blocking s / save  > baseline x (1 + tolerance)
-    input wait  wait fraction      > baseline + tolerance (absolute: the baseline may be ~0)
-
-The default tolerance, 5 %, is the one Megatron-LM's functional tests allow for step time and
-memory. Flags become MLflow tags `goodput.regression.<name>` on the run and show in the report.
+A workload is (model preset, dataset hash, world size, device type, precision). Each finished
+run adds its summary to the baseline store (the MLflow experiment `drivetrain-baselines`);
+a new run is compared with the median of its workload's last `BASELINE_RUNS` summaries and
+flagged when step time, peak memory or checkpoint blocking per save exceed it by more than the
+tolerance (default 5 %, as Megatron-LM's functional tests allow), or the input wait fraction
+rises by more than the tolerance in absolute points. Flags become MLflow tags
+`goodput.regression.<name>`. See docs/goodput.md, "Baselines and regression flags".
 """
 
 from __future__ import annotations

@@ -1,33 +1,12 @@
 """Goodput and badput of a run from its timeline: where every accelerator-second went.
 
 The job's wall time, from the first process start (or from `queued`, when known) to
-`job_end`, is cut into labelled segments, so the whole-run figures and any time window
-(`window_breakdown`) are sums of the same segments and always agree:
-
-    productive              step time that is neither input wait, checkpoint blocking nor
-                            the first step's extra time
-    queue                   queued -> first process start
-    program_startup         process start -> first step of the attempt (imports, process
-                            group, model and loader build), minus checkpoint restore
-    checkpoint_restore      restore events before the first step of an attempt
-    training_prep           first step of an attempt minus the attempt's mean step (compute
-                            part: wall - input wait - checkpoint), as ml-goodput-measurement's
-                            first-step "program startup" badput
-    data_loading_first_load input wait of the first step of each attempt
-    data_loading_input_wait input wait of every other kept step (steady state)
-    checkpoint_save         blocking part of checkpoint saves in kept steps
-    lost_work               steps later repeated by a restart (their progress was lost)
-    recovery                end of the last step before a failure -> next process start
-    evaluation              evaluation events
-    post_training           last step -> job end (export, result, shutdown)
-    unaccounted             the rest (gaps between records)
-
-Two goodput figures (docs/goodput.md):
-    compatible      = (productive + data_loading_input_wait) / job wall time. Follows Google's
-                      ml-goodput-measurement: productive step time over job time, only the
-                      first data load after each start is data-loading badput, checkpoint
-                      save blocking is subtracted.
-    input_adjusted  = productive / job wall time: all input wait is badput.
+`job_end`, is cut into labelled segments (productive, queue, program_startup, ...,
+unaccounted), so the whole-run figures and any time window (`window_breakdown`) are sums of
+the same segments and always agree. Two goodput figures: `compatible` = (productive +
+data_loading_input_wait) / job wall time, following Google's ml-goodput-measurement, and
+`input_adjusted` = productive / job wall time. Every segment and figure is defined in
+docs/goodput.md.
 """
 
 from __future__ import annotations

@@ -1,22 +1,9 @@
-"""`StepRecorder`: what the training loop calls every step, on every rank.
+"""`StepRecorder`: what the training loop calls every step, on every rank (usage: the class).
 
-    recorder = StepRecorder(out / "telemetry", rank=0, world_size=2, device=device, batch_size=4)
-    recorder.record_restore(step=80, duration_s=0.7)           # after loading a checkpoint
-    while step < max_steps:
-        recorder.begin_step(step + 1)
-        batch, wait_s = next_batch(...);  recorder.lap("input_wait", wait_s)
-        loss = forward_backward(...);     recorder.lap("forward_backward")
-        optimizer_step(...);              recorder.lap("optimizer")
-        ... save -> recorder.record_checkpoint(step, blocking_s)
-        recorder.end_step()
-    recorder.close()                                         # job_end
-    timeline = recorder.gather()                             # collective; rank 0 gets all ranks
-
-Each call costs a few microseconds (perf_counter, a dict, a list append); records are
-appended to `rank-NNNNN.jsonl` every `flush_interval` steps and at every event, so a killed
-attempt loses at most that many step records. `overhead_s` is the recorder's own time
-(the telemetry benchmark reports it against step time). On CUDA, laps synchronise the
-device first, so forward/backward/optimizer times are device times, not launch times.
+Records are appended to `rank-NNNNN.jsonl` every `flush_interval` steps and at every event,
+so a killed attempt loses at most that many step records; `overhead_s` is the recorder's own
+time. On CUDA, laps synchronise the device first, so forward/backward/optimizer times are
+device times, not launch times.
 """
 
 from __future__ import annotations
@@ -71,7 +58,22 @@ def _peak_memory_bytes(device: torch.device) -> int:
 
 
 class StepRecorder:
-    """Records this rank's steps and events to `telemetry_dir/rank-NNNNN.jsonl`."""
+    """Records this rank's steps and events to `telemetry_dir/rank-NNNNN.jsonl`.
+
+    Usage, in the training loop::
+
+        recorder = StepRecorder(out / "telemetry", rank=0, world_size=2, device=device, batch_size=4)
+        recorder.record_restore(step=80, duration_s=0.7)           # after loading a checkpoint
+        while step < max_steps:
+            recorder.begin_step(step + 1)
+            batch, wait_s = next_batch(...);  recorder.lap("input_wait", wait_s)
+            loss = forward_backward(...);     recorder.lap("forward_backward")
+            optimizer_step(...);              recorder.lap("optimizer")
+            ... save -> recorder.record_checkpoint(step, blocking_s)
+            recorder.end_step()
+        recorder.close()                                         # job_end
+        timeline = recorder.gather()                             # collective; rank 0 gets all ranks
+    """
 
     def __init__(
         self,

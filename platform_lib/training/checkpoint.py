@@ -1,26 +1,12 @@
 """Distributed checkpoints on DCP's own commit, async save, retention; full-weight export.
 
-`torch.distributed.checkpoint` (DCP) writes `.metadata` last, on the coordinator, after every
-rank's files are written (temporary name then rename; one PUT on object storage), so a step
-folder with `.metadata` is complete: there is no marker file of our own. Loads work on the
-same or another world size (DCP reshards model and optimizer; per-rank state is restored for
-ranks that existed at save time). With `async_save=True` the state is staged into host memory
-(pinned with CUDA) and a background thread writes it over a dedicated gloo group;
-`SaveResult.blocking_s` is the staging plus any wait for the previous save. DCP unpickles
-`.metadata` and the per-rank state (torch 2.13 has no safe loader, pytorch#189308), so a step
-folder is read only when its files match the sha256 ledger `<folder>.ledger.json` that rank 0
-writes atomically at commit (unledgered complete folders are skipped with a warning; the data
-files are hashed too, as they carry pickles); a local folder and its ledger must be private to
-the user (`ensure_private_dir`), on object storage the bucket's access rules stand in.
-
-Layout of a checkpoint folder (a local path or an fsspec URL, e.g. s3://bucket/run/checkpoints):
-
-    step-000100/        one folder per saved step
-      __0_0.distcp ...  DCP data, one file per rank: the sharded model + AdamW state and each
-                        rank's own state (step, RNG states, loader position)
-      .metadata         written last by DCP's coordinator (rank 0): without it, partial, never read
-    step-000200/        an interrupted save (no .metadata): ignored by restore, removed by
-                        retention once a newer checkpoint is complete
+A `step-NNNNNN/` folder (local path or fsspec URL) is complete once DCP's coordinator wrote
+`.metadata`, last: there is no marker of our own. Loads reshard to another world size. DCP
+unpickles `.metadata` and the per-rank state (torch 2.13 has no safe loader, pytorch#189308),
+so a step folder is read only when its files match the sha256 ledger `<folder>.ledger.json`
+that rank 0 writes atomically at commit; a local folder and its ledger must be private to the
+user (`ensure_private_dir`). Layout, async save and storage errors: docs/faults.md,
+"Checkpoints".
 """
 
 from __future__ import annotations

@@ -8,18 +8,8 @@
       checkpoint  CheckpointConfig  distributed checkpoints
       metrics     MetricsConfig     metrics lines
 
-Each section is a frozen pydantic model of scalar fields with `extra="forbid"` (so the whole
-config is a cacheable Flyte input and a set of MLflow params); pydantic checks the types
-(strictly: no "4" for 4, no 1 for true), the `Field` bounds and the `Literal` choices, and a
-`model_validator` the cross-field rules. To add a field: one annotated line with its default
-and bounds plus a one-line docstring with the unit, in the section it belongs to; overrides,
-hashing and MLflow params follow. Every int field declares its lower bound (`ge`); `Int`
-adds the int64 upper bound of a Flyte literal.
-
-Field names are unique across sections, so an override may name a field alone
-(`{"max_steps": 5}`) or by path (`{"optimizer.max_steps": 5}`), see
-`platform_lib.training.overrides`. `config_error` turns pydantic's errors into one
-`ConfigError` line naming the field and what it allows.
+Sections are frozen pydantic models of scalars (`extra="forbid"`, strict types, `Field` bounds);
+adding a field, overrides, hashing and errors: the package README.md, "Configs by component".
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """Evaluation: per-class BEV IoU of a trained model next to the training-set occupancy prior.
 
-IoU of class c over a split = sum over samples of |pred_c AND target_c| divided by the sum of
-|pred_c OR target_c| (cells pooled over the whole split, not averaged per sample). A model
-cell is predicted occupied when its logit is > 0 (sigmoid > 0.5). IoU is None for a class
-whose union is empty (absent from the split and never predicted); mean IoU averages the
-classes that have an IoU.
-
-Baseline ("prior"): the per-cell mean occupancy of each class over the training split,
-thresholded per class at the value in {0.05, 0.10, ..., 0.95} that maximises that class's
-IoU on the training split itself. It knows where objects usually are (e.g. the lane ahead)
-and nothing about the current frame.
-
-Deterministic: fp32 on CPU, samples in index order through the streaming loader (each key
-counted once), so reloading the same weights reproduces the numbers exactly.
+IoU of class c over a split = sum over samples of |pred_c AND target_c| / sum of
+|pred_c OR target_c| (cells pooled over the split), a cell predicted occupied when its logit is
+> 0; None for a class whose union is empty; mean IoU averages the classes that have one. The
+prior: per-cell mean occupancy of each class over the training split, thresholded per class at
+the value in {0.05, ..., 0.95} with the best training-split IoU. Deterministic (fp32 on CPU,
+samples in index order, each key once), so the same weights give the same numbers exactly.
 """
 
 from __future__ import annotations

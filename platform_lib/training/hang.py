@@ -1,23 +1,9 @@
 """Hung collectives: detect, make every rank dump its Flight Recorder, name the rank that never joined.
 
-Detection is the process group's own collective timeout (`init_process_group(timeout=...)`):
-gloo raises "Timed out waiting ...ms" on the ranks that entered the collective, NCCL's watchdog
-aborts them, and the rank that never joined raises nothing. The detecting rank
-(`HangWatchdog.diagnose`) then asks every rank for a dump through the job's TCPStore (the
-elastic agent's, `MASTER_ADDR:MASTER_PORT`), which a daemon thread in every rank answers (see
-below). `analyze_dumps` (also usable offline on the saved files) compares, per process group,
-each rank's last enqueued collective with the highest any rank enqueued: ranks behind it never
-joined; ranks that did not answer (dead, or holding the GIL) are named too. Dumps and the
-report go to `<run>/hang/`. Flight Recorder needs `TORCH_FR_BUFFER_SIZE` > 0 before the
-process group is created (`enable_flight_recorder`).
-
-A rank's dump:
-    flight_recorder  torch's Flight Recorder buffer (`_dump_fr_trace_json`): every collective
-                     this rank enqueued (gloo ones included), with its sequence number per
-                     process group, and `pg_status` {pg: last_enqueued_collective,
-                     last_completed_collective}
-    stack            the main thread's Python stack (where a hung rank is stuck)
-
+The process group's collective timeout detects the hang; the detecting rank
+(`HangWatchdog.diagnose`) asks every rank for a dump (Flight Recorder buffer + main-thread
+stack) through the job's TCPStore, and `analyze_dumps` (also usable offline) names the ranks
+behind the newest collective and those that did not answer; see docs/faults.md, "Hangs".
 torch's own analyser (`torch.distributed.flight_recorder`, torch 2.13) fails on gloo dumps
 (`build_db`: KeyError, gloo's `pg_config` names its group "") and cannot name the rank behind
 when another rank's dump is missing, so `analyze_dumps` stays.

@@ -5,17 +5,9 @@ r"""One host's part of a multi-node run: a torch elastic agent running `train()`
         --preset small --overrides '{"checkpoint.folder": "s3://bucket/job-7/ckpt"}' \
         --dataset /data/ds --output /scratch/job-7
 
-Start it once per host with the same rendezvous endpoint and run id; this is what the Flyte
-PyTorch plugin does in each pod of an elastic PyTorchJob (`flytekitplugins.kfpytorch`), with
-the same `LaunchConfig` fields. The c10d rendezvous assigns node ranks in join order and
-global ranks node by node. When any worker or a whole host dies, the surviving agents stop
-their workers and rendezvous again (up to `--max-restarts` times); a replacement host (here: the
-same command started again) joins and every worker resumes from the newest complete checkpoint
-in `checkpoint.folder`, which must therefore be storage every host reaches (object storage).
-
-Each worker records its rank assignment in `<output>/ranks/attempt-<A>-rank-<R>.json`. The
-agent prints one JSON line `{"node": ..., "workers": [{"rank", "result"}]}`: the TrainResult
-of global rank 0 where it runs, None for every other rank (only rank 0 returns a result).
+Start it once per host with the same rendezvous endpoint and run id, as the Flyte PyTorch
+plugin does in each pod of an elastic PyTorchJob; restarts, replacement hosts and what it
+writes and prints: `run_node`.
 """
 
 from __future__ import annotations
@@ -83,6 +75,15 @@ def run_node(
     rdzv_timeout_s: int = 300,
 ) -> list[dict[str, Any]]:
     """Run this host's elastic agent until the job finishes; return its workers' returns.
+
+    The c10d rendezvous assigns node ranks in join order and global ranks node by node. When
+    any worker or a whole host dies, the surviving agents stop their workers and rendezvous
+    again (up to `max_restarts` times); a replacement host (the same command started again)
+    joins and every worker resumes from the newest complete checkpoint in
+    `checkpoint.folder`, which must therefore be storage every host reaches (object storage).
+    Each worker records its rank assignment in `<output>/ranks/attempt-<A>-rank-<R>.json`;
+    `main` prints one JSON line `{"node": ..., "workers": [{"rank", "result"}]}`: the
+    TrainResult of global rank 0 where it runs, None for every other rank.
 
     Args:
         cfg: the training config.

@@ -1,16 +1,10 @@
 """Preemption: SIGTERM -> a final checkpoint within the grace period -> a recoverable exit.
 
-Kubernetes evicts a pod (and Kueue preempts a job by suspending it) with SIGTERM to the
-container, then SIGKILL after `terminationGracePeriodSeconds` (30 s by default); torch
-elastic's agent forwards SIGTERM to its workers and kills them after its shutdown timeout
-(30 s). Every rank installs `PreemptionHandler`, whose signal handler only records the signal.
-At the end of each step the ranks agree (`requested`, one tiny all-reduce) so that all of them
-stop after the same step, save a final checkpoint together and raise `PreemptedError`, which
-the task layer turns into a recoverable (retryable) failure. The next start, in the same Flyte
-attempt after a Kueue resume or in the next one, resumes from that checkpoint.
-
-The final save is skipped when the previous save took longer than the grace time left (it
-could not finish before SIGKILL); the run then resumes from the last periodic checkpoint.
+Every rank installs `PreemptionHandler`, whose signal handler only records the signal; at the
+end of each step the ranks agree (`requested`, one tiny all-reduce), stop after the same step,
+save a final checkpoint together (skipped when the previous save took longer than the grace
+time left) and raise `PreemptedError`, which the task layer turns into a retryable failure.
+Kubernetes, Kueue and torch elastic timing: docs/faults.md, "Preemption".
 """
 
 from __future__ import annotations

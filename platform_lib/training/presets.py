@@ -46,7 +46,7 @@ def small() -> TrainConfig:
         checkpoint=CheckpointConfig(interval=6),
         metrics=MetricsConfig(
             anomaly_min_step_s=0.0
-        ),  # CPU steps (~0.2 s) are under the 1 s default
+        ),  # small CPU steps are shorter than the 1 s default
     )
 
 

@@ -1,22 +1,11 @@
 """`train()`: one data-parallel FSDP2 training run, from a published dataset to exported weights.
 
-Outputs under `output_dir` (rank 0 writes all but the checkpoints, samples and hang dumps):
-    checkpoints/step-NNNNNN/   distributed checkpoints (see `checkpoint.py`; or `checkpoint.folder`)
-    metrics.jsonl              one line per logged step: step, loss, lr, grad_norm, input_wait_s,
-                               step_time_s, checkpoint_blocking_s, samples_per_s, world_size
-    samples/rank-NNNNN.jsonl   per rank and step, the sample keys it trained on (resume audit)
-    restarts.jsonl             one line per resume: restored step, steps lost, their compute time
-    hang/                      Flight Recorder dumps and report of a hung collective (`hang.py`)
-    model.safetensors          full fp32 weights of the last step (metadata: model, configs)
-    train_result.json          the TrainResult of rank 0, its TrainConfig and an input-wait summary
-    telemetry/                 every rank's step records and events (`platform_lib.telemetry`)
-    goodput.json               the goodput report (rank 0; docs/goodput.md)
-
-Faults survived: a dead worker makes torch elastic restart all of them (`max_restarts`), and
-`train()` resumes from the newest complete checkpoint, bitwise exactly on CPU; SIGTERM saves a
-final checkpoint and raises PreemptedError (`preemption.py`); a hung collective is diagnosed
-(`hang.py`). Hooks at named points of every step (`hooks.py`) are the injection seam: tests
-install theirs, DRIVETRAIN_FAULTS installs the fault hooks (`platform_lib.faults`, docs/faults.md).
+Writes checkpoints, metrics.jsonl, model.safetensors, train_result.json, telemetry and the
+goodput report under `output_dir` (the layout: the package README.md, "Output folder of
+`train`"). Faults survived: a dead worker (torch elastic restarts all, `train()` resumes from
+the newest complete checkpoint, bitwise exactly on CPU), SIGTERM (`preemption.py`), a hung
+collective (`hang.py`). Hooks at named points of every step (`hooks.py`) are the injection
+seam: tests install theirs, DRIVETRAIN_FAULTS installs the fault hooks (docs/faults.md).
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """Hook for a training task: evidence from a failed elastic launch -> verdict -> restart decision.
 
-Typical use in the task that runs torch elastic (no Flyte or training imports here):
-
-    try:
-        elastic_launch(config, train)(...)
-    except ChildFailedError as exc:
-        evidence = evidence_from_child_failure(exc, log_dir=logs_dir)
-        verdict, decision = assess_failure(
-            evidence, history_path=run_dir / "triage_history.json",
-            checkpoint_step=newest_checkpoint_step(run_dir))
-        mlflow_client.set_tags(verdict.mlflow_tags())  # caller's MLflow run
-        if decision.restart:
-            raise FlyteRecoverableException(failure_message(verdict, decision)) from exc
-        raise RuntimeError(failure_message(verdict, decision)) from exc
+`evidence_from_child_failure` turns torchelastic's `ChildFailedError` into `Evidence`,
+`assess_failure` gives the verdict and the history-aware restart decision, and
+`failure_message` the task's error text; no Flyte or training imports here. How a task uses
+them: the package README.md, "Hooking into a training task".
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
 """Classify a failed run: root cause vs. cascades, class, confidence, evidence.
 
-Algorithm (all knowledge is in `rules.RULES`; this module only ranks matches):
-
-1. Read every evidence line (logs, exit codes, pod status), ordered by time where known.
-2. Each line is claimed by the first rule (table order) whose pattern it contains.
-3. Root candidates are lines claimed by `root` rules. The root is the strongest candidate,
-   the earliest among equals: a specific report (an Xid, an OOM report, a dataset error)
-   beats a generic exception, and the first rank to fail beats the ranks that failed because
-   of it. A root of class `unknown` (a bare SIGKILL) takes the class of a `confirmation`
-   present in the evidence (the kernel's oom-kill lines), never a guessed one.
-4. With no root, the strongest `cascade` stands in (an NCCL watchdog timeout alone ->
-   communication), with confidence capped at `CASCADE_ONLY_CONFIDENCE`: the cause is
-   elsewhere (another node's log, a rank that hung).
-5. Confidence starts at the root's strength, rises with each confirming rule
-   (1 - (1 - c) / 2 per rule) and drops by `AMBIGUITY_FACTOR` when a root of another known
-   class is nearly as strong.
+All knowledge is in `rules.RULES`; this module only ranks the matches: each evidence line is
+claimed by the first rule whose pattern it contains, the root is the strongest `root`
+candidate (the earliest among equals), and with no root the strongest `cascade` stands in at
+capped confidence. The algorithm step by step, with the confidence rule: `classify_attempts`.
 """
 
 from __future__ import annotations
@@ -340,7 +329,21 @@ def classify_attempts(evidence: Evidence, rules: Sequence[Rule] = RULES) -> list
 
     One log of an elastic launch with `max_restarts` holds every attempt; each failed attempt
     gets its own verdict (for the restart policy's history); exit codes and pod status belong
-    to the last one.
+    to the last one. Per attempt:
+
+    1. Read every evidence line (logs, exit codes, pod status), ordered by time where known.
+    2. Each line is claimed by the first rule (table order) whose pattern it contains.
+    3. Root candidates are lines claimed by `root` rules. The root is the strongest candidate,
+       the earliest among equals: a specific report (an Xid, an OOM report, a dataset error)
+       beats a generic exception, and the first rank to fail beats the ranks that failed
+       because of it. A root of class `unknown` (a bare SIGKILL) takes the class of a
+       `confirmation` present in the evidence (the kernel's oom-kill lines), never a guess.
+    4. With no root, the strongest `cascade` stands in (an NCCL watchdog timeout alone ->
+       communication), with confidence capped at `CASCADE_ONLY_CONFIDENCE`: the cause is
+       elsewhere (another node's log, a rank that hung).
+    5. Confidence starts at the root's strength, rises with each confirming rule
+       (1 - (1 - c) / 2 per rule) and drops by `AMBIGUITY_FACTOR` when a root of another known
+       class is nearly as strong.
     """
     lines, notes = collect_evidence_lines(evidence, rules)
     index = split_attempts(lines, rules)

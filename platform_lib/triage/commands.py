@@ -2,9 +2,8 @@
 
 Everything it prints is `platform_lib.redact`ed: the tracking URI in an error may carry a
 password, and a failed run's logs may quote tokens. Fetching a run's evidence from an MLflow
-server has a deadline: MLflow's own HTTP knobs are bounded for the call (`MLFLOW_HTTP_LIMITS`,
-about 35 s at worst for an address that never answers, a few seconds for a closed port) unless
-the user set them, and an unreachable server is said so, not "no such run".
+server has a deadline: MLflow's own HTTP knobs are bounded for the call (`MLFLOW_HTTP_LIMITS`)
+unless the user set them, and an unreachable server is said so, not "no such run".
 """
 
 from __future__ import annotations
@@ -35,7 +34,8 @@ _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 
 #: MLflow's HTTP settings during `fetch_run_evidence`, each unless already in the environment
 #: (MLflow's defaults retry for ~255 s): retries after the first attempt, backoff factor (s),
-#: and the timeout of one request (s).
+#: and the timeout of one request (s): at most 3 requests of 10 s plus backoff, about 35 s for
+#: an address that never answers.
 MLFLOW_HTTP_LIMITS = {
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
     "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",

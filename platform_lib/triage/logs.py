@@ -1,18 +1,11 @@
 """Failed-run evidence: log lines with rank and time, exit codes and pod status.
 
-Everything the classifier reads becomes a `LogLine`: worker logs (torchrun's `[rank3]:`
-prefixes, `srun --label` `3:` prefixes, glog `E1201 10:15:32.123456` headers, ISO and syslog
-times, `dmesg -T` stamps), torchelastic's `ChildFailedError` summary (each `[i]:` entry is
-attributed to its `rank :` and `time :` fields), torchelastic `error.json` files, per-rank
-exit codes and a Kubernetes pod status. Exit codes and pod status are rendered as one line
-each, in the words torch and the kubelet use, so that one rule table covers logs and
-structured evidence alike.
-
-Logs are read as they arrive from collectors: every line passes `clean_line` first (ANSI
-colour and terminal escapes, carriage returns and a kubectl/stern pod prefix removed), and a
-log file is streamed line by line, keeping only the lines a rule claims or the classifier's
-pid/exit look-up reads, at most the first and last `LINES_KEPT_PER_RULE` per rule and log.
-Whatever is not kept is counted in the verdict's notes.
+Everything the classifier reads becomes a `LogLine`: worker logs (torchrun, `srun --label`,
+glog, ISO, syslog and `dmesg -T` forms), torchelastic's `ChildFailedError` summary and
+`error.json` files, per-rank exit codes and a Kubernetes pod status (rendered as one line
+each, in torch's and the kubelet's words, so one rule table covers all). Log files are
+streamed through `clean_line`, keeping at most the first and last `LINES_KEPT_PER_RULE` lines
+per rule and log; what is dropped is counted in the verdict's notes.
 """
 
 from __future__ import annotations

@@ -1,25 +1,10 @@
 """History-aware restart policy: fingerprint the root cause, spend per-class retry budgets.
 
-A restart is worth its cost only if the next attempt can get further than this one. So:
-
-- The root cause gets a fingerprint: class, rule and the root line with everything that
-  varies between attempts removed (numbers, addresses, pids, ranks, times, hosts, paths of
-  temporary folders). The same bug, OOM or bad shard gives the same fingerprint on every
-  attempt; a different failure gives another.
-- A fingerprint that recurs while the checkpoint step did not advance since its last
-  occurrence stops the retries: the next attempt would resume from the same step and hit
-  it again (NVIDIA resiliency extension's "same failure, no progress" rule).
-- Each class has a budget of restarts that did not see checkpoint progress (`RestartPolicy.
-  budgets`): platform classes (preemption, hardware, communication) get many, user-owned
-  ones get few but not zero: a data read that failed on a transient storage error, a NaN
-  from a rare batch or an OOM from fragmentation may pass on a restart from the last
-  checkpoint, and a recurrence without progress stops them anyway. Configuration errors get
-  none: the same config fails the same way.
-- Preemption is exempt from the recurrence rule (being preempted twice before the next
-  checkpoint is not the job's fault) but not from its budget.
-
-History lives in a JSON file next to the checkpoints (`load_history` / `append_attempt`, a
-local path or an object-store URL), so it survives pod restarts and Flyte retries.
+A restart is worth its cost only if the next attempt can get further than this one: the same
+root-cause fingerprint recurring without checkpoint progress stops the retries, and each class
+has a budget of restarts without progress (rules: `decide_restart`). History lives in a JSON
+file next to the checkpoints (`load_history` / `append_attempt`, a local path or an
+object-store URL), so it survives pod restarts and Flyte retries.
 """
 
 from __future__ import annotations
@@ -152,6 +137,19 @@ def decide_restart(
     policy: RestartPolicy | None = None,
 ) -> RestartDecision:
     """Decide whether to restart after a failure.
+
+    - The root cause's fingerprint is its class, rule and root line with everything that
+      varies between attempts removed (numbers, addresses, pids, ranks, times, hosts, paths of
+      temporary folders): the same bug, OOM or bad shard gives the same fingerprint each time.
+    - A fingerprint that recurs while the checkpoint step did not advance since its last
+      occurrence stops the retries: the next attempt would resume from the same step and hit
+      it again (NVIDIA resiliency extension's "same failure, no progress" rule).
+    - Each class has a budget of restarts that saw no checkpoint progress (`RestartPolicy.
+      budgets`): platform classes (preemption, hardware, communication) get many, user-owned
+      ones few but not zero (a transient read error, a NaN from a rare batch or an OOM from
+      fragmentation may pass from the last checkpoint); configuration errors get none.
+    - Preemption is exempt from the recurrence rule (being preempted twice before the next
+      checkpoint is not the job's fault) but not from its budget.
 
     Args:
         failure_class: triage class of this failure (`Verdict.failure_class`).

@@ -1,19 +1,11 @@
 """The triage rule table: each rule is a regular expression with a class, a role and a strength.
 
-Rules are data: `RULES` is an ordered table, read top to bottom; the first rule whose pattern
-is found in a line's message claims that line (so specific rules come before generic ones,
-and harmless look-alikes are claimed first by `context` rules). To teach triage a new failure,
-add a row; no code changes. Strength is how strongly the line alone supports its class (0-1):
-for a root, the classifier picks the strongest root, then the earliest; for a cascade, the
-strongest cascade stands in for the verdict when no root exists (low confidence).
-
-Message formats come from the producers' own sources: torch (c10 CUDACachingAllocator OOM
-text, ProcessGroupNCCL watchdog, gloo transport, torchelastic `ProcessFailure` /
-`ChildFailedError`), NVIDIA's Xid catalog (`NVRM: Xid (PCI:dddd:bb:dd): N, pid=..., name=...,
-text`), the Linux kernel OOM killer, Kubernetes pod status (`OOMKilled`, `Evicted`,
-`DisruptionTarget` conditions, `DeadlineExceeded`), Kueue (`Preempted to accommodate a
-workload`), Slurm (`*** JOB n ON host CANCELLED AT t DUE TO TIME LIMIT ***`) and this
-platform's own exception types (platform_lib.loading.errors, platform_lib.shards.errors).
+`RULES` is read top to bottom; the first rule whose pattern is found in a line claims it, so
+specific rules come before generic ones and harmless look-alikes are claimed first by
+`context` rules. To teach triage a new failure, add a row. Message formats come from the
+producers' own sources: torch (CUDACachingAllocator OOM, ProcessGroupNCCL watchdog, gloo,
+torchelastic), NVIDIA's Xid catalog, the Linux OOM killer, Kubernetes pod status, Kueue, Slurm
+and this platform's own exceptions (platform_lib.loading.errors, platform_lib.shards.errors).
 """
 
 from __future__ import annotations

@@ -7,11 +7,6 @@ K = camera_columns * lift_depth_bins lift slots per camera):
     camera_images  (B, N, 3, h, w)  float
     camera_index   (B, N, H, W)     int64, -1 = not seen
     logits         (B, 3, H, W)     float, one occupancy logit per class group and cell
-
-Data flow: each branch is a top-level child module (`lidar_encoder`, `camera_encoder`,
-`radar_encoder`, `fusion_down`, `fusion_up`, `head`), so parallelism can be
-applied per block from outside (see `platform_lib.training.parallel.apply_fsdp`). The
-model knows nothing of ranks or devices.
 """
 
 from __future__ import annotations

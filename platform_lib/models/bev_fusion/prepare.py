@@ -1,22 +1,12 @@
 """Turn a decoded sample into the fixed-size tensors of `BEVFusion` (runs in loader workers).
 
-Each camera image is cropped to the input aspect ratio (centred horizontally, at
-`camera_anchor_y` vertically) and resized to h x w while decoding (DCT-domain downscaling,
-`platform_lib.imaging.decode`), its intrinsics adjusted to those pixels. Camera lift: the
-centre of every BEV cell, at ego height `lift_z`, is projected into each camera with its
-extrinsics (ego_from_camera) and intrinsics; the cell reads the camera feature column its
-projection falls into, in the depth bin of its distance along the optical axis
-(`lift_depth_bins` equal bins up to `lift_max_depth`), so every feature of a column is
-splatted along that column's viewing frustum.
-
-Shape legend (H x W BEV cells, N = cfg.max_cameras, h x w downsampled camera image,
-K = camera_columns * lift_depth_bins lift slots per camera):
-    lidar_bev      (4 + Z, H, W) float32  occupancy, log1p(count), max height in [0, 1],
-                                          mean intensity / intensity_scale, Z height-slice occupancies
-    radar_bev      (2, H, W)     float32  log1p(count), mean radial velocity (m/s); zeros without radar
+Shape legend (H x W BEV cells, N = cfg.max_cameras, h x w camera image, K lift slots per camera;
+contents and the camera lift: the package README.md):
+    lidar_bev      (4 + Z, H, W) float32  occupancy, log1p(count), max height, mean intensity,
+                                          Z height-slice occupancies
+    radar_bev      (2, H, W)     float32  log1p(count), mean radial velocity (m/s)
     camera_images  (N, 3, h, w)  float32  RGB in [-0.5, 0.5]; zero for empty slots
-    camera_index   (N, H, W)     int64    lift slot in [0, K) that each BEV cell reads from each
-                                          camera, or -1 (cell not seen by that camera / empty slot)
+    camera_index   (N, H, W)     int64    lift slot in [0, K) per BEV cell and camera, -1 = not seen
     target         (3, H, W)     float32  cuboid footprint occupancy (vehicle, pedestrian, cyclist)
 """
 
