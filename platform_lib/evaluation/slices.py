@@ -265,7 +265,7 @@ def load_frame_attributes(
     """
     from platform_lib.shards.reader import open_dataset
 
-    with open_dataset(dataset_dir) as reader:
+    with open_dataset(os.fspath(dataset_dir)) as reader:
         index = reader.index.select(
             ["key", "log_id", "timestamp", *(f"num_{c}" for c in CLASS_GROUPS)]
         ).to_pydict()
