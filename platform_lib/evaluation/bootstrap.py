@@ -21,6 +21,7 @@ absent from every drawn log) are left out of the quantiles; their count is repor
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Literal
 
@@ -36,6 +37,7 @@ __all__ = [
     "interval_of",
     "paired_intervals",
     "per_log_sums",
+    "summarize_slices",
 ]
 
 Status = Literal["ok", "insufficient", "undefined"]
@@ -209,3 +211,27 @@ def paired_intervals(
     if challenger is None:
         return out[0], None, None
     return out[0], out[1], out[2]
+
+
+def summarize_slices(
+    counts: FrameCounts,
+    masks: dict[str, np.ndarray],
+    specs: Sequence[MetricSpec],
+    config: BootstrapConfig,
+) -> list[dict]:
+    """Return one model's table: a row per (slice, metric) with its interval (plain data).
+
+    Args:
+        counts: the model's per-frame counts.
+        masks: slice name -> (N,) bool (`slices.slice_masks`).
+        specs: metrics to report, e.g. IoU of each class in each band.
+        config: resamples, confidence, seed, minimum logs.
+
+    Returns:
+        [{"slice", "metric", **Interval.to_dict()}, ...], slices in `masks` order.
+    """
+    return [
+        {"slice": name, "metric": spec.label, **interval_of(counts, mask, spec, config).to_dict()}
+        for name, mask in masks.items()
+        for spec in specs
+    ]

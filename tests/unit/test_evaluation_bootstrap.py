@@ -12,6 +12,7 @@ from platform_lib.evaluation.bootstrap import (
     interval_of,
     paired_intervals,
     per_log_sums,
+    summarize_slices,
 )
 from platform_lib.evaluation.metrics import FrameCounts, MetricSpec
 
@@ -99,3 +100,17 @@ def test_bad_bootstrap_settings_are_refused() -> None:
         BootstrapConfig(confidence=1.5)
     with pytest.raises(ValidationError):
         BootstrapConfig(min_logs=1)
+
+
+def test_one_model_table_has_a_row_per_slice_and_metric() -> None:
+    a, _ = _paired_counts(np.random.default_rng(2), num_logs=6, frames=4, delta=0.0)
+    masks = {"all": np.ones(24, dtype=bool), "two-logs": np.arange(24) < 8}
+    specs = [SPEC, MetricSpec(metric="recall", class_group="vehicle")]
+    rows = summarize_slices(a, masks, specs, BootstrapConfig())
+    assert [(r["slice"], r["metric"], r["status"]) for r in rows] == [
+        ("all", "iou/vehicle/all", "ok"),
+        ("all", "recall/vehicle/all", "ok"),
+        ("two-logs", "iou/vehicle/all", "insufficient"),
+        ("two-logs", "recall/vehicle/all", "insufficient"),
+    ]
+    assert rows[0]["low"] <= rows[0]["estimate"] <= rows[0]["high"]
