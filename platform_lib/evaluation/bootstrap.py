@@ -1,22 +1,12 @@
 """Confidence intervals of BEV metrics by a seeded bootstrap over logs (cluster bootstrap).
 
-Frames of one log are correlated (same place, same objects), so the resampling unit is the
-log: each resample draws L logs with replacement from the L logs of the slice and sums their
-per-frame counts (`metrics.FrameCounts`); the metric of a resample is computed from those
-sums. Resampling whole clusters is the hierarchical-data bootstrap of Davison & Hinkley,
-"Bootstrap Methods and their Application" (1997), section 3.8. The interval is the
-percentile interval (Efron & Tibshirani, "An Introduction to the Bootstrap" (1993), ch. 13):
-the alpha/2 and 1 - alpha/2 quantiles of the resampled metric, alpha = 1 - confidence.
-Paired differences (champion vs challenger on the same frames) apply the same resample to
-both models, so log-to-log variation common to both cancels.
-
-A resample is a row of per-log multiplicities (R, L), drawn by one seeded numpy Generator
-(`default_rng(seed)`): the same seed and number of logs give the same resamples in any call
-order. All resamples are one matrix product (R, L) @ (L, K), so 1,000 resamples over 300
-frames take milliseconds. A slice with fewer than `min_logs` logs gets status
-"insufficient" and no number: with L logs there are only C(2L - 1, L) distinct resamples
-(L = 3: 10), too few for a quantile. Resamples in which the metric is undefined (the class
-absent from every drawn log) are left out of the quantiles; their count is reported.
+Frames of one log are correlated, so the resampling unit is the log (Davison & Hinkley,
+"Bootstrap Methods and their Application" (1997), section 3.8); the interval is the percentile
+interval (Efron & Tibshirani, "An Introduction to the Bootstrap" (1993), ch. 13). Paired
+differences apply the same resample to both models. Resamples are rows of per-log
+multiplicities (R, L) from `default_rng(seed)`, applied as one matrix product (R, L) @ (L, K).
+A slice with fewer than `min_logs` logs is "insufficient" and gets no number; the reasons and
+the coverage measured are in platform_lib/evaluation/README.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """Per-frame BEV occupancy counts (TP/FP/FN per class and range band) and the metrics from them.
 
-Shape legend (N frames, G class groups, H x W BEV cells, B range bands + 1 for "all"):
-    pred, target  (N, G, H, W) bool   occupied cells (model: logit > 0), BEV grid of the model
-    band_masks    (B + 1, H, W) bool  cells of each band; index 0 is "all" (every cell)
-    counts        (N, G, B + 1, 3) int64  TP, FP, FN per frame, class and band
-
-Formulas (cells pooled over the frames that are summed, as in `training/evaluate.py`):
-IoU = TP / (TP + FP + FN), precision = TP / (TP + FP), recall = TP / (TP + FN); a metric
-whose denominator is 0 is NaN (undefined: the class is absent and never predicted there).
-The range of a cell is the distance of its centre from the ego origin in the BEV plane,
-sqrt(x^2 + y^2) in m (ego frame); band [lo, hi) holds the cells with lo <= range < hi. The
-mean over classes averages the classes whose metric is defined (NaN when none is).
-Counts are kept per frame so that intervals come from resampling counts
-(`platform_lib.evaluation.bootstrap`), never from re-running the model.
+Shapes (N frames, G class groups, H x W BEV cells, B range bands + 1 for "all"): pred, target
+(N, G, H, W) bool; band_masks (B + 1, H, W) bool, index 0 "all"; counts (N, G, B + 1, 3) int64
+TP, FP, FN. IoU = TP / (TP + FP + FN), precision = TP / (TP + FP), recall = TP / (TP + FN),
+NaN when the denominator is 0. A cell's range is the distance of its centre from the ego
+origin in the BEV plane, in m (ego frame); band [lo, hi) holds lo <= range < hi. Counts stay
+per frame so that intervals come from resampling counts, never from re-running the model.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """Champion vs challenger on the same frames: per-slice paired differences and the promotion rule.
 
-Rule (a non-inferiority test per gated slice plus a superiority test on the primary metric,
-both read off paired log-bootstrap percentile intervals of challenger - champion,
-`bootstrap.paired_intervals`): promote only when
-
-1. on every gated slice, the lower bound of the difference of the gated metric is at least
-   -margin (the challenger is not worse than the champion by more than the slice's
-   non-inferiority margin, in metric units), and
-2. on the primary slice, the lower bound of the difference of the primary metric is above 0.
-
-A gated or primary difference without an interval (too few logs: "insufficient"; no
-denominator: "undefined") cannot show either, so the champion stays. Both models must have
-been evaluated on the same frames (same keys, classes and bands), otherwise the comparison
-is refused (`PairingError`). The decision is plain data (`PromotionDecision.to_dict`,
-`to_tags`) for MLflow tags and artifacts; `plots.render_promotion_plots` draws it.
+Promote only when, from paired log-bootstrap intervals of challenger - champion
+(`bootstrap.paired_intervals`), (1) on every gated slice the lower bound of the gated metric's
+difference is at least -margin (non-inferiority) and (2) on the primary slice the lower bound
+of the primary metric's difference is above 0 (superiority). A difference without an interval
+("insufficient", "undefined") shows neither, so the champion stays; unpaired frames raise
+`PairingError`. The decision is plain data (`PromotionDecision.to_dict`, `to_tags`).
 """
 
 from __future__ import annotations

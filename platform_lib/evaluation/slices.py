@@ -1,23 +1,11 @@
 """Slice specs: named subsets of the evaluated frames, declared over per-frame attributes.
 
-A spec (YAML or JSON) lists slices; a slice selects the frames that meet every condition of
-its `where` (conditions are ANDed; a list of values is "any of"). Example:
-
-    slices:
-      - name: busy
-        where: {num_vehicle: {min: 10}}
-      - name: fast_with_pedestrians
-        where: {ego_speed_mps: {min: 8}, has_pedestrian: true}
-      - name: night
-        where: {time_of_day: [night]}
-
-The slice "all" (every frame) is always evaluated and may not be redefined. Per-frame
-attributes (`FrameAttributes`): `log_id`, `num_vehicle`, `num_pedestrian`, `num_cyclist`
-(cuboids per class group, from the dataset index), `has_<class>` (count > 0), `ego_speed_mps`
-(norm of the ego position's time derivative from the frames' ego poses, central differences
-within a log; NaN in a one-frame log, and a NaN matches no range), and `time_of_day` /
-`weather` where a source provides them (none of today's sources does: a slice on them is
-refused on such a dataset, naming the slice and the attribute).
+A spec (YAML or JSON, example in platform_lib/evaluation/README.md) lists slices; a slice
+selects the frames that meet every condition of its `where` (ANDed; a list is "any of"). The
+slice "all" is always evaluated. Attributes (`FrameAttributes`): `log_id`, `num_<class>` and
+`has_<class>` from the dataset index, `ego_speed_mps` from the ego poses (central differences
+within a log; NaN in a one-frame log, matching no range), and `time_of_day` / `weather` where
+a source provides them (none does yet: such a slice is refused, naming slice and attribute).
 """
 
 from __future__ import annotations
