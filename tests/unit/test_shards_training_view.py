@@ -169,7 +169,7 @@ def test_a_view_batch_equals_the_source_decoded_at_model_size(pandaset_parent, p
                 assert np.array_equal(got["extrinsics"], want["extrinsics"])
 
 
-def test_a_parent_that_fails_validation_is_refused_naming_it(parent, tmp_path):
+def test_a_parent_that_fails_validation_is_refused_naming_it(parent, tmp_path, capsys):
     broken = tmp_path / "broken"
     shutil.copytree(parent, broken)
     shard = broken / "shards" / "shard-000001.tar"
@@ -180,6 +180,19 @@ def test_a_parent_that_fails_validation_is_refused_naming_it(parent, tmp_path):
         build_view(broken, tmp_path / "view", SMALL)
     assert caught.value.culprit == str(broken) and "shard-000001.tar" in caught.value.what
     assert not (tmp_path / "view").exists() and not list(tmp_path.glob(".view.staging-*"))
+    args = [
+        "data",
+        "view",
+        str(broken),
+        "--output",
+        str(tmp_path / "view"),
+        "--camera-size",
+        "12x6",
+    ]
+    assert main(args) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: dataset fails validation") and f"({broken}): run " in err
+    assert len(err.splitlines()) == 1 and not (tmp_path / "view").exists()
 
 
 @pytest.mark.parametrize(
