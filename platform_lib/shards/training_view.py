@@ -39,6 +39,7 @@ from platform_lib.errors import UserError
 from platform_lib.imaging.decode import CameraResize, decode_sample_cameras
 from platform_lib.shards.build import check_output, publish_staging, stage_output
 from platform_lib.shards.codec import dumps_json
+from platform_lib.shards.errors import SampleDecodeError
 from platform_lib.shards.index import INDEX_NAME, write_index
 from platform_lib.shards.manifest import (
     FORMAT_VERSION,
@@ -152,14 +153,23 @@ def reencode_sample(
 
     Raises:
         UserError: `resize` is larger than a camera (culprit `--camera-size`).
-        ValueError: a camera is not a decodable JPEG or disagrees with calib.json (names the
-            sample key and camera).
+        SampleDecodeError: a camera is not a decodable JPEG or disagrees with calib.json
+            (names the sample key and camera).
     """
     key = str(members.get("__key__", "?"))
     calib = json.loads(members["calib.json"])
     _check_camera_size(calib, resize, key)
     cameras = {name[:-4]: data for name, data in members.items() if name.endswith(".jpg")}
-    decoded = decode_sample_cameras({"__key__": key, "cameras": cameras, "calib": calib}, resize)
+    try:
+        decoded = decode_sample_cameras(
+            {"__key__": key, "cameras": cameras, "calib": calib}, resize
+        )
+    except ValueError as exc:  # passes its checksums, yet does not decode: built so
+        where = "" if str(exc).startswith("sample ") else f"sample {key} camera "
+        where += f"{_undecodable(cameras)}: " if where else ""
+        raise SampleDecodeError(
+            f"{where}{exc}; the parent's builder wrote it so: rebuild the parent from its raw logs"
+        ) from None
     for name, camera in calib["cameras"].items():
         adjusted = decoded["calib"]["cameras"][name]
         camera["width"], camera["height"] = adjusted["width"], adjusted["height"]
@@ -177,6 +187,16 @@ def reencode_sample(
             data = dumps_json(calib)
         out.append((name, bytes(data)))
     return out
+
+
+def _undecodable(cameras: dict[str, bytes]) -> str | None:
+    """Return the name of the first camera whose JPEG does not decode (for the message)."""
+    for name, data in sorted(cameras.items()):
+        try:
+            simplejpeg.decode_jpeg(data, colorspace="RGB")
+        except ValueError:
+            return name
+    return None
 
 
 def _reencode_task(task: tuple[dict[str, Any], CameraResize, int]) -> list[tuple[str, bytes]]:
@@ -241,7 +261,8 @@ def build_view(
 
     Raises:
         UserError: the parent fails validation (names the dataset); the camera size is larger
-            than a camera of the parent (culprit `--camera-size`); a camera does not decode.
+            than a camera of the parent (culprit `--camera-size`).
+        SampleDecodeError: a camera of the parent does not decode (names sample and camera).
         BuildError: the output may not be written (see `shards.build.check_output`).
         NotRegularFileError, ShardLocationError: see `validate_dataset`.
     """

@@ -3,6 +3,7 @@ pixels as the decode path computes them from the source, and the one-line refusa
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -21,13 +22,14 @@ from platform_lib.imaging.decode import (
 )
 from platform_lib.loading.config import LoaderConfig
 from platform_lib.loading.loader import build_loader
-from platform_lib.shards.build import BuildConfig, build_dataset
+from platform_lib.shards.build import BuildConfig, build_dataset, write_dataset
 from platform_lib.shards.codec import dumps_json
+from platform_lib.shards.errors import SampleDecodeError
 from platform_lib.shards.manifest import load_manifest
 from platform_lib.shards.reader import open_dataset
 from platform_lib.shards.training_view import ViewConfig, build_view
 from platform_lib.shards.validate import validate_dataset
-from tests.support.datasets import write_test_dataset
+from tests.support.datasets import make_frame, write_test_dataset
 from tests.unit.test_loading_decode import MAX_MEAN_ABS_ERROR
 
 SMALL = ViewConfig(camera_width=12, camera_height=6, quality=85, progress=False)
@@ -225,3 +227,39 @@ def test_the_view_command_publishes_a_view(parent, small_view, tmp_path, capsys)
     assert "dataset_hash " + load_manifest(out).dataset_hash in capsys.readouterr().out
     assert main(args) == 1  # the output holds a dataset now
     assert "--overwrite" in capsys.readouterr().err
+
+
+def test_a_camera_that_passes_its_checksums_but_does_not_decode_is_named(tmp_path, capsys):
+    frame = make_frame("a", 0)
+    camera = frame.cameras["left_camera"]
+    scan = camera.jpeg.index(b"\xff\xda")  # start of scan: headers stay, the scan is cut short
+    truncated = camera.jpeg[: scan + 2 + int.from_bytes(camera.jpeg[scan + 2 : scan + 4]) + 8]
+    truncated += b"\xff\xd9"
+    cameras = {**frame.cameras, "left_camera": dataclasses.replace(camera, jpeg=truncated)}
+    config = BuildConfig(split="by_log", val_fraction=0.0, progress=False)
+    logs = [{"log_id": "a", "content_hash": "0" * 64}]
+    parent = tmp_path / "ds"
+    write_dataset(
+        [dataclasses.replace(frame, cameras=cameras)],
+        parent,
+        config,
+        source="synthetic",
+        source_logs=logs,
+    )
+    with pytest.raises(SampleDecodeError, match="sample a_000000 camera left_camera"):
+        build_view(parent, tmp_path / "view", SMALL)
+    args = [
+        "data",
+        "view",
+        str(parent),
+        "--output",
+        str(tmp_path / "view"),
+        "--camera-size",
+        "12x6",
+    ]
+    assert main(args) == 1
+    err = capsys.readouterr().err.strip()
+    assert (
+        err.startswith("error: sample a_000000 camera left_camera") and len(err.splitlines()) == 1
+    )
+    assert not (tmp_path / "view").exists()
