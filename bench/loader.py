@@ -2,12 +2,13 @@
 
 Rows (samples/s, same workers, collate and decode functions for every pipeline): this loader
 per verify and decode mode, webdataset, mosaicml-streaming (with .bench-venv), one file per
-member, and the sequential-read and in-memory decode limits; then loader worker memory
+member, the training view (--view WxH), and the sequential-read and in-memory decode limits; then loader worker memory
 (USS/PSS) for large indexes and the issue-7 targets with verdicts. Datasets, rows and
 fairness rules: bench/README.md.
 
 Usage: python bench/loader.py [--datasets synthetic pandaset] [--work DIR] [--workers 2]
        [--batch-sizes 16 1] [--peers all|webdataset] [--memory-rows 10000 100000 1000000] [--json OUT]
+       [--view 704x256]
 """
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ from platform_lib.loading.config import LoaderConfig
 from platform_lib.loading.loader import build_loader
 from platform_lib.shards.build import BuildConfig, build_dataset, write_dataset
 from platform_lib.shards.codec import decode_sample
-from platform_lib.shards.manifest import compute_dataset_hash
+from platform_lib.shards.commands import parse_camera_size
+from platform_lib.shards.manifest import compute_dataset_hash, load_manifest
+from platform_lib.shards.training_view import ViewConfig, build_view
 from platform_lib.sources.catalog import iter_log_frames, list_logs
 from platform_lib.sources.synthetic import SyntheticConfig, read_synthetic, write_synthetic_logs
 
@@ -184,6 +187,47 @@ def prepare_pandaset(work: Path, args: argparse.Namespace) -> Path:
         )
         (folder / "spec.json").write_text(json.dumps(spec))
     return folder / "dataset"
+
+
+def prepare_view(dataset: Path, args: argparse.Namespace) -> Path:
+    """Build (once per parent and size) the training view --view WxH of `dataset`; return it."""
+    width, height = parse_camera_size(args.view)
+    folder = dataset.parent / f"view-{width}x{height}"
+    parent = load_manifest(dataset).dataset_hash
+    if (folder / "manifest.json").exists():
+        lineage = load_manifest(folder).view
+        if lineage is not None and lineage.parent_dataset_hash == parent:
+            return folder
+    config = ViewConfig(
+        camera_width=width,
+        camera_height=height,
+        overwrite=True,
+        progress=False,
+        workers=args.workers,
+    )
+    start = time.perf_counter()
+    build_view(dataset, folder, config)
+    print(f"  built view {folder} in {time.perf_counter() - start:.1f} s", flush=True)
+    return folder
+
+
+def run_view(view: Path, args: argparse.Namespace) -> list[Row]:
+    """This loader over the training view, decode cpu at the view's size (no resize)."""
+    manifest = load_manifest(view)
+    size = f"{manifest.view.camera_width}x{manifest.view.camera_height}"
+    per_sample = (manifest.total_bytes - manifest.index.bytes) / manifest.num_samples
+    _read_files(sorted(str(p) for p in (view / "shards").glob("*.tar")))  # warm the page cache
+    rows = []
+    for b in args.batch_sizes:
+        samples, seconds = bench_ours(view, f"cpu@{size}", b, args)
+        row = Row("pandaset", f"ours view {size}", f"cpu@{size}", b, samples, seconds, per_sample)
+        rows.append(row)
+        print(
+            f"  {row.name:<24} {row.decode:<13} b={b:<3} {row.samples_s:9.1f} samples/s "
+            f"{row.mb_s:9.1f} MB/s (load average {os.getloadavg()[0]:.1f})",
+            flush=True,
+        )
+    return rows
 
 
 def _index(dataset: Path) -> list[dict]:
@@ -762,6 +806,13 @@ def print_targets(rows: list[Row], memory: list[dict], args) -> list[dict]:
         rate("ours", "cpu"),
         3.0,
     )
+    if args.view:
+        target(
+            f"training view {args.view} decode: >= 3x full-size decode",
+            rate(f"ours view {args.view}", f"cpu@{args.view}"),
+            rate("ours", "cpu"),
+            3.0,
+        )
     if len(memory) >= 2:
         lo, hi = memory[0], memory[-1]
         for field, what in (("uss", "USS"), ("uss_outside_shm", "USS outside /dev/shm")):
@@ -887,11 +938,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--profile-samples", type=int, default=64)
     parser.add_argument("--profile-lines", type=int, default=12)
     parser.add_argument("--json", help="also write the rows as JSON here")
+    parser.add_argument(
+        "--view",
+        metavar="WxH",
+        help="also build the training view of the pandaset dataset at WxH (e.g. 704x256) and "
+        "measure this loader on it, decode cpu at its size",
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.view:
+        args.view = "{}x{}".format(*parse_camera_size(args.view))  # e.g. "704x256"
     work = Path(args.work)
     print(
         f"bench/loader.py {' '.join(argv if argv is not None else sys.argv[1:])}; uptime load "
@@ -907,6 +966,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, dataset in built.items():
         if not args.memory_only:
             rows.extend(run_dataset(name, dataset, args))
+    if args.view and "pandaset" in built and not args.memory_only:
+        print(f"\n== pandaset training view {args.view}", flush=True)
+        rows.extend(run_view(prepare_view(built["pandaset"], args), args))
     memory = []
     if args.memory_rows:
         base = built.get("pandaset", next(iter(built.values())))

@@ -128,8 +128,15 @@ def plan_camera_resize(source_width: int, source_height: int, resize: CameraResi
 
 
 def adjust_intrinsics(intrinsics: np.ndarray, plan: ResizePlan) -> np.ndarray:
-    """Return the (3, 3) camera matrix of the output pixels of `plan` (formula in the module doc)."""
+    """Return the (3, 3) camera matrix of the output pixels of `plan` (formula in the module doc).
+
+    An identity plan (no crop, same size: a training view decoded at its own size) returns the
+    matrix unchanged, bit for bit.
+    """
     k = np.array(intrinsics, dtype=np.float64).reshape(3, 3)
+    same_size = (plan.crop_width, plan.crop_height) == (plan.width, plan.height)
+    if same_size and plan.crop_x == plan.crop_y == 0:
+        return k
     sx, sy = plan.scale_x, plan.scale_y
     out = k.copy()
     out[0, 0], out[0, 1] = k[0, 0] * sx, k[0, 1] * sx

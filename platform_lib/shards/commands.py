@@ -1,14 +1,15 @@
-"""`drivetrain data {build,inspect,validate}`: the dataset command group of the CLI."""
+"""`drivetrain data {build,inspect,validate,view}`: the dataset command group of the CLI."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from platform_lib.errors import UserError
+from platform_lib.errors import UserError, format_user_error
 from platform_lib.shards.errors import BuildError
 from platform_lib.shards.split import SPLIT_METHODS
 from platform_lib.sources.catalog import DEFAULT_SPLITS, SOURCE_NAMES
@@ -19,7 +20,12 @@ if TYPE_CHECKING:  # the manifest module pulls pydantic; keep the CLI import lig
 # Heavy modules (pyarrow, pandera, numpy) are imported inside the commands so that
 # `drivetrain --help` and other command groups start fast.
 
-__all__ = ["add_data_commands", "ensure_synthetic_logs", "summarize_manifest"]
+__all__ = [
+    "add_data_commands",
+    "ensure_synthetic_logs",
+    "parse_camera_size",
+    "summarize_manifest",
+]
 
 
 def ensure_synthetic_logs(
@@ -202,9 +208,71 @@ def _run_validate(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def parse_camera_size(text: str) -> tuple[int, int]:
+    """Return (width, height) in pixels of a `--camera-size WxH` value such as "704x256".
+
+    Raises:
+        UserError: not two positive integers joined by "x" (culprit `--camera-size`).
+    """
+    match = re.fullmatch(r"\s*([0-9]{1,6})\s*[xX]\s*([0-9]{1,6})\s*", text)
+    if match is None:
+        raise UserError(
+            f"camera size {text!r} is not WIDTHxHEIGHT in pixels",
+            "--camera-size",
+            "give two positive integers joined by x, e.g. --camera-size 704x256",
+        )
+    width, height = int(match[1]), int(match[2])
+    if width < 1 or height < 1:
+        raise UserError(
+            f"camera size {width}x{height} has a zero side",
+            "--camera-size",
+            "give a width and height of at least 1 pixel, e.g. --camera-size 704x256",
+        )
+    return width, height
+
+
+def _run_view(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from platform_lib.shards.build import describe_config_error
+    from platform_lib.shards.check import explain_dataset_error
+    from platform_lib.shards.training_view import ViewConfig, build_view
+
+    try:
+        width, height = parse_camera_size(args.camera_size)
+    except UserError as exc:  # a bad argument: exit status 2, like argparse's
+        print(format_user_error(exc), file=sys.stderr)
+        return 2
+    try:
+        config = ViewConfig(
+            camera_width=width,
+            camera_height=height,
+            quality=args.quality,
+            overwrite=args.overwrite,
+            workers=args.workers,
+        )
+    except ValidationError as exc:
+        print(
+            f"error: {describe_config_error(exc)} (data view): see `drivetrain data view --help`",
+            file=sys.stderr,
+        )
+        return 2
+    _check_dataset_folder(args.dataset)
+    try:
+        manifest = build_view(args.dataset, args.output, config)
+    except BuildError as exc:  # the output folder may not be written
+        raise explain_dataset_error(exc, args.output) from exc
+    print(
+        f"built view {args.output} ({width}x{height}, quality {config.quality}) of "
+        f"{args.dataset}: {manifest.num_samples} samples in {manifest.num_shards} shards, "
+        f"{manifest.total_bytes / 1e6:.1f} MB, dataset_hash {manifest.dataset_hash}"
+    )
+    return 0
+
+
 def add_data_commands(groups: argparse._SubParsersAction) -> None:
-    """Add `data build`, `data inspect` and `data validate` to the top-level subparsers."""
-    data = groups.add_parser("data", help="build, inspect and validate datasets")
+    """Add `data build`, `inspect`, `validate` and `view` to the top-level subparsers."""
+    data = groups.add_parser("data", help="build, inspect, validate and view datasets")
     commands = data.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     build = commands.add_parser("build", help="build a dataset from raw logs")
@@ -267,3 +335,25 @@ def add_data_commands(groups: argparse._SubParsersAction) -> None:
     validate = commands.add_parser("validate", help="re-hash shards and check every member")
     validate.add_argument("dataset", help="dataset folder or URL")
     validate.set_defaults(func=_run_validate)
+
+    view = commands.add_parser(
+        "view", help="build a training view: cameras re-encoded at the model's resolution"
+    )
+    view.add_argument("dataset", help="parent dataset folder or URL (validated first)")
+    view.add_argument("--output", required=True, help="view dataset folder to publish")
+    view.add_argument(
+        "--camera-size",
+        required=True,
+        metavar="WxH",
+        help="camera image size in the view, pixels (e.g. 704x256; at most the parent's)",
+    )
+    view.add_argument(
+        "--quality", type=int, default=90, help="JPEG quality of the re-encoded cameras (1-100)"
+    )
+    view.add_argument(
+        "--overwrite", action="store_true", help="replace an existing dataset at --output"
+    )
+    view.add_argument(
+        "--workers", type=int, default=1, help="processes re-encoding samples (same output bytes)"
+    )
+    view.set_defaults(func=_run_view)

@@ -45,6 +45,7 @@ __all__ = [
     "ShardEntry",
     "ShardLocationError",
     "Splits",
+    "ViewLineage",
     "builder_version",
     "check_shard_path",
     "compute_dataset_hash",
@@ -168,6 +169,32 @@ class Splits(_Record):
     """samples per split, e.g. {"train": 8, "val": 2}"""
 
 
+class ViewLineage(_Record):
+    """Where a training view comes from (manifest "view"; absent in a dataset built from raw logs).
+
+    A view (`platform_lib.shards.training_view`) is its parent dataset with every camera JPEG
+    re-encoded at the model's resolution; these fields and the library versions they name
+    determine its bytes.
+    """
+
+    parent_dataset_hash: str = Field(pattern=_SHA256)
+    """dataset_hash of the dataset the view was built from"""
+    camera_width: int = Field(ge=1)
+    """camera image width in the view, in pixels"""
+    camera_height: int = Field(ge=1)
+    """camera image height in the view, in pixels"""
+    anchor_y: float = Field(ge=0.0, le=1.0)
+    """vertical position of the aspect-ratio crop (0 top, 1 bottom; `imaging.decode.CameraResize`)"""
+    quality: int = Field(ge=1, le=100)
+    """JPEG quality of the re-encoded cameras (libjpeg scale, 1-100)"""
+    chroma_subsampling: str
+    """chroma subsampling of the re-encoded cameras, e.g. 444 (full chroma)"""
+    resize_filter: str
+    """how the pixels were resampled (the decode path's DCT scaling + resize, with versions)"""
+    encoder: str
+    """JPEG encoder and its version, e.g. `simplejpeg 1.9.0 (libjpeg-turbo)`"""
+
+
 class Manifest(_Record):
     """manifest.json of docs/format.md, validated (types, hashes, shard paths) on load."""
 
@@ -201,6 +228,8 @@ class Manifest(_Record):
     """frames left out: {key, reason, detail, path}"""
     build_config: dict[str, Any]
     """the build options that shape the bytes"""
+    view: ViewLineage | None = None
+    """training views only: the parent dataset and the view parameters"""
 
     @property
     def shard_paths(self) -> list[str]:
