@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,7 +30,6 @@ __all__ = [
     "Frame",
     "FrameError",
     "LOG_ID_PATTERN",
-    "raise_first_error",
     "sample_key",
 ]
 
@@ -186,11 +184,3 @@ class Frame:
     def key(self) -> str:
         """WebDataset sample key, see `sample_key`."""
         return sample_key(self.log_id, self.frame_index)
-
-
-def raise_first_error(items: Iterable[Frame | FrameError]) -> Iterator[Frame]:
-    """Yield the frames of `items` (a source's `iter_*_frames`); raise the first `FrameError`."""
-    for item in items:
-        if isinstance(item, FrameError):
-            raise item
-        yield item

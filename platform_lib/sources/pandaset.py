@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from platform_lib.sources.frame import CameraImage, Cuboids, Frame, FrameError, raise_first_error
+from platform_lib.sources.frame import CameraImage, Cuboids, Frame, FrameError
 from platform_lib.sources.geometry import (
     EGO_FROM_PANDASET_LIDAR,
     invert_transform,
@@ -53,13 +52,10 @@ __all__ = [
     "CAMERA_NAMES",
     "PandasetLog",
     "hash_raw_log",
-    "iter_pandaset_frames",
     "list_pandaset_logs",
     "load_pandaset_log",
     "map_pandaset_label",
-    "read_pandaset",
     "read_pandaset_frame",
-    "read_pandaset_log",
 ]
 
 #: The six PandaSet cameras, sorted by name (the member order of the shards).
@@ -325,37 +321,3 @@ def read_pandaset_frame(log: PandasetLog, frame_index: int) -> Frame:
         source_files=files,
     )
     return validate_frame(frame)
-
-
-def iter_pandaset_frames(
-    log_dir: str | os.PathLike[str], *, files: RawFiles | None = None
-) -> Iterator[Frame | FrameError]:
-    """Yield each frame of a sequence in index order, or the `FrameError` of a bad frame.
-
-    Args:
-        log_dir: the sequence folder.
-        files: the folder's listing to read through, usually hashed already
-            (`hashing.hash_listing`), so every byte read is checked against the hash; None:
-            list the folder now.
-
-    Raises:
-        FrameError: for log-level problems (see `load_pandaset_log`), before any frame.
-        RawFileChangedError: a file's bytes differ from those hashed (`raw_files`).
-    """
-    log = load_pandaset_log(log_dir, files=files)
-    for i in log.frame_indices:
-        try:
-            yield read_pandaset_frame(log, i)
-        except FrameError as exc:
-            yield exc
-
-
-def read_pandaset_log(log_dir: str | os.PathLike[str]) -> Iterator[Frame]:
-    """Yield the frames of one sequence; raise the first `FrameError`."""
-    return raise_first_error(iter_pandaset_frames(log_dir))
-
-
-def read_pandaset(root: str | os.PathLike[str]) -> Iterator[Frame]:
-    """Yield the frames of every sequence under `root` (sorted by sequence, then frame)."""
-    for log_dir in list_pandaset_logs(root):
-        yield from read_pandaset_log(log_dir)

@@ -50,6 +50,11 @@ class SyntheticLog:
     files: RawFiles
     """the log folder's listing: the only files read (and the ones hashed)"""
 
+    @property
+    def frame_indices(self) -> range:
+        """Indices of the log's frames, 0..num_frames-1."""
+        return range(self.num_frames)
+
 
 def _load_json(
     files: RawFiles,
