@@ -22,13 +22,11 @@ the sensor 0 (360 mechanical) copy wins; then one row per uuid, preferring senso
 
 from __future__ import annotations
 
-import io
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
 
 from platform_lib.sources.frame import CameraImage, Cuboids, Frame, FrameError
 from platform_lib.sources.geometry import (
@@ -45,8 +43,8 @@ from platform_lib.sources.pandaset_files import (
     parse_pose,
     require_columns,
 )
-from platform_lib.sources.raw_files import MAX_IMAGE_BYTES, RawFiles, scan_raw_files
-from platform_lib.sources.validation import check_jpeg_bytes, validate_frame
+from platform_lib.sources.raw_files import RawFiles, scan_raw_files
+from platform_lib.sources.validation import read_jpeg_file, require_file, validate_frame
 
 __all__ = [
     "CAMERA_NAMES",
@@ -203,29 +201,20 @@ def _read_camera(
 ) -> tuple[CameraImage, Path]:
     cam = log.cameras[name]
     path = cam["folder"] / f"{i:02d}.jpg"
-    if not log.files.has_file(path):
-        raise FrameError(
-            f"{path}: camera image of frame {i} is missing (camera folder {cam['folder']} holds "
-            f"{len(cam['files'])} images, lidar folder {log.log_dir / 'lidar'} holds "
-            f"{log.num_lidar_files} sweeps); re-copy the image from the original download or quarantine the frame",
-            path=path,
-            reason="missing_camera",
-            log_id=log.log_id,
-            frame_index=i,
-        )
-    data = log.files.read(path, max_bytes=MAX_IMAGE_BYTES)
-    check_jpeg_bytes(data, str(path), log_id=log.log_id, frame_index=i)
-    try:
-        with Image.open(io.BytesIO(data)) as img:  # parses the header only, no pixel decode
-            width, height = img.size
-    except (UnidentifiedImageError, OSError, SyntaxError) as exc:
-        raise FrameError(
-            f"{path}: unreadable JPEG header ({exc}); re-copy the image",
-            path=path,
-            reason="corrupt_camera",
-            log_id=log.log_id,
-            frame_index=i,
-        ) from exc
+    require_file(
+        log.files,
+        path,
+        f"camera image of frame {i} is missing (camera folder {cam['folder']} holds "
+        f"{len(cam['files'])} images, lidar folder {log.log_dir / 'lidar'} holds "
+        f"{log.num_lidar_files} sweeps); re-copy the image from the original download or "
+        "quarantine the frame",
+        reason="missing_camera",
+        log_id=log.log_id,
+        frame_index=i,
+    )
+    data, width, height = read_jpeg_file(
+        log.files, path, fix="; re-copy the image", log_id=log.log_id, frame_index=i
+    )
     world_from_camera = parse_pose(
         cam["poses"], i, cam["folder"] / "poses.json", log_id=log.log_id, frame_index=i
     )
@@ -240,8 +229,8 @@ def _read_camera(
         )
     image = CameraImage(
         jpeg=data,
-        width=int(width),
-        height=int(height),
+        width=width,
+        height=height,
         intrinsics=cam["intrinsics"].copy(),
         extrinsics=ego_from_world @ world_from_camera,
         timestamp=float(stamps[i]),

@@ -30,7 +30,8 @@ import pandas as pd
 
 from platform_lib.sources.frame import FrameError
 from platform_lib.sources.geometry import make_transform, quaternion_to_matrix
-from platform_lib.sources.raw_files import MAX_ARRAY_BYTES, MAX_JSON_BYTES, RawFiles, parse_json
+from platform_lib.sources.raw_files import MAX_ARRAY_BYTES, RawFiles
+from platform_lib.sources.validation import load_json_file, require_file
 
 __all__ = [
     "index_numbered_files",
@@ -92,24 +93,14 @@ def load_json(path: Path, *, files: RawFiles, log_id: str | None = None):
             JSON or nested too deep.
         UserError: larger than `MAX_JSON_BYTES`; NotRegularFileError: not a regular file.
     """
-    if not files.has_file(path):
-        raise FrameError(
-            f"{path}: required PandaSet metadata file is missing; re-copy the sequence folder "
-            "from the original download",
-            path=path,
-            reason="missing_file",
-            log_id=log_id,
-        )
-    data = files.read(path, max_bytes=MAX_JSON_BYTES)
-    try:
-        return parse_json(data)
-    except ValueError as exc:
-        raise FrameError(
-            f"{path}: not valid JSON ({exc}); re-copy it from the original download",
-            path=path,
-            reason="corrupt_metadata",
-            log_id=log_id,
-        ) from exc
+    return load_json_file(
+        files,
+        path,
+        missing="required PandaSet metadata file is missing; re-copy the sequence folder "
+        "from the original download",
+        fix="re-copy it from the original download",
+        log_id=log_id,
+    )
 
 
 def parse_pose(
@@ -227,16 +218,16 @@ def load_pickled_frame(
             declares an object too large to allocate, or does not hold a DataFrame.
         UserError: larger than `MAX_ARRAY_BYTES`; NotRegularFileError: not a regular file.
     """
-    if not files.has_file(path):
-        what = reason.removeprefix("corrupt_")
-        raise FrameError(
-            f"{path}: {what} file of frame {frame_index} is missing; re-copy it from the original "
-            "download or quarantine the frame",
-            path=path,
-            reason=f"missing_{what}",
-            log_id=log_id,
-            frame_index=frame_index,
-        )
+    what = reason.removeprefix("corrupt_")
+    require_file(
+        files,
+        path,
+        f"{what} file of frame {frame_index} is missing; re-copy it from the original "
+        "download or quarantine the frame",
+        reason=f"missing_{what}",
+        log_id=log_id,
+        frame_index=frame_index,
+    )
     # Opened outside the try: a refused type or size is not a corrupt file.
     with files.open(path, max_bytes=MAX_ARRAY_BYTES) as handle:
         try:

@@ -7,24 +7,20 @@ every file is looked up and opened through that listing, with the bounds of `raw
 
 from __future__ import annotations
 
-import io
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
 
 from platform_lib.sources.frame import CameraImage, Cuboids, Frame, FrameError
-from platform_lib.sources.raw_files import (
-    MAX_ARRAY_BYTES,
-    MAX_IMAGE_BYTES,
-    MAX_JSON_BYTES,
-    RawFiles,
-    parse_json,
-    scan_raw_files,
+from platform_lib.sources.raw_files import MAX_ARRAY_BYTES, RawFiles, scan_raw_files
+from platform_lib.sources.validation import (
+    load_json_file,
+    read_jpeg_file,
+    require_file,
+    validate_frame,
 )
-from platform_lib.sources.validation import check_jpeg_bytes, validate_frame
 
 __all__ = ["SyntheticLog", "load_synthetic_log", "read_synthetic_frame"]
 
@@ -64,26 +60,17 @@ def _load_json(
     missing: str = "missing_file",
     corrupt: str = "corrupt_metadata",
 ):
-    if not files.has_file(path):
-        raise FrameError(
-            f"{path}: file is missing; regenerate the synthetic log "
-            "(write_synthetic_logs) or quarantine the frame",
-            path=path,
-            reason=missing,
-            log_id=log_id,
-            frame_index=frame_index,
-        )
-    data = files.read(path, max_bytes=MAX_JSON_BYTES)
-    try:
-        return parse_json(data)
-    except ValueError as exc:
-        raise FrameError(
-            f"{path}: not valid JSON ({exc}); regenerate the synthetic log",
-            path=path,
-            reason=corrupt,
-            log_id=log_id,
-            frame_index=frame_index,
-        ) from exc
+    return load_json_file(
+        files,
+        path,
+        missing="file is missing; regenerate the synthetic log (write_synthetic_logs) or "
+        "quarantine the frame",
+        fix="regenerate the synthetic log",
+        log_id=log_id,
+        frame_index=frame_index,
+        missing_reason=missing,
+        corrupt_reason=corrupt,
+    )
 
 
 def load_synthetic_log(
@@ -155,15 +142,14 @@ def load_synthetic_log(
 
 
 def _load_npy(files: RawFiles, path: Path, what: str, log_id: str, i: int) -> np.ndarray:
-    if not files.has_file(path):
-        raise FrameError(
-            f"{path}: {what} file of frame {i} is missing; regenerate the log or "
-            "quarantine the frame",
-            path=path,
-            reason=f"missing_{what}",
-            log_id=log_id,
-            frame_index=i,
-        )
+    require_file(
+        files,
+        path,
+        f"{what} file of frame {i} is missing; regenerate the log or quarantine the frame",
+        reason=f"missing_{what}",
+        log_id=log_id,
+        frame_index=i,
+    )
     # Opened outside the try: a refused type or size is not a corrupt file.
     with files.open(path, max_bytes=MAX_ARRAY_BYTES) as fh:
         try:
@@ -235,32 +221,19 @@ def read_synthetic_frame(log: SyntheticLog, frame_index: int) -> Frame:
     cameras = {}
     for name in sorted(log.calib):
         path = root / "camera" / name / f"{stem}.jpg"
-        if not raw_files.has_file(path):
-            raise FrameError(
-                f"{path}: camera image of frame {i} is missing; regenerate the log or "
-                "quarantine the frame",
-                path=path,
-                reason="missing_camera",
-                log_id=log_id,
-                frame_index=i,
-            )
-        data = raw_files.read(path, max_bytes=MAX_IMAGE_BYTES)
-        check_jpeg_bytes(data, str(path), log_id=log_id, frame_index=i)
-        try:
-            with Image.open(io.BytesIO(data)) as img:
-                size = img.size
-        except (UnidentifiedImageError, OSError, SyntaxError) as exc:
-            raise FrameError(
-                f"{path}: unreadable JPEG header ({exc})",
-                path=path,
-                reason="corrupt_camera",
-                log_id=log_id,
-                frame_index=i,
-            ) from exc
+        require_file(
+            raw_files,
+            path,
+            f"camera image of frame {i} is missing; regenerate the log or quarantine the frame",
+            reason="missing_camera",
+            log_id=log_id,
+            frame_index=i,
+        )
+        data, width, height = read_jpeg_file(raw_files, path, fix="", log_id=log_id, frame_index=i)
         cal = log.calib[name]
-        if size != (cal["width"], cal["height"]):
+        if (width, height) != (cal["width"], cal["height"]):
             raise FrameError(
-                f"{path}: image is {size[0]}x{size[1]} but calib.json says "
+                f"{path}: image is {width}x{height} but calib.json says "
                 f"{cal['width']}x{cal['height']}; regenerate the log",
                 path=path,
                 reason="bad_calibration",
@@ -269,8 +242,8 @@ def read_synthetic_frame(log: SyntheticLog, frame_index: int) -> Frame:
             )
         cameras[name] = CameraImage(
             jpeg=data,
-            width=size[0],
-            height=size[1],
+            width=width,
+            height=height,
             intrinsics=cal["intrinsics"].copy(),
             extrinsics=cal["extrinsics"].copy(),
             timestamp=timestamp,
