@@ -142,16 +142,11 @@ def list_log_urls(source: str, location: str) -> list[str]:
             the location).
         StorageAccessError / StorageUnreachableError: from `platform_lib.storage`.
     """
-    from platform_lib.storage import call_with_retries, resolve_fs
+    from platform_lib.sources.hashing import resolve_raw_folder
+    from platform_lib.storage import call_with_retries
 
     check_source(source)
-    fs, root, local = resolve_fs(location)
-    if not call_with_retries(lambda: fs.isdir(root), what="listing", url=location):
-        raise UserError(
-            "raw-log folder does not exist or is not a folder",
-            location,
-            "pass raw_logs a folder of raw logs (local path or object-storage URL)",
-        )
+    fs, root, local = resolve_raw_folder(location)
     if local:
         try:
             return [str(p) for p in list_logs(source, root)]

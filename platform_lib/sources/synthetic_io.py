@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -52,14 +53,8 @@ class SyntheticLog:
         return range(self.num_frames)
 
 
-def _load_json(
-    files: RawFiles,
-    path: Path,
-    log_id: str | None,
-    frame_index: int | None = None,
-    missing: str = "missing_file",
-    corrupt: str = "corrupt_metadata",
-):
+def _load_json(files: RawFiles, path: Path, log_id: str | None, **where: Any) -> Any:
+    """`load_json_file` with the synthetic log's messages; `where`: frame_index, reasons."""
     return load_json_file(
         files,
         path,
@@ -67,9 +62,7 @@ def _load_json(
         "quarantine the frame",
         fix="regenerate the synthetic log",
         log_id=log_id,
-        frame_index=frame_index,
-        missing_reason=missing,
-        corrupt_reason=corrupt,
+        **where,
     )
 
 
@@ -188,7 +181,12 @@ def read_synthetic_frame(log: SyntheticLog, frame_index: int) -> Frame:
     seg = _load_npy(raw_files, Path(files["lidar_seg"]), "lidar_seg", log_id, i)
     radar = _load_npy(raw_files, Path(files["radar"]), "radar", log_id, i)
     raw = _load_json(
-        raw_files, Path(files["cuboids"]), log_id, i, "missing_cuboids", "corrupt_cuboids"
+        raw_files,
+        Path(files["cuboids"]),
+        log_id,
+        frame_index=i,
+        missing_reason="missing_cuboids",
+        corrupt_reason="corrupt_cuboids",
     )
     missing = [k for k in _CUBOID_KEYS if not isinstance(raw, dict) or k not in raw]
     if missing:
