@@ -65,6 +65,21 @@ class FrameError(ValueError):
         self.log_id = log_id
         self.frame_index = frame_index
 
+    @classmethod
+    def at(
+        cls,
+        path: str | os.PathLike[str],
+        problem: str,
+        *,
+        reason: str,
+        log_id: str | None = None,
+        frame_index: int | None = None,
+    ) -> FrameError:
+        """Return the error "<path>: <problem>" naming the culprit file or folder `path` first."""
+        return cls(
+            f"{path}: {problem}", path=path, reason=reason, log_id=log_id, frame_index=frame_index
+        )
+
     def __reduce__(self):  # keep all attributes (also ones set later, e.g. .key) across pickling
         return (
             _rebuild_frame_error,

@@ -150,10 +150,10 @@ def load_pandaset_log(
     for name in CAMERA_NAMES:
         folder = log_dir / "camera" / name
         if not raw.has_dir(folder):
-            raise FrameError(
-                f"{folder}: camera folder is missing; a PandaSet sequence has all of "
+            raise FrameError.at(
+                folder,
+                "camera folder is missing; a PandaSet sequence has all of "
                 f"{list(CAMERA_NAMES)}: re-copy the sequence",
-                path=folder,
                 reason="missing_camera",
                 log_id=log_id,
             )
@@ -165,9 +165,9 @@ def load_pandaset_log(
                 dtype=np.float64,
             )
         except (KeyError, TypeError, ValueError) as exc:
-            raise FrameError(
-                f"{intr_path}: expected {{fx, fy, cx, cy}} ({exc!r})",
-                path=intr_path,
+            raise FrameError.at(
+                intr_path,
+                f"expected {{fx, fy, cx, cy}} ({exc!r})",
                 reason="bad_calibration",
                 log_id=log_id,
             ) from exc
@@ -220,9 +220,9 @@ def _read_camera(
     )
     stamps = cam["timestamps"]
     if not isinstance(stamps, list) or i >= len(stamps):
-        raise FrameError(
-            f"{cam['folder'] / 'timestamps.json'}: no timestamp for frame {i}",
-            path=cam["folder"] / "timestamps.json",
+        raise FrameError.at(
+            cam["folder"] / "timestamps.json",
+            f"no timestamp for frame {i}",
             reason="count_mismatch",
             log_id=log.log_id,
             frame_index=i,
@@ -264,9 +264,9 @@ def read_pandaset_frame(log: PandasetLog, frame_index: int) -> Frame:
     )
     ego_from_world = invert_transform(world_from_ego)
     if not isinstance(log.lidar_timestamps, list) or i >= len(log.lidar_timestamps):
-        raise FrameError(
-            f"{lidar_dir / 'timestamps.json'}: no timestamp for frame {i}",
-            path=lidar_dir / "timestamps.json",
+        raise FrameError.at(
+            lidar_dir / "timestamps.json",
+            f"no timestamp for frame {i}",
             reason="count_mismatch",
             log_id=log_id,
             frame_index=i,

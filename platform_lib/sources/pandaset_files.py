@@ -118,11 +118,11 @@ def parse_pose(
     """
     if not isinstance(poses, list) or index >= len(poses):
         count = len(poses) if isinstance(poses, list) else "no"
-        raise FrameError(
-            f"{path}: holds {count} poses but frame {index} needs one; the poses file and the "
+        raise FrameError.at(
+            path,
+            f"holds {count} poses but frame {index} needs one; the poses file and the "
             "sensor data disagree on the number of frames: re-export the sequence or quarantine "
             "the frame",
-            path=path,
             reason="count_mismatch",
             log_id=log_id,
             frame_index=frame_index,
@@ -141,9 +141,9 @@ def parse_pose(
             frame_index=frame_index,
         ) from exc
     if not np.all(np.isfinite(translation)):
-        raise FrameError(
-            f"{path}: pose {index} has a non-finite position",
-            path=path,
+        raise FrameError.at(
+            path,
+            f"pose {index} has a non-finite position",
             reason="bad_pose",
             log_id=log_id,
             frame_index=frame_index,
@@ -247,18 +247,18 @@ def load_pickled_frame(
             TypeError,
             ValueError,
         ) as exc:
-            raise FrameError(
-                f"{path}: cannot decompress/unpickle ({type(exc).__name__}: {exc}); the file is "
+            raise FrameError.at(
+                path,
+                f"cannot decompress/unpickle ({type(exc).__name__}: {exc}); the file is "
                 "truncated or corrupt: re-copy it from the original download or quarantine the frame",
-                path=path,
                 reason=reason,
                 log_id=log_id,
                 frame_index=frame_index,
             ) from exc
     if not isinstance(df, pd.DataFrame):
-        raise FrameError(
-            f"{path}: holds a {type(df).__name__}, expected a pandas DataFrame; re-copy it",
-            path=path,
+        raise FrameError.at(
+            path,
+            f"holds a {type(df).__name__}, expected a pandas DataFrame; re-copy it",
             reason=reason,
             log_id=log_id,
             frame_index=frame_index,
@@ -272,10 +272,10 @@ def require_columns(
     """Raise `FrameError` (reason "missing_column") naming the first absent column and the file."""
     missing = [c for c in columns if c not in df.columns]
     if missing:
-        raise FrameError(
-            f"{path}: missing column(s) {missing} (has {list(df.columns)}); the file does not "
+        raise FrameError.at(
+            path,
+            f"missing column(s) {missing} (has {list(df.columns)}); the file does not "
             "follow the PandaSet schema: re-export it or quarantine the frame",
-            path=path,
             reason="missing_column",
             log_id=log_id,
             frame_index=frame_index,

@@ -87,10 +87,10 @@ def load_synthetic_log(
     meta = _load_json(files, log_dir / "meta.json", None)
     if not isinstance(meta, dict) or meta.get("format") != "drivetrain-synthetic-v1":
         found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
-        raise FrameError(
-            f"{log_dir / 'meta.json'}: format is {found!r}, expected "
+        raise FrameError.at(
+            log_dir / "meta.json",
+            f"format is {found!r}, expected "
             "'drivetrain-synthetic-v1'; regenerate the log with write_synthetic_logs",
-            path=log_dir / "meta.json",
             reason="corrupt_metadata",
         )
     log_id = str(meta.get("log_id", log_dir.name))
@@ -106,9 +106,9 @@ def load_synthetic_log(
             for name, c in _load_json(files, log_dir / "calib.json", log_id)["cameras"].items()
         }
     except (KeyError, TypeError, ValueError) as exc:
-        raise FrameError(
-            f"{log_dir}: meta.json/calib.json malformed ({exc!r}); regenerate the log",
-            path=log_dir,
+        raise FrameError.at(
+            log_dir,
+            f"meta.json/calib.json malformed ({exc!r}); regenerate the log",
             reason="corrupt_metadata",
             log_id=log_id,
         ) from exc
@@ -116,10 +116,10 @@ def load_synthetic_log(
     timestamps = _load_json(files, log_dir / "timestamps.json", log_id)
     for name, values in (("poses.json", poses), ("timestamps.json", timestamps)):
         if not isinstance(values, list) or len(values) != num_frames:
-            raise FrameError(
-                f"{log_dir / name}: holds {len(values) if isinstance(values, list) else 'no'} "
+            raise FrameError.at(
+                log_dir / name,
+                f"holds {len(values) if isinstance(values, list) else 'no'} "
                 f"entries but {log_dir / 'meta.json'} says {num_frames} frames; regenerate the log",
-                path=log_dir / name,
                 reason="count_mismatch",
                 log_id=log_id,
             )
@@ -148,10 +148,10 @@ def _load_npy(files: RawFiles, path: Path, what: str, log_id: str, i: int) -> np
         try:
             return np.load(fh, allow_pickle=False)
         except (ValueError, OSError, EOFError) as exc:
-            raise FrameError(
-                f"{path}: unreadable .npy ({exc}); the file is truncated or corrupt: "
+            raise FrameError.at(
+                path,
+                f"unreadable .npy ({exc}); the file is truncated or corrupt: "
                 "regenerate the log or quarantine the frame",
-                path=path,
                 reason=f"corrupt_{what}",
                 log_id=log_id,
                 frame_index=i,
@@ -188,15 +188,20 @@ def read_synthetic_frame(log: SyntheticLog, frame_index: int) -> Frame:
         missing_reason="missing_cuboids",
         corrupt_reason="corrupt_cuboids",
     )
-    missing = [k for k in _CUBOID_KEYS if not isinstance(raw, dict) or k not in raw]
-    if missing:
-        raise FrameError(
-            f"{files['cuboids']}: missing field(s) {missing}; regenerate the log",
-            path=files["cuboids"],
-            reason="missing_column",
+
+    def bad_cuboids(problem: str, reason: str) -> FrameError:
+        path = files["cuboids"]
+        return FrameError.at(
+            path,
+            f"{problem}; regenerate the log",
+            reason=reason,
             log_id=log_id,
             frame_index=i,
         )
+
+    missing = [k for k in _CUBOID_KEYS if not isinstance(raw, dict) or k not in raw]
+    if missing:
+        raise bad_cuboids(f"missing field(s) {missing}", "missing_column")
     try:
         cuboids = Cuboids(
             label=[str(x) for x in raw["label"]],
@@ -208,13 +213,7 @@ def read_synthetic_frame(log: SyntheticLog, frame_index: int) -> Frame:
         )
         ego_pose = np.array(log.poses[i], dtype=np.float64)
     except (TypeError, ValueError) as exc:
-        raise FrameError(
-            f"{files['cuboids']}: malformed cuboids ({exc}); regenerate the log",
-            path=files["cuboids"],
-            reason="bad_cuboid",
-            log_id=log_id,
-            frame_index=i,
-        ) from exc
+        raise bad_cuboids(f"malformed cuboids ({exc})", "bad_cuboid") from exc
     timestamp = float(log.timestamps[i])
     cameras = {}
     for name in sorted(log.calib):
@@ -230,10 +229,10 @@ def read_synthetic_frame(log: SyntheticLog, frame_index: int) -> Frame:
         data, width, height = read_jpeg_file(raw_files, path, fix="", log_id=log_id, frame_index=i)
         cal = log.calib[name]
         if (width, height) != (cal["width"], cal["height"]):
-            raise FrameError(
-                f"{path}: image is {width}x{height} but calib.json says "
+            raise FrameError.at(
+                path,
+                f"image is {width}x{height} but calib.json says "
                 f"{cal['width']}x{cal['height']}; regenerate the log",
-                path=path,
                 reason="bad_calibration",
                 log_id=log_id,
                 frame_index=i,

@@ -46,19 +46,19 @@ def check_jpeg_bytes(
     without decoding pixels.
     """
     if not data.startswith(_JPEG_SOI):
-        raise FrameError(
-            f"{path}: not a JPEG (first bytes {data[:4].hex() or 'empty'}, expected ffd8); "
+        raise FrameError.at(
+            path,
+            f"not a JPEG (first bytes {data[:4].hex() or 'empty'}, expected ffd8); "
             "restore the camera image from the original log or quarantine the frame",
-            path=path,
             reason="corrupt_camera",
             log_id=log_id,
             frame_index=frame_index,
         )
     if _JPEG_EOI not in data[-64:]:
-        raise FrameError(
-            f"{path}: JPEG is truncated ({len(data)} bytes, no end-of-image marker); "
+        raise FrameError.at(
+            path,
+            f"JPEG is truncated ({len(data)} bytes, no end-of-image marker); "
             "re-copy the camera image from the original log or quarantine the frame",
-            path=path,
             reason="corrupt_camera",
             log_id=log_id,
             frame_index=frame_index,
@@ -76,9 +76,7 @@ def require_file(
 ) -> None:
     """Raise `FrameError` "<path>: <missing>" with `reason` unless the listing holds file `path`."""
     if not files.has_file(path):
-        raise FrameError(
-            f"{path}: {missing}", path=path, reason=reason, log_id=log_id, frame_index=frame_index
-        )
+        raise FrameError.at(path, missing, reason=reason, log_id=log_id, frame_index=frame_index)
 
 
 def load_json_file(
@@ -116,9 +114,9 @@ def load_json_file(
     try:
         return parse_json(data)
     except ValueError as exc:
-        raise FrameError(
-            f"{path}: not valid JSON ({exc}); {fix}",
-            path=path,
+        raise FrameError.at(
+            path,
+            f"not valid JSON ({exc}); {fix}",
             reason=corrupt_reason,
             log_id=log_id,
             frame_index=frame_index,
@@ -142,9 +140,9 @@ def read_jpeg_file(
         with Image.open(io.BytesIO(data)) as img:
             width, height = img.size
     except (UnidentifiedImageError, OSError, SyntaxError) as exc:
-        raise FrameError(
-            f"{path}: unreadable JPEG header ({exc}){fix}",
-            path=path,
+        raise FrameError.at(
+            path,
+            f"unreadable JPEG header ({exc}){fix}",
             reason="corrupt_camera",
             log_id=log_id,
             frame_index=frame_index,
@@ -154,9 +152,9 @@ def read_jpeg_file(
 
 def _fail(frame: Frame, role: str, message: str, reason: str) -> FrameError:
     path = frame.source_files.get(role, f"<{role} of {frame.log_id} frame {frame.frame_index}>")
-    return FrameError(
-        f"{path}: {message}",
-        path=path,
+    return FrameError.at(
+        path,
+        message,
         reason=reason,
         log_id=frame.log_id,
         frame_index=frame.frame_index,
