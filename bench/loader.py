@@ -39,8 +39,8 @@ from platform_lib.shards.codec import decode_sample
 from platform_lib.shards.commands import parse_camera_size
 from platform_lib.shards.manifest import compute_dataset_hash, load_manifest
 from platform_lib.shards.training_view import ViewConfig, build_view
-from platform_lib.sources.catalog import iter_log_frames, list_logs
-from platform_lib.sources.synthetic import SyntheticConfig, read_synthetic, write_synthetic_logs
+from platform_lib.sources.catalog import iter_log_frames, list_logs, read_frames
+from platform_lib.sources.synthetic import SyntheticConfig, write_synthetic_logs
 
 _CHUNK = 8 * 2**20
 PANDASET = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "pandaset"
@@ -148,7 +148,7 @@ def prepare_synthetic(work: Path, args: argparse.Namespace) -> Path:
             BuildConfig(shard_size_mb=args.shard_size_mb, val_fraction=0.0, progress=False),
         )
         by_log: dict[str, list] = {}
-        for frame in read_synthetic(raw):
+        for frame in read_frames("synthetic", raw):
             by_log.setdefault(frame.log_id, []).append(frame)
         write_dataset(
             _replicated(by_log, args.replicas),

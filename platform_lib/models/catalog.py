@@ -11,15 +11,9 @@ from torch import nn
 from platform_lib.models.bev_fusion.config import BEVFusionConfig
 from platform_lib.models.bev_fusion.model import BEVFusion
 from platform_lib.models.bev_fusion.prepare import build_sample_transform
-from platform_lib.models.presets import MODEL_PRESETS, get_model_config, list_models
+from platform_lib.models.presets import get_model_config
 
-__all__ = [
-    "MODEL_PRESETS",
-    "build_model",
-    "build_model_transform",
-    "get_model_config",
-    "list_models",
-]
+__all__ = ["build_model", "build_model_transform"]
 
 
 def build_model(cfg: BEVFusionConfig | str) -> nn.Module:

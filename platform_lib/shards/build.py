@@ -48,6 +48,7 @@ from platform_lib.sources.hashing import hash_logs
 
 __all__ = [
     "BuildConfig",
+    "assign_row_splits",
     "build_dataset",
     "check_output",
     "describe_config_error",
@@ -243,65 +244,70 @@ def publish_staging(staging: Path, output: Path, overwrite: bool) -> None:
         shutil.rmtree(old)
 
 
+def assign_row_splits(
+    rows: list[dict[str, Any]], config: BuildConfig, *, fix: str, over: str = ""
+) -> dict[str, Any]:
+    """Set `row["split"]` of every index row by `config`'s split settings; return the record.
+
+    Args:
+        rows: index rows with "log_id" and "frame_index", in index order.
+        config: the split settings (`split`, `val_fraction`, `val_logs`, `val_frames_per_log`).
+        fix: what to do, ending the error message.
+        over: what the splits are assigned over, for the message (e.g. " over the parts").
+
+    Raises:
+        BuildError: the settings cannot be applied to these rows.
+    """
+    try:
+        splits, record = assign_splits(
+            [(r["log_id"], r["frame_index"]) for r in rows],
+            method=config.split,
+            val_fraction=config.val_fraction,
+            val_logs=tuple(config.val_logs),
+            val_frames_per_log=config.val_frames_per_log,
+        )
+    except ValueError as exc:
+        raise BuildError(f"cannot assign splits{over}: {exc}; {fix}") from exc
+    for row, split in zip(rows, splits, strict=True):
+        row["split"] = split
+    return record
+
+
 def write_dataset(
-    frames: Iterable[Frame | FrameError],
+    frames: Iterable[Frame | PreparedFrame | FrameError],
     output_dir: str | Path,
     config: BuildConfig,
     *,
     source: str,
     source_logs: list[dict[str, Any]],
     input_root: str | Path | None = None,
-    total: int | None = None,
 ) -> Manifest:
     """Write `frames` as a published dataset at `output_dir`; return the manifest.
 
     Args:
-        frames: frames sorted by (log_id, frame_index), or FrameError for unreadable frames.
+        frames: frames sorted by (log_id, frame_index) (already encoded ones, `PreparedFrame`,
+            pass as they are), or FrameError for unreadable frames.
         output_dir: dataset folder to publish (atomically).
         config: build settings.
         source: source name recorded in the manifest ("pandaset", "synthetic", ...).
         source_logs: [{"log_id", "content_hash"}] of the raw logs; num_frames is filled in.
         input_root: raw input folder; file paths in quarantine entries are made relative to it.
-        total: expected frame count, for the progress bar only.
 
     Raises:
         BuildError: bad frames without `config.quarantine` (per-reason counts and example
             files in the message and `.report`), no samples, unsorted/duplicate frames, or an
             output folder that may not be written.
     """
-    items = (prepare_frame(item) for item in frames)
-    return _write_prepared(
-        items,
-        output_dir,
-        config,
-        source=source,
-        source_logs=source_logs,
-        input_root=input_root,
-        total=total,
-    )
-
-
-def _write_prepared(
-    items: Iterable[PreparedFrame | FrameError],
-    output_dir: str | Path,
-    config: BuildConfig,
-    *,
-    source: str,
-    source_logs: list[dict[str, Any]],
-    input_root: str | Path | None,
-    total: int | None,
-) -> Manifest:
     output = Path(output_dir).absolute()
     check_output(output, config.overwrite)
     with stage_output(output) as staging:
         manifest = _write_staging(
-            items,
+            (prepare_frame(item) for item in frames),
             staging,
             config,
             source=source,
             source_logs=source_logs,
             input_root=input_root,
-            total=total,
         )
         publish_staging(staging, output, config.overwrite)
     return manifest
@@ -315,7 +321,6 @@ def _write_staging(
     source: str,
     source_logs: list[dict[str, Any]],
     input_root: str | Path | None,
-    total: int | None,
 ) -> Manifest:
     progress = sys.stderr.isatty() if config.progress is None else config.progress
     bad = BadFrames(input_root=input_root)
@@ -325,7 +330,7 @@ def _write_staging(
     last: tuple[str, int] | None = None
     frames_per_log: dict[str, int] = {}
     target = int(config.shard_size_mb * 1_000_000)
-    bar = tqdm(items, total=total, disable=not progress, unit="frame", desc="build")
+    bar = tqdm(items, disable=not progress, unit="frame", desc="build")
     shown_log: str | None = None
     with bar, ShardWriter(staging, target_bytes=target) as writer:
         for item in bar:
@@ -367,18 +372,8 @@ def _write_staging(
             + (f"\n{bad.describe()}" if bad.count else ""),
             report=bad.report(),
         )
-    try:
-        splits, split_record = assign_splits(
-            [(r["log_id"], r["frame_index"]) for r in rows],
-            method=config.split,
-            val_fraction=config.val_fraction,
-            val_logs=tuple(config.val_logs),
-            val_frames_per_log=config.val_frames_per_log,
-        )
-    except ValueError as exc:  # e.g. --val-logs naming a log without usable frames
-        raise BuildError(f"cannot assign splits: {exc}; fix --val-logs/--split") from exc
-    for row, split in zip(rows, splits, strict=True):
-        row["split"] = split
+    # e.g. --val-logs naming a log without usable frames
+    split_record = assign_row_splits(rows, config, fix="fix --val-logs/--split")
     index_sha, index_bytes = write_index(rows, staging / INDEX_NAME)
     shard_entries = [asdict(s) for s in shards]
     class_counts = {g: sum(r[f"num_{g}"] for r in rows) for g in (*CLASS_GROUPS, "other")}
@@ -454,10 +449,10 @@ def build_dataset(
         listings.append(files)
         source_logs.append(entry)
     with contextlib.ExitStack() as stack:
-        items: Iterable[PreparedFrame | FrameError]
+        items: Iterable[Frame | PreparedFrame | FrameError]
         if config.workers == 1:
             items = (
-                prepare_frame(item)
+                item
                 for files in listings
                 for item in iter_log_frames(source, files.root, files=files)
             )
@@ -466,12 +461,6 @@ def build_dataset(
             pool = stack.enter_context(context.Pool(min(config.workers, len(log_dirs))))
             per_log = pool.imap(prepare_log, [(source, files) for files in listings])
             items = (item for log_items in per_log for item in log_items)
-        return _write_prepared(
-            items,
-            output_dir,
-            config,
-            source=source,
-            source_logs=source_logs,
-            input_root=input_path,
-            total=None,
+        return write_dataset(
+            items, output_dir, config, source=source, source_logs=source_logs, input_root=input_path
         )

@@ -22,6 +22,7 @@ from typing import Any
 
 from platform_lib.shards.build import (
     BuildConfig,
+    assign_row_splits,
     check_output,
     publish_staging,
     stage_output,
@@ -38,7 +39,6 @@ from platform_lib.shards.manifest import (
     load_manifest,
     write_manifest,
 )
-from platform_lib.shards.split import assign_splits
 from platform_lib.shards.writer import fsync_dir
 from platform_lib.sources.catalog import iter_log_frames
 from platform_lib.sources.frame import CLASS_GROUPS, Frame, FrameError
@@ -327,18 +327,7 @@ def merge_parts(
                     "shard": shards[base + row["shard_id"]]["path"],
                 }
             )
-    try:
-        splits, split_record = assign_splits(
-            [(r["log_id"], r["frame_index"]) for r in rows],
-            method=config.split,
-            val_fraction=config.val_fraction,
-            val_logs=tuple(config.val_logs),
-            val_frames_per_log=config.val_frames_per_log,
-        )
-    except ValueError as exc:
-        raise BuildError(f"cannot assign splits over the parts: {exc}; fix the split") from exc
-    for row, split in zip(rows, splits, strict=True):
-        row["split"] = split
+    split_record = assign_row_splits(rows, config, fix="fix the split", over=" over the parts")
     with stage_output(output) as staging:
         index_sha, index_bytes = write_index(rows, staging / INDEX_NAME)
         merged = Manifest.from_dict(

@@ -47,9 +47,12 @@ def _key_of(frame: Frame) -> str | None:
         return None
 
 
-def prepare_frame(item: Frame | FrameError) -> PreparedFrame | FrameError:
-    """Check and encode one frame; return the FrameError (with `.key` set) when it is bad."""
-    if isinstance(item, FrameError):
+def prepare_frame(item: Frame | PreparedFrame | FrameError) -> PreparedFrame | FrameError:
+    """Check and encode one frame; return the FrameError (with `.key` set) when it is bad.
+
+    A `PreparedFrame` or `FrameError` is returned as it is.
+    """
+    if isinstance(item, FrameError | PreparedFrame):
         return item
     try:
         check_frame(item)

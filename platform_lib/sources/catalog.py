@@ -26,6 +26,7 @@ __all__ = [
     "iter_log_frames",
     "list_log_urls",
     "list_logs",
+    "read_frames",
 ]
 
 #: The one list of raw-log formats; each has a reader below and a default split.
@@ -55,15 +56,20 @@ def check_source(source: str, *, culprit: str = "source") -> str:
 
 def _resolve(
     source: str,
-) -> tuple[Callable[[Path], list[Path]], Callable[..., Iterator[Frame | FrameError]]]:
+) -> tuple[Callable[..., list[Path]], Callable[..., Any], Callable[..., Frame]]:
+    """Return the (list_logs, load_log, read_frame) functions of `source`'s reader."""
     if source == "pandaset":
-        from platform_lib.sources.pandaset import iter_pandaset_frames, list_pandaset_logs
+        from platform_lib.sources import pandaset
 
-        return list_pandaset_logs, iter_pandaset_frames
+        return pandaset.list_pandaset_logs, pandaset.load_pandaset_log, pandaset.read_pandaset_frame
     if source == "synthetic":
-        from platform_lib.sources.synthetic import iter_synthetic_frames, list_synthetic_logs
+        from platform_lib.sources import synthetic, synthetic_io
 
-        return list_synthetic_logs, iter_synthetic_frames
+        return (
+            synthetic.list_synthetic_logs,
+            synthetic_io.load_synthetic_log,
+            synthetic_io.read_synthetic_frame,
+        )
     check_source(source)
     raise AssertionError(f"source {source!r} is listed in SOURCE_NAMES but has no reader")
 
@@ -92,13 +98,37 @@ def iter_log_frames(
     """
     from platform_lib.sources.frame import FrameError
 
-    read_frames = _resolve(source)[1]
+    _, load_log, read_frame = _resolve(source)
     try:
-        yield from read_frames(Path(log_dir), files=files)
+        log = load_log(Path(log_dir), files=files)
     except FrameError as exc:
         if exc.log_id is None:
             exc.log_id = Path(log_dir).name
         yield exc
+        return
+    for i in log.frame_indices:
+        try:
+            yield read_frame(log, i)
+        except FrameError as exc:
+            yield exc
+
+
+def read_frames(source: str, root: str | os.PathLike[str]) -> Iterator[Frame]:
+    """Yield the frames of every log of `source` under `root`; raise the first `FrameError`.
+
+    Logs are listed by `list_logs` (`root` may be one log folder) and read in order, frames in
+    index order; a log-level problem raises like a bad frame.
+
+    Raises:
+        FrameError: the first bad frame or log. UserError, FileNotFoundError: as `list_logs`.
+    """
+    from platform_lib.sources.frame import FrameError
+
+    for log_dir in list_logs(source, root):
+        for item in iter_log_frames(source, log_dir):
+            if isinstance(item, FrameError):
+                raise item
+            yield item
 
 
 def list_log_urls(source: str, location: str) -> list[str]:
@@ -112,16 +142,11 @@ def list_log_urls(source: str, location: str) -> list[str]:
             the location).
         StorageAccessError / StorageUnreachableError: from `platform_lib.storage`.
     """
-    from platform_lib.storage import call_with_retries, resolve_fs
+    from platform_lib.sources.hashing import resolve_raw_folder
+    from platform_lib.storage import call_with_retries
 
     check_source(source)
-    fs, root, local = resolve_fs(location)
-    if not call_with_retries(lambda: fs.isdir(root), what="listing", url=location):
-        raise UserError(
-            "raw-log folder does not exist or is not a folder",
-            location,
-            "pass raw_logs a folder of raw logs (local path or object-storage URL)",
-        )
+    fs, root, local = resolve_raw_folder(location)
     if local:
         try:
             return [str(p) for p in list_logs(source, root)]

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,7 +28,6 @@ __all__ = [
     "Frame",
     "FrameError",
     "LOG_ID_PATTERN",
-    "raise_first_error",
     "sample_key",
 ]
 
@@ -64,6 +62,21 @@ class FrameError(ValueError):
         self.reason = reason
         self.log_id = log_id
         self.frame_index = frame_index
+
+    @classmethod
+    def at(
+        cls,
+        path: str | os.PathLike[str],
+        problem: str,
+        *,
+        reason: str,
+        log_id: str | None = None,
+        frame_index: int | None = None,
+    ) -> FrameError:
+        """Return the error "<path>: <problem>" naming the culprit file or folder `path` first."""
+        return cls(
+            f"{path}: {problem}", path=path, reason=reason, log_id=log_id, frame_index=frame_index
+        )
 
     def __reduce__(self):  # keep all attributes (also ones set later, e.g. .key) across pickling
         return (
@@ -184,11 +197,3 @@ class Frame:
     def key(self) -> str:
         """WebDataset sample key, see `sample_key`."""
         return sample_key(self.log_id, self.frame_index)
-
-
-def raise_first_error(items: Iterable[Frame | FrameError]) -> Iterator[Frame]:
-    """Yield the frames of `items` (a source's `iter_*_frames`); raise the first `FrameError`."""
-    for item in items:
-        if isinstance(item, FrameError):
-            raise item
-        yield item

@@ -15,11 +15,15 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from platform_lib.errors import UserError
 from platform_lib.fsguard import iter_chunks, open_regular
 from platform_lib.sources.raw_files import RawFiles, scan_raw_files
 from platform_lib.storage import call_with_retries, resolve_fs
+
+if TYPE_CHECKING:
+    import fsspec
 
 __all__ = [
     "hash_logs",
@@ -32,6 +36,7 @@ __all__ = [
     "hash_raw_location",
     "hash_raw_log",
     "list_raw_files",
+    "resolve_raw_folder",
 ]
 
 _CHUNK = 1 << 20
@@ -179,13 +184,7 @@ def hash_raw_location(location: str) -> str:
             the location), or a remote object has neither ETag nor version id.
         StorageAccessError / StorageUnreachableError: from `platform_lib.storage`.
     """
-    fs, root, local = resolve_fs(location)
-    if not call_with_retries(lambda: fs.isdir(root), what="listing", url=location):
-        raise UserError(
-            "raw-log folder does not exist or is not a folder",
-            location,
-            "pass raw_logs a folder of raw logs (local path or object-storage URL)",
-        )
+    fs, root, local = resolve_raw_folder(location)
     if local:
         listing = scan_raw_files(root)
         if not listing.files:
@@ -214,6 +213,23 @@ def hash_raw_location(location: str) -> str:
             "raw-log folder is empty", location, "pass raw_logs a folder holding raw logs"
         )
     return hashlib.sha256("".join(lines).encode()).hexdigest()
+
+
+def resolve_raw_folder(location: str) -> tuple[fsspec.AbstractFileSystem, str, bool]:
+    """Return `storage.resolve_fs(location)` (fs, root, local) once the folder is known to exist.
+
+    Raises:
+        UserError: the location does not exist or is not a folder (culprit: the location).
+        StorageAccessError / StorageUnreachableError: from `platform_lib.storage`.
+    """
+    fs, root, local = resolve_fs(location)
+    if not call_with_retries(lambda: fs.isdir(root), what="listing", url=location):
+        raise UserError(
+            "raw-log folder does not exist or is not a folder",
+            location,
+            "pass raw_logs a folder of raw logs (local path or object-storage URL)",
+        )
+    return fs, root, local
 
 
 def check_raw_logs_unchanged(location: str, expected_hash: str) -> None:

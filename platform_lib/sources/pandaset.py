@@ -11,16 +11,13 @@ y left, z up; heading in world = yaw + pi/2; length = `dimensions.y`).
 
 from __future__ import annotations
 
-import io
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
 
-from platform_lib.sources.frame import CameraImage, Cuboids, Frame, FrameError, raise_first_error
+from platform_lib.sources.frame import CameraImage, Cuboids, Frame, FrameError
 from platform_lib.sources.geometry import (
     EGO_FROM_PANDASET_LIDAR,
     invert_transform,
@@ -35,20 +32,17 @@ from platform_lib.sources.pandaset_files import (
     parse_pose,
     require_columns,
 )
-from platform_lib.sources.raw_files import MAX_IMAGE_BYTES, RawFiles, scan_raw_files
-from platform_lib.sources.validation import check_jpeg_bytes, validate_frame
+from platform_lib.sources.raw_files import RawFiles, scan_raw_files
+from platform_lib.sources.validation import read_jpeg_file, require_file, validate_frame
 
 __all__ = [
     "CAMERA_NAMES",
     "PandasetLog",
     "hash_raw_log",
-    "iter_pandaset_frames",
     "list_pandaset_logs",
     "load_pandaset_log",
     "map_pandaset_label",
-    "read_pandaset",
     "read_pandaset_frame",
-    "read_pandaset_log",
 ]
 
 #: The six PandaSet cameras, sorted by name (the member order of the shards).
@@ -145,10 +139,10 @@ def load_pandaset_log(
     for name in CAMERA_NAMES:
         folder = log_dir / "camera" / name
         if not raw.has_dir(folder):
-            raise FrameError(
-                f"{folder}: camera folder is missing; a PandaSet sequence has all of "
+            raise FrameError.at(
+                folder,
+                "camera folder is missing; a PandaSet sequence has all of "
                 f"{list(CAMERA_NAMES)}: re-copy the sequence",
-                path=folder,
                 reason="missing_camera",
                 log_id=log_id,
             )
@@ -160,9 +154,9 @@ def load_pandaset_log(
                 dtype=np.float64,
             )
         except (KeyError, TypeError, ValueError) as exc:
-            raise FrameError(
-                f"{intr_path}: expected {{fx, fy, cx, cy}} ({exc!r})",
-                path=intr_path,
+            raise FrameError.at(
+                intr_path,
+                f"expected {{fx, fy, cx, cy}} ({exc!r})",
                 reason="bad_calibration",
                 log_id=log_id,
             ) from exc
@@ -196,45 +190,36 @@ def _read_camera(
 ) -> tuple[CameraImage, Path]:
     cam = log.cameras[name]
     path = cam["folder"] / f"{i:02d}.jpg"
-    if not log.files.has_file(path):
-        raise FrameError(
-            f"{path}: camera image of frame {i} is missing (camera folder {cam['folder']} holds "
-            f"{len(cam['files'])} images, lidar folder {log.log_dir / 'lidar'} holds "
-            f"{log.num_lidar_files} sweeps); re-copy the image from the original download or quarantine the frame",
-            path=path,
-            reason="missing_camera",
-            log_id=log.log_id,
-            frame_index=i,
-        )
-    data = log.files.read(path, max_bytes=MAX_IMAGE_BYTES)
-    check_jpeg_bytes(data, str(path), log_id=log.log_id, frame_index=i)
-    try:
-        with Image.open(io.BytesIO(data)) as img:  # parses the header only, no pixel decode
-            width, height = img.size
-    except (UnidentifiedImageError, OSError, SyntaxError) as exc:
-        raise FrameError(
-            f"{path}: unreadable JPEG header ({exc}); re-copy the image",
-            path=path,
-            reason="corrupt_camera",
-            log_id=log.log_id,
-            frame_index=i,
-        ) from exc
+    require_file(
+        log.files,
+        path,
+        f"camera image of frame {i} is missing (camera folder {cam['folder']} holds "
+        f"{len(cam['files'])} images, lidar folder {log.log_dir / 'lidar'} holds "
+        f"{log.num_lidar_files} sweeps); re-copy the image from the original download or "
+        "quarantine the frame",
+        reason="missing_camera",
+        log_id=log.log_id,
+        frame_index=i,
+    )
+    data, width, height = read_jpeg_file(
+        log.files, path, fix="; re-copy the image", log_id=log.log_id, frame_index=i
+    )
     world_from_camera = parse_pose(
         cam["poses"], i, cam["folder"] / "poses.json", log_id=log.log_id, frame_index=i
     )
     stamps = cam["timestamps"]
     if not isinstance(stamps, list) or i >= len(stamps):
-        raise FrameError(
-            f"{cam['folder'] / 'timestamps.json'}: no timestamp for frame {i}",
-            path=cam["folder"] / "timestamps.json",
+        raise FrameError.at(
+            cam["folder"] / "timestamps.json",
+            f"no timestamp for frame {i}",
             reason="count_mismatch",
             log_id=log.log_id,
             frame_index=i,
         )
     image = CameraImage(
         jpeg=data,
-        width=int(width),
-        height=int(height),
+        width=width,
+        height=height,
         intrinsics=cam["intrinsics"].copy(),
         extrinsics=ego_from_world @ world_from_camera,
         timestamp=float(stamps[i]),
@@ -268,9 +253,9 @@ def read_pandaset_frame(log: PandasetLog, frame_index: int) -> Frame:
     )
     ego_from_world = invert_transform(world_from_ego)
     if not isinstance(log.lidar_timestamps, list) or i >= len(log.lidar_timestamps):
-        raise FrameError(
-            f"{lidar_dir / 'timestamps.json'}: no timestamp for frame {i}",
-            path=lidar_dir / "timestamps.json",
+        raise FrameError.at(
+            lidar_dir / "timestamps.json",
+            f"no timestamp for frame {i}",
             reason="count_mismatch",
             log_id=log_id,
             frame_index=i,
@@ -314,37 +299,3 @@ def read_pandaset_frame(log: PandasetLog, frame_index: int) -> Frame:
         source_files=files,
     )
     return validate_frame(frame)
-
-
-def iter_pandaset_frames(
-    log_dir: str | os.PathLike[str], *, files: RawFiles | None = None
-) -> Iterator[Frame | FrameError]:
-    """Yield each frame of a sequence in index order, or the `FrameError` of a bad frame.
-
-    Args:
-        log_dir: the sequence folder.
-        files: the folder's listing to read through, usually hashed already
-            (`hashing.hash_listing`), so every byte read is checked against the hash; None:
-            list the folder now.
-
-    Raises:
-        FrameError: for log-level problems (see `load_pandaset_log`), before any frame.
-        RawFileChangedError: a file's bytes differ from those hashed (`raw_files`).
-    """
-    log = load_pandaset_log(log_dir, files=files)
-    for i in log.frame_indices:
-        try:
-            yield read_pandaset_frame(log, i)
-        except FrameError as exc:
-            yield exc
-
-
-def read_pandaset_log(log_dir: str | os.PathLike[str]) -> Iterator[Frame]:
-    """Yield the frames of one sequence; raise the first `FrameError`."""
-    return raise_first_error(iter_pandaset_frames(log_dir))
-
-
-def read_pandaset(root: str | os.PathLike[str]) -> Iterator[Frame]:
-    """Yield the frames of every sequence under `root` (sorted by sequence, then frame)."""
-    for log_dir in list_pandaset_logs(root):
-        yield from read_pandaset_log(log_dir)

@@ -25,7 +25,8 @@ import pandas as pd
 
 from platform_lib.sources.frame import FrameError
 from platform_lib.sources.geometry import make_transform, quaternion_to_matrix
-from platform_lib.sources.raw_files import MAX_ARRAY_BYTES, MAX_JSON_BYTES, RawFiles, parse_json
+from platform_lib.sources.raw_files import MAX_ARRAY_BYTES, RawFiles
+from platform_lib.sources.validation import load_json_file, require_file
 
 __all__ = [
     "index_numbered_files",
@@ -87,24 +88,14 @@ def load_json(path: Path, *, files: RawFiles, log_id: str | None = None):
             JSON or nested too deep.
         UserError: larger than `MAX_JSON_BYTES`; NotRegularFileError: not a regular file.
     """
-    if not files.has_file(path):
-        raise FrameError(
-            f"{path}: required PandaSet metadata file is missing; re-copy the sequence folder "
-            "from the original download",
-            path=path,
-            reason="missing_file",
-            log_id=log_id,
-        )
-    data = files.read(path, max_bytes=MAX_JSON_BYTES)
-    try:
-        return parse_json(data)
-    except ValueError as exc:
-        raise FrameError(
-            f"{path}: not valid JSON ({exc}); re-copy it from the original download",
-            path=path,
-            reason="corrupt_metadata",
-            log_id=log_id,
-        ) from exc
+    return load_json_file(
+        files,
+        path,
+        missing="required PandaSet metadata file is missing; re-copy the sequence folder "
+        "from the original download",
+        fix="re-copy it from the original download",
+        log_id=log_id,
+    )
 
 
 def parse_pose(
@@ -122,11 +113,11 @@ def parse_pose(
     """
     if not isinstance(poses, list) or index >= len(poses):
         count = len(poses) if isinstance(poses, list) else "no"
-        raise FrameError(
-            f"{path}: holds {count} poses but frame {index} needs one; the poses file and the "
+        raise FrameError.at(
+            path,
+            f"holds {count} poses but frame {index} needs one; the poses file and the "
             "sensor data disagree on the number of frames: re-export the sequence or quarantine "
             "the frame",
-            path=path,
             reason="count_mismatch",
             log_id=log_id,
             frame_index=frame_index,
@@ -145,9 +136,9 @@ def parse_pose(
             frame_index=frame_index,
         ) from exc
     if not np.all(np.isfinite(translation)):
-        raise FrameError(
-            f"{path}: pose {index} has a non-finite position",
-            path=path,
+        raise FrameError.at(
+            path,
+            f"pose {index} has a non-finite position",
             reason="bad_pose",
             log_id=log_id,
             frame_index=frame_index,
@@ -222,16 +213,16 @@ def load_pickled_frame(
             declares an object too large to allocate, or does not hold a DataFrame.
         UserError: larger than `MAX_ARRAY_BYTES`; NotRegularFileError: not a regular file.
     """
-    if not files.has_file(path):
-        what = reason.removeprefix("corrupt_")
-        raise FrameError(
-            f"{path}: {what} file of frame {frame_index} is missing; re-copy it from the original "
-            "download or quarantine the frame",
-            path=path,
-            reason=f"missing_{what}",
-            log_id=log_id,
-            frame_index=frame_index,
-        )
+    what = reason.removeprefix("corrupt_")
+    require_file(
+        files,
+        path,
+        f"{what} file of frame {frame_index} is missing; re-copy it from the original "
+        "download or quarantine the frame",
+        reason=f"missing_{what}",
+        log_id=log_id,
+        frame_index=frame_index,
+    )
     # Opened outside the try: a refused type or size is not a corrupt file.
     with files.open(path, max_bytes=MAX_ARRAY_BYTES) as handle:
         try:
@@ -251,18 +242,18 @@ def load_pickled_frame(
             TypeError,
             ValueError,
         ) as exc:
-            raise FrameError(
-                f"{path}: cannot decompress/unpickle ({type(exc).__name__}: {exc}); the file is "
+            raise FrameError.at(
+                path,
+                f"cannot decompress/unpickle ({type(exc).__name__}: {exc}); the file is "
                 "truncated or corrupt: re-copy it from the original download or quarantine the frame",
-                path=path,
                 reason=reason,
                 log_id=log_id,
                 frame_index=frame_index,
             ) from exc
     if not isinstance(df, pd.DataFrame):
-        raise FrameError(
-            f"{path}: holds a {type(df).__name__}, expected a pandas DataFrame; re-copy it",
-            path=path,
+        raise FrameError.at(
+            path,
+            f"holds a {type(df).__name__}, expected a pandas DataFrame; re-copy it",
             reason=reason,
             log_id=log_id,
             frame_index=frame_index,
@@ -276,10 +267,10 @@ def require_columns(
     """Raise `FrameError` (reason "missing_column") naming the first absent column and the file."""
     missing = [c for c in columns if c not in df.columns]
     if missing:
-        raise FrameError(
-            f"{path}: missing column(s) {missing} (has {list(df.columns)}); the file does not "
+        raise FrameError.at(
+            path,
+            f"missing column(s) {missing} (has {list(df.columns)}); the file does not "
             "follow the PandaSet schema: re-export it or quarantine the frame",
-            path=path,
             reason="missing_column",
             log_id=log_id,
             frame_index=frame_index,

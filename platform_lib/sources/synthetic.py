@@ -12,16 +12,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import numpy as np
 
-from platform_lib.sources.frame import Frame, FrameError, raise_first_error
 from platform_lib.sources.hashing import hash_raw_log
-from platform_lib.sources.raw_files import RawFiles
-from platform_lib.sources.synthetic_io import load_synthetic_log, read_synthetic_frame
 from platform_lib.sources.synthetic_render import (
     prepare_camera_rays,
     render_camera,
@@ -40,10 +36,7 @@ __all__ = [
     "FORMAT",
     "SyntheticConfig",
     "hash_raw_log",
-    "iter_synthetic_frames",
     "list_synthetic_logs",
-    "read_synthetic",
-    "read_synthetic_log",
     "synthetic_log_id",
     "write_synthetic_log",
     "write_synthetic_logs",
@@ -233,37 +226,3 @@ def list_synthetic_logs(root: str | os.PathLike[str]) -> list[Path]:
             "logs with write_synthetic_logs or pass the right folder"
         )
     return logs
-
-
-def iter_synthetic_frames(
-    log_dir: str | os.PathLike[str], *, files: RawFiles | None = None
-) -> Iterator[Frame | FrameError]:
-    """Yield each frame of a synthetic log, or the `FrameError` of a bad frame in its place.
-
-    Args:
-        log_dir: the log folder.
-        files: the folder's listing to read through, usually hashed already
-            (`hashing.hash_listing`), so every byte read is checked against the hash; None:
-            list the folder now.
-
-    Raises:
-        FrameError: for log-level problems (meta/calib/poses/timestamps), before any frame.
-        RawFileChangedError: a file's bytes differ from those hashed (`raw_files`).
-    """
-    log = load_synthetic_log(log_dir, files=files)
-    for i in range(log.num_frames):
-        try:
-            yield read_synthetic_frame(log, i)
-        except FrameError as exc:
-            yield exc
-
-
-def read_synthetic_log(log_dir: str | os.PathLike[str]) -> Iterator[Frame]:
-    """Yield the frames of one synthetic log; raise the first `FrameError`."""
-    return raise_first_error(iter_synthetic_frames(log_dir))
-
-
-def read_synthetic(root: str | os.PathLike[str]) -> Iterator[Frame]:
-    """Yield the frames of every synthetic log under `root`, sorted by log then frame."""
-    for log_dir in list_synthetic_logs(root):
-        yield from read_synthetic_log(log_dir)

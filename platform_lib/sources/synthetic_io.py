@@ -7,24 +7,21 @@ every file is looked up and opened through that listing, with the bounds of `raw
 
 from __future__ import annotations
 
-import io
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
 
 from platform_lib.sources.frame import CameraImage, Cuboids, Frame, FrameError
-from platform_lib.sources.raw_files import (
-    MAX_ARRAY_BYTES,
-    MAX_IMAGE_BYTES,
-    MAX_JSON_BYTES,
-    RawFiles,
-    parse_json,
-    scan_raw_files,
+from platform_lib.sources.raw_files import MAX_ARRAY_BYTES, RawFiles, scan_raw_files
+from platform_lib.sources.validation import (
+    load_json_file,
+    read_jpeg_file,
+    require_file,
+    validate_frame,
 )
-from platform_lib.sources.validation import check_jpeg_bytes, validate_frame
 
 __all__ = ["SyntheticLog", "load_synthetic_log", "read_synthetic_frame"]
 
@@ -50,35 +47,23 @@ class SyntheticLog:
     files: RawFiles
     """the log folder's listing: the only files read (and the ones hashed)"""
 
+    @property
+    def frame_indices(self) -> range:
+        """Indices of the log's frames, 0..num_frames-1."""
+        return range(self.num_frames)
 
-def _load_json(
-    files: RawFiles,
-    path: Path,
-    log_id: str | None,
-    frame_index: int | None = None,
-    missing: str = "missing_file",
-    corrupt: str = "corrupt_metadata",
-):
-    if not files.has_file(path):
-        raise FrameError(
-            f"{path}: file is missing; regenerate the synthetic log "
-            "(write_synthetic_logs) or quarantine the frame",
-            path=path,
-            reason=missing,
-            log_id=log_id,
-            frame_index=frame_index,
-        )
-    data = files.read(path, max_bytes=MAX_JSON_BYTES)
-    try:
-        return parse_json(data)
-    except ValueError as exc:
-        raise FrameError(
-            f"{path}: not valid JSON ({exc}); regenerate the synthetic log",
-            path=path,
-            reason=corrupt,
-            log_id=log_id,
-            frame_index=frame_index,
-        ) from exc
+
+def _load_json(files: RawFiles, path: Path, log_id: str | None, **where: Any) -> Any:
+    """`load_json_file` with the synthetic log's messages; `where`: frame_index, reasons."""
+    return load_json_file(
+        files,
+        path,
+        missing="file is missing; regenerate the synthetic log (write_synthetic_logs) or "
+        "quarantine the frame",
+        fix="regenerate the synthetic log",
+        log_id=log_id,
+        **where,
+    )
 
 
 def load_synthetic_log(
@@ -102,10 +87,10 @@ def load_synthetic_log(
     meta = _load_json(files, log_dir / "meta.json", None)
     if not isinstance(meta, dict) or meta.get("format") != "drivetrain-synthetic-v1":
         found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
-        raise FrameError(
-            f"{log_dir / 'meta.json'}: format is {found!r}, expected "
+        raise FrameError.at(
+            log_dir / "meta.json",
+            f"format is {found!r}, expected "
             "'drivetrain-synthetic-v1'; regenerate the log with write_synthetic_logs",
-            path=log_dir / "meta.json",
             reason="corrupt_metadata",
         )
     log_id = str(meta.get("log_id", log_dir.name))
@@ -121,9 +106,9 @@ def load_synthetic_log(
             for name, c in _load_json(files, log_dir / "calib.json", log_id)["cameras"].items()
         }
     except (KeyError, TypeError, ValueError) as exc:
-        raise FrameError(
-            f"{log_dir}: meta.json/calib.json malformed ({exc!r}); regenerate the log",
-            path=log_dir,
+        raise FrameError.at(
+            log_dir,
+            f"meta.json/calib.json malformed ({exc!r}); regenerate the log",
             reason="corrupt_metadata",
             log_id=log_id,
         ) from exc
@@ -131,10 +116,10 @@ def load_synthetic_log(
     timestamps = _load_json(files, log_dir / "timestamps.json", log_id)
     for name, values in (("poses.json", poses), ("timestamps.json", timestamps)):
         if not isinstance(values, list) or len(values) != num_frames:
-            raise FrameError(
-                f"{log_dir / name}: holds {len(values) if isinstance(values, list) else 'no'} "
+            raise FrameError.at(
+                log_dir / name,
+                f"holds {len(values) if isinstance(values, list) else 'no'} "
                 f"entries but {log_dir / 'meta.json'} says {num_frames} frames; regenerate the log",
-                path=log_dir / name,
                 reason="count_mismatch",
                 log_id=log_id,
             )
@@ -150,24 +135,23 @@ def load_synthetic_log(
 
 
 def _load_npy(files: RawFiles, path: Path, what: str, log_id: str, i: int) -> np.ndarray:
-    if not files.has_file(path):
-        raise FrameError(
-            f"{path}: {what} file of frame {i} is missing; regenerate the log or "
-            "quarantine the frame",
-            path=path,
-            reason=f"missing_{what}",
-            log_id=log_id,
-            frame_index=i,
-        )
+    require_file(
+        files,
+        path,
+        f"{what} file of frame {i} is missing; regenerate the log or quarantine the frame",
+        reason=f"missing_{what}",
+        log_id=log_id,
+        frame_index=i,
+    )
     # Opened outside the try: a refused type or size is not a corrupt file.
     with files.open(path, max_bytes=MAX_ARRAY_BYTES) as fh:
         try:
             return np.load(fh, allow_pickle=False)
         except (ValueError, OSError, EOFError) as exc:
-            raise FrameError(
-                f"{path}: unreadable .npy ({exc}); the file is truncated or corrupt: "
+            raise FrameError.at(
+                path,
+                f"unreadable .npy ({exc}); the file is truncated or corrupt: "
                 "regenerate the log or quarantine the frame",
-                path=path,
                 reason=f"corrupt_{what}",
                 log_id=log_id,
                 frame_index=i,
@@ -197,17 +181,27 @@ def read_synthetic_frame(log: SyntheticLog, frame_index: int) -> Frame:
     seg = _load_npy(raw_files, Path(files["lidar_seg"]), "lidar_seg", log_id, i)
     radar = _load_npy(raw_files, Path(files["radar"]), "radar", log_id, i)
     raw = _load_json(
-        raw_files, Path(files["cuboids"]), log_id, i, "missing_cuboids", "corrupt_cuboids"
+        raw_files,
+        Path(files["cuboids"]),
+        log_id,
+        frame_index=i,
+        missing_reason="missing_cuboids",
+        corrupt_reason="corrupt_cuboids",
     )
-    missing = [k for k in _CUBOID_KEYS if not isinstance(raw, dict) or k not in raw]
-    if missing:
-        raise FrameError(
-            f"{files['cuboids']}: missing field(s) {missing}; regenerate the log",
-            path=files["cuboids"],
-            reason="missing_column",
+
+    def bad_cuboids(problem: str, reason: str) -> FrameError:
+        path = files["cuboids"]
+        return FrameError.at(
+            path,
+            f"{problem}; regenerate the log",
+            reason=reason,
             log_id=log_id,
             frame_index=i,
         )
+
+    missing = [k for k in _CUBOID_KEYS if not isinstance(raw, dict) or k not in raw]
+    if missing:
+        raise bad_cuboids(f"missing field(s) {missing}", "missing_column")
     try:
         cuboids = Cuboids(
             label=[str(x) for x in raw["label"]],
@@ -219,53 +213,34 @@ def read_synthetic_frame(log: SyntheticLog, frame_index: int) -> Frame:
         )
         ego_pose = np.array(log.poses[i], dtype=np.float64)
     except (TypeError, ValueError) as exc:
-        raise FrameError(
-            f"{files['cuboids']}: malformed cuboids ({exc}); regenerate the log",
-            path=files["cuboids"],
-            reason="bad_cuboid",
-            log_id=log_id,
-            frame_index=i,
-        ) from exc
+        raise bad_cuboids(f"malformed cuboids ({exc})", "bad_cuboid") from exc
     timestamp = float(log.timestamps[i])
     cameras = {}
     for name in sorted(log.calib):
         path = root / "camera" / name / f"{stem}.jpg"
-        if not raw_files.has_file(path):
-            raise FrameError(
-                f"{path}: camera image of frame {i} is missing; regenerate the log or "
-                "quarantine the frame",
-                path=path,
-                reason="missing_camera",
-                log_id=log_id,
-                frame_index=i,
-            )
-        data = raw_files.read(path, max_bytes=MAX_IMAGE_BYTES)
-        check_jpeg_bytes(data, str(path), log_id=log_id, frame_index=i)
-        try:
-            with Image.open(io.BytesIO(data)) as img:
-                size = img.size
-        except (UnidentifiedImageError, OSError, SyntaxError) as exc:
-            raise FrameError(
-                f"{path}: unreadable JPEG header ({exc})",
-                path=path,
-                reason="corrupt_camera",
-                log_id=log_id,
-                frame_index=i,
-            ) from exc
+        require_file(
+            raw_files,
+            path,
+            f"camera image of frame {i} is missing; regenerate the log or quarantine the frame",
+            reason="missing_camera",
+            log_id=log_id,
+            frame_index=i,
+        )
+        data, width, height = read_jpeg_file(raw_files, path, fix="", log_id=log_id, frame_index=i)
         cal = log.calib[name]
-        if size != (cal["width"], cal["height"]):
-            raise FrameError(
-                f"{path}: image is {size[0]}x{size[1]} but calib.json says "
+        if (width, height) != (cal["width"], cal["height"]):
+            raise FrameError.at(
+                path,
+                f"image is {width}x{height} but calib.json says "
                 f"{cal['width']}x{cal['height']}; regenerate the log",
-                path=path,
                 reason="bad_calibration",
                 log_id=log_id,
                 frame_index=i,
             )
         cameras[name] = CameraImage(
             jpeg=data,
-            width=size[0],
-            height=size[1],
+            width=width,
+            height=height,
             intrinsics=cal["intrinsics"].copy(),
             extrinsics=cal["extrinsics"].copy(),
             timestamp=timestamp,

@@ -9,14 +9,26 @@ file the bad value came from (`Frame.source_files[role]`) and a reason slug.
 
 from __future__ import annotations
 
+import io
 import re
+from pathlib import Path
+from typing import Any
 
 import numpy as np
+from PIL import Image, UnidentifiedImageError
 
 from platform_lib.sources.frame import CLASS_GROUPS, Frame, FrameError, sample_key
+from platform_lib.sources.raw_files import MAX_IMAGE_BYTES, MAX_JSON_BYTES, RawFiles, parse_json
 from schemas.cuboids import CENTER_XY_LIMIT_M, CENTER_Z_LIMIT_M, SIZE_LIMIT_M
 
-__all__ = ["CAMERA_NAME_PATTERN", "check_jpeg_bytes", "validate_frame"]
+__all__ = [
+    "CAMERA_NAME_PATTERN",
+    "check_jpeg_bytes",
+    "load_json_file",
+    "read_jpeg_file",
+    "require_file",
+    "validate_frame",
+]
 
 #: Camera names become tar member names (`<key>.<camera>.jpg`).
 CAMERA_NAME_PATTERN = re.compile(r"^[a-z0-9_]{1,64}$")
@@ -34,30 +46,115 @@ def check_jpeg_bytes(
     without decoding pixels.
     """
     if not data.startswith(_JPEG_SOI):
-        raise FrameError(
-            f"{path}: not a JPEG (first bytes {data[:4].hex() or 'empty'}, expected ffd8); "
+        raise FrameError.at(
+            path,
+            f"not a JPEG (first bytes {data[:4].hex() or 'empty'}, expected ffd8); "
             "restore the camera image from the original log or quarantine the frame",
-            path=path,
             reason="corrupt_camera",
             log_id=log_id,
             frame_index=frame_index,
         )
     if _JPEG_EOI not in data[-64:]:
-        raise FrameError(
-            f"{path}: JPEG is truncated ({len(data)} bytes, no end-of-image marker); "
+        raise FrameError.at(
+            path,
+            f"JPEG is truncated ({len(data)} bytes, no end-of-image marker); "
             "re-copy the camera image from the original log or quarantine the frame",
-            path=path,
             reason="corrupt_camera",
             log_id=log_id,
             frame_index=frame_index,
         )
 
 
+def require_file(
+    files: RawFiles,
+    path: Path,
+    missing: str,
+    *,
+    reason: str,
+    log_id: str | None,
+    frame_index: int | None = None,
+) -> None:
+    """Raise `FrameError` "<path>: <missing>" with `reason` unless the listing holds file `path`."""
+    if not files.has_file(path):
+        raise FrameError.at(path, missing, reason=reason, log_id=log_id, frame_index=frame_index)
+
+
+def load_json_file(
+    files: RawFiles,
+    path: Path,
+    *,
+    missing: str,
+    fix: str,
+    log_id: str | None,
+    frame_index: int | None = None,
+    missing_reason: str = "missing_file",
+    corrupt_reason: str = "corrupt_metadata",
+) -> Any:
+    """Load a JSON file through the listing (at most `MAX_JSON_BYTES`, nesting bounded).
+
+    Args:
+        files: the log folder's listing (`raw_files.scan_raw_files`).
+        path: the JSON file.
+        missing: message (after "<path>: ") when the file is absent.
+        fix: what to do (after "not valid JSON (...); ") when it does not parse.
+        log_id: log of the file, for the error.
+        frame_index: frame of the file, or None for log-level files.
+        missing_reason: reason slug when the file is absent.
+        corrupt_reason: reason slug when it does not parse.
+
+    Raises:
+        FrameError: `missing_reason` if absent, `corrupt_reason` if not valid UTF-8 JSON or
+            nested too deep.
+        UserError: larger than `MAX_JSON_BYTES`; NotRegularFileError: not a regular file.
+    """
+    require_file(
+        files, path, missing, reason=missing_reason, log_id=log_id, frame_index=frame_index
+    )
+    data = files.read(path, max_bytes=MAX_JSON_BYTES)
+    try:
+        return parse_json(data)
+    except ValueError as exc:
+        raise FrameError.at(
+            path,
+            f"not valid JSON ({exc}); {fix}",
+            reason=corrupt_reason,
+            log_id=log_id,
+            frame_index=frame_index,
+        ) from exc
+
+
+def read_jpeg_file(
+    files: RawFiles, path: Path, *, fix: str, log_id: str, frame_index: int
+) -> tuple[bytes, int, int]:
+    """Read a camera JPEG through the listing; return (bytes, width, height) in pixels.
+
+    Checks the SOI/EOI markers (`check_jpeg_bytes`) and parses the header only (no pixel
+    decode); `fix` ends the message of an unreadable header (e.g. "; re-copy the image").
+
+    Raises:
+        FrameError: reason "corrupt_camera". UserError: larger than `MAX_IMAGE_BYTES`.
+    """
+    data = files.read(path, max_bytes=MAX_IMAGE_BYTES)
+    check_jpeg_bytes(data, str(path), log_id=log_id, frame_index=frame_index)
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            width, height = img.size
+    except (UnidentifiedImageError, OSError, SyntaxError) as exc:
+        raise FrameError.at(
+            path,
+            f"unreadable JPEG header ({exc}){fix}",
+            reason="corrupt_camera",
+            log_id=log_id,
+            frame_index=frame_index,
+        ) from exc
+    return data, int(width), int(height)
+
+
 def _fail(frame: Frame, role: str, message: str, reason: str) -> FrameError:
     path = frame.source_files.get(role, f"<{role} of {frame.log_id} frame {frame.frame_index}>")
-    return FrameError(
-        f"{path}: {message}",
-        path=path,
+    return FrameError.at(
+        path,
+        message,
         reason=reason,
         log_id=frame.log_id,
         frame_index=frame.frame_index,

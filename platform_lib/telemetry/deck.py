@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+from collections.abc import Callable
 from typing import Any
 
 import matplotlib
@@ -21,7 +22,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (after selecting the non-interact
 from platform_lib.redact import redact  # noqa: E402
 from platform_lib.telemetry.goodput import BADPUT_CATEGORIES  # noqa: E402
 from platform_lib.telemetry.report import format_report, steady_steps  # noqa: E402
-from platform_lib.telemetry.timeline import Timeline  # noqa: E402
+from platform_lib.telemetry.timeline import StepRecord, Timeline  # noqa: E402
 
 __all__ = ["PLOTS", "PLOT_BOXES", "PLOT_HEIGHT", "PLOT_WIDTH", "render_deck_html"]
 
@@ -91,19 +92,25 @@ def _plot_step_time(timeline: Timeline) -> str:
     return _png(fig)
 
 
-def _plot_input_wait(timeline: Timeline) -> str:
-    fig, ax = _figure("input wait (% of step time) per rank")
+def _plot_per_rank(
+    timeline: Timeline, title: str, value: Callable[[StepRecord], float], **line: Any
+) -> tuple[Any, Any]:
+    """Draw one line per rank of `value(step)` over its steady steps; return (fig, ax)."""
+    fig, ax = _figure(title)
     for rank in timeline.ranks():
         steps = steady_steps(timeline.for_rank(rank).steps)
-        ax.plot(
-            [s.step for s in steps],
-            [100 * s.input_wait_s / s.wall_s for s in steps],
-            label=f"rank {rank}",
-        )
-    ax.axhline(5, color="orange", linestyle="--", linewidth=1)
-    ax.axhline(20, color="red", linestyle="--", linewidth=1)
+        ax.plot([s.step for s in steps], [value(s) for s in steps], label=f"rank {rank}", **line)
     ax.set_xlabel("step", fontsize=8)
     ax.legend(fontsize=7)
+    return fig, ax
+
+
+def _plot_input_wait(timeline: Timeline) -> str:
+    fig, ax = _plot_per_rank(
+        timeline, "input wait (% of step time) per rank", lambda s: 100 * s.input_wait_s / s.wall_s
+    )
+    ax.axhline(5, color="orange", linestyle="--", linewidth=1)
+    ax.axhline(20, color="red", linestyle="--", linewidth=1)
     return _png(fig)
 
 
@@ -140,14 +147,7 @@ def _plot_throughput(timeline: Timeline, report: dict[str, Any]) -> str:
 
 
 def _plot_ranks(timeline: Timeline) -> str:
-    fig, ax = _figure("step time per rank (s)")
-    for rank in timeline.ranks():
-        steps = steady_steps(timeline.for_rank(rank).steps)
-        ax.plot(
-            [s.step for s in steps], [s.wall_s for s in steps], label=f"rank {rank}", linewidth=1
-        )
-    ax.set_xlabel("step", fontsize=8)
-    ax.legend(fontsize=7)
+    fig, _ = _plot_per_rank(timeline, "step time per rank (s)", lambda s: s.wall_s, linewidth=1)
     return _png(fig)
 
 

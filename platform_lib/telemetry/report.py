@@ -92,7 +92,6 @@ def build_report(
     min_step_s: float = DEFAULT_MIN_STEP_S,
     straggler_threshold: float = DEFAULT_STRAGGLER_THRESHOLD,
     window_s: float | None = None,
-    reference_rank: int = 0,
 ) -> dict[str, Any]:
     """Compute the goodput report of a run.
 
@@ -101,19 +100,19 @@ def build_report(
         min_step_s: anomaly minimum step (ml-goodput-measurement: 1 s), in s.
         straggler_threshold: ranks scoring below it are flagged.
         window_s: rolling-window length, in s; None: a tenth of the job's wall time.
-        reference_rank: whose timeline gives the wall-time breakdown (rank 0).
 
     Returns:
         A dict (schema `REPORT_FORMAT`, see docs/goodput.md): job, goodput, badput_s,
         badput_accelerator_hours, input, anomalies, ranks, throughput, memory, windows.
 
     Raises:
-        ValueError: the timeline is empty or `reference_rank` recorded nothing.
+        ValueError: the timeline is empty or rank 0 (whose timeline gives the wall-time
+            breakdown) recorded nothing.
     """
     ranks = timeline.ranks()
-    if reference_rank not in ranks:
-        raise ValueError(f"rank {reference_rank} recorded no telemetry (ranks present: {ranks})")
-    ref = timeline.for_rank(reference_rank)
+    if 0 not in ranks:
+        raise ValueError(f"rank 0 recorded no telemetry (ranks present: {ranks})")
+    ref = timeline.for_rank(0)
     segments, start, end = build_segments(ref)
     totals = summarize_segments(segments, start, end)
     figures = goodput_figures(totals)
@@ -122,7 +121,7 @@ def build_report(
     medians = {r: s["median_step_s"] for r, s in per_rank.items() if s["median_step_s"]}
     for rank, score in score_stragglers(medians, straggler_threshold).items():
         per_rank[rank].update(straggler_score=score["score"], straggler=score["straggler"])
-    ref_stats = per_rank[reference_rank]
+    ref_stats = per_rank[0]
     hours = world_size / 3600.0
     windows = window_breakdown(
         segments, start, end, window_s or max((end - start) / DEFAULT_WINDOWS, 1e-6)

@@ -279,7 +279,7 @@ def _rank_pid_signal(
 
 
 def split_attempts(lines: Sequence[LogLine], rules: Sequence[Rule] = RULES) -> list[int]:
-    """Return the attempt index of each line (lines in time order, as `read_evidence_lines`).
+    """Return the attempt index of each line (lines in time order, as `collect_evidence_lines`).
 
     torch elastic reports each failed worker group with an error block (`failed (exitcode: N)
     local_rank: R (pid: P) of fn: ...` and the traceback it logs with the same time stamp); with

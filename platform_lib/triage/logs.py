@@ -43,7 +43,6 @@ __all__ = [
     "collect_evidence_lines",
     "load_evidence",
     "parse_log",
-    "read_evidence_lines",
     "save_evidence",
 ]
 
@@ -545,11 +544,6 @@ def collect_evidence_lines(
     keyed = [((line.time or datetime.max), seq, line) for seq, line in enumerate(lines)]
     keyed.sort(key=lambda k: (k[0], k[1]))
     return [k[2] for k in keyed], tuple(notes)
-
-
-def read_evidence_lines(evidence: Evidence) -> list[LogLine]:
-    """Return the evidence lines the classifier reads, in time order (see `collect_evidence_lines`)."""
-    return collect_evidence_lines(evidence)[0]
 
 
 def _error_json_text(data: Any, name: str, notes: list[str]) -> str | None:

@@ -11,18 +11,16 @@ import pandas as pd
 import pytest
 from scipy.spatial import cKDTree
 
+from platform_lib.sources.catalog import iter_log_frames, read_frames
 from platform_lib.sources.frame import FrameError
 from platform_lib.sources.geometry import transform_points
 from platform_lib.sources.hashing import hash_raw_log
 from platform_lib.sources.pandaset import (
     CAMERA_NAMES,
-    iter_pandaset_frames,
     list_pandaset_logs,
     load_pandaset_log,
     map_pandaset_label,
-    read_pandaset,
     read_pandaset_frame,
-    read_pandaset_log,
 )
 from schemas.cuboids import cuboids_to_frame, validate_cuboid_frame
 from tests.support.geometry import count_points_in_cuboids, project_points
@@ -30,7 +28,7 @@ from tests.support.geometry import count_points_in_cuboids, project_points
 
 @pytest.fixture(scope="module")
 def frames(pandaset_root):
-    return list(read_pandaset(pandaset_root))
+    return list(read_frames("pandaset", pandaset_root))
 
 
 def test_lists_root_or_single_sequence(pandaset_root, tmp_path):
@@ -186,7 +184,7 @@ def _assert_says_what_to_do(err: FrameError) -> None:
 def test_missing_camera_is_yielded_and_reading_goes_on(pandaset_copy):
     bad = pandaset_copy / "camera" / "back_camera" / "09.jpg"
     bad.unlink()
-    items = list(iter_pandaset_frames(pandaset_copy))
+    items = list(iter_log_frames("pandaset", pandaset_copy))
     assert [isinstance(x, FrameError) for x in items] == [False] * 9 + [True]
     err = items[9]
     _assert_says_what_to_do(err)
@@ -195,13 +193,13 @@ def test_missing_camera_is_yielded_and_reading_goes_on(pandaset_copy):
     assert str(bad.parent) in str(err) and "holds 9 images" in str(err)
     assert str(pandaset_copy / "lidar") in str(err) and "10 sweeps" in str(err)
     with pytest.raises(FrameError, match="09.jpg"):
-        list(read_pandaset_log(pandaset_copy))
+        list(read_frames("pandaset", pandaset_copy))
 
 
 def test_a_gap_in_the_lidar_sweeps_is_reported_not_skipped(pandaset_copy):
     gap = pandaset_copy / "lidar" / "04.pkl.gz"
     gap.unlink()
-    items = list(iter_pandaset_frames(pandaset_copy))
+    items = list(iter_log_frames("pandaset", pandaset_copy))
     assert len(items) == 10 and [i for i, x in enumerate(items) if isinstance(x, FrameError)] == [4]
     assert items[4].reason == "missing_lidar" and items[4].path == str(gap)
     _assert_says_what_to_do(items[4])
@@ -296,11 +294,11 @@ def test_short_camera_poses_is_a_count_mismatch(pandaset_copy):
 
 def test_missing_lidar_poses_is_a_log_level_error(pandaset_copy):
     (pandaset_copy / "lidar" / "poses.json").unlink()
-    with pytest.raises(FrameError) as info:
-        next(iter_pandaset_frames(pandaset_copy))
-    assert info.value.reason == "missing_file" and info.value.frame_index is None
-    _assert_says_what_to_do(info.value)
-    assert str(pandaset_copy / "lidar" / "poses.json") in str(info.value)
+    (err,) = iter_log_frames("pandaset", pandaset_copy)  # the log's one item, before any frame
+    assert isinstance(err, FrameError)
+    assert err.reason == "missing_file" and err.frame_index is None
+    _assert_says_what_to_do(err)
+    assert str(pandaset_copy / "lidar" / "poses.json") in str(err)
 
 
 def test_missing_camera_folder_is_a_log_level_error(pandaset_copy):

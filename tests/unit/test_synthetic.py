@@ -12,14 +12,12 @@ import pyarrow as pa
 import pytest
 import simplejpeg
 
+from platform_lib.sources.catalog import iter_log_frames, read_frames
 from platform_lib.sources.frame import FrameError
 from platform_lib.sources.hashing import hash_raw_log
 from platform_lib.sources.synthetic import (
     SyntheticConfig,
-    iter_synthetic_frames,
     list_synthetic_logs,
-    read_synthetic,
-    read_synthetic_log,
     write_synthetic_logs,
 )
 from platform_lib.sources.validation import validate_frame
@@ -45,7 +43,7 @@ SMALL = SyntheticConfig(
 
 @pytest.fixture(scope="module")
 def frames(synthetic_root):
-    return list(read_synthetic(synthetic_root))
+    return list(read_frames("synthetic", synthetic_root))
 
 
 @pytest.mark.parametrize(
@@ -193,7 +191,7 @@ def small_log(tmp_path):
 
 
 def _error_at(log, index) -> FrameError:
-    items = list(iter_synthetic_frames(log))
+    items = list(iter_log_frames("synthetic", log))
     assert len(items) == 3
     assert [isinstance(x, FrameError) for x in items].count(True) == 1  # the others still read
     err = items[index]
@@ -201,7 +199,7 @@ def _error_at(log, index) -> FrameError:
     assert str(err).startswith(err.path + ":"), str(err)  # the culprit file comes first
     assert "regenerate" in str(err) or "quarantine the frame" in str(err), str(err)
     with pytest.raises(FrameError):
-        list(read_synthetic_log(log))
+        list(read_frames("synthetic", log))
     return err
 
 
@@ -240,7 +238,7 @@ def test_bad_cuboid_and_count_mismatch(small_log):
     assert err.reason == "missing_column" and "['yaw']" in str(err)
     seg = small_log / "lidar_seg" / "000001.npy"
     np.save(seg, np.load(seg)[:-3])
-    items = list(iter_synthetic_frames(small_log))
+    items = list(iter_log_frames("synthetic", small_log))
     err = items[1]
     assert err.reason == "count_mismatch" and str(seg) in str(err)
     assert str(small_log / "lidar" / "000001.npy") in str(err)
@@ -274,7 +272,7 @@ def test_log_level_errors_are_raised_before_any_frame(small_log):
     meta = small_log / "meta.json"
     meta.write_text(json.dumps({**json.loads(meta.read_text()), "format": "other"}))
     with pytest.raises(FrameError, match="regenerate") as info:
-        next(iter_synthetic_frames(small_log))
+        next(read_frames("synthetic", small_log))
     assert info.value.reason == "corrupt_metadata" and info.value.path == str(meta)
     assert info.value.frame_index is None
     meta.unlink()

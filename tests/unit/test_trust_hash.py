@@ -27,9 +27,10 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from platform_lib.errors import UserError, format_user_error
+from platform_lib.sources.catalog import read_frames
 from platform_lib.sources.frame import FrameError
 from platform_lib.sources.hashing import hash_raw_location, hash_raw_log, list_raw_files
-from platform_lib.sources.pandaset import CAMERA_NAMES, load_pandaset_log, read_pandaset_log
+from platform_lib.sources.pandaset import CAMERA_NAMES, load_pandaset_log
 
 _POSE = [
     {"position": {"x": 0.0, "y": 0.0, "z": 0.0}, "heading": {"w": 1.0, "x": 0, "y": 0, "z": 0}}
@@ -100,7 +101,7 @@ def test_camera_folder_behind_a_directory_link_is_hashed(tmp_path: Path) -> None
 
     assert hash_raw_log(seq) != before
     assert hash_raw_location(str(tmp_path / "raw")) != location_before
-    (frame,) = read_pandaset_log(seq)  # the build reads the new bytes, and the hash saw them
+    (frame,) = read_frames("pandaset", seq)  # the build reads the new bytes, and the hash saw them
     assert frame.cameras["front_camera"].jpeg == new_jpeg
 
 
@@ -314,7 +315,7 @@ def test_every_file_the_reader_opens_is_hashed(choices, extras, poke) -> None:
         before = hash_raw_log(seq)
         _opened = []
         try:
-            frames = list(read_pandaset_log(seq))
+            frames = list(read_frames("pandaset", seq))
         finally:
             opened, _opened = _opened, None
         inside = [p for p in opened if p.startswith(tmp)]
