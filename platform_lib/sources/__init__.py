@@ -1,6 +1,6 @@
 """Raw driving-log readers: each source lists its logs and yields canonical `Frame`s.
 
-Chain: raw log folder -> `iter_<source>_frames(log_dir)` -> `Frame | FrameError` per frame
+Chain: raw log folder -> `catalog.iter_log_frames(source, log_dir)` -> `Frame | FrameError` per frame
 (validated by `validate_frame`) -> shard writer; `catalog.py` names the formats and dispatches
 by name. Import from the modules (see README.md in this package).
 """

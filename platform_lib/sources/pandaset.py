@@ -1,9 +1,9 @@
 """PandaSet reader: sequence folders -> canonical `Frame`s in the ego frame of each sweep.
 
 `load_pandaset_log` lists the sequence folder once (`raw_files.scan_raw_files`, the listing the
-content hash covers) and opens every file through that listing. `iter_pandaset_frames` yields
-a `FrameError` in place of a bad frame and goes on; `read_pandaset_log` / `read_pandaset` raise
-on the first one; log-level problems raise `FrameError` with `frame_index=None`. Frames,
+content hash covers) and opens every file through that listing; `catalog.iter_log_frames`
+yields a `FrameError` in place of a bad frame and goes on, `catalog.read_frames` raises on
+the first one; log-level problems raise `FrameError` with `frame_index=None`. Frames,
 cuboid conventions and the overlap de-duplication follow the PandaSet devkit docs, as listed in
 the package README.md, "PandaSet conventions" (ego = LiDAR pose frame re-axed to x forward,
 y left, z up; heading in world = yaw + pi/2; length = `dimensions.y`).

@@ -1,8 +1,8 @@
 """Synthetic raw logs: generate (seeded, byte-deterministic), write to disk, read back as Frames.
 
 `write_synthetic_logs` writes one `synth-NNNN/` folder per log (to a temporary sibling, then
-renamed into place, so a crash never leaves a half-written log); `iter_synthetic_frames` and
-friends read them back. The folder layout (meta.json, calib.json, poses.json,
+renamed into place, so a crash never leaves a half-written log); `synthetic_io.load_synthetic_log` and
+`read_synthetic_frame` read them back (through `catalog.iter_log_frames`). The folder layout (meta.json, calib.json, poses.json,
 timestamps.json, camera/, lidar/, lidar_seg/, radar/, cuboids/) with units and frames is in
 the package README.md, "Synthetic logs"; JSON is `sort_keys=True, separators=(",", ":")`.
 """
