@@ -31,7 +31,7 @@ class LoaderConfig(BaseModel):
 
     prefetch_depth: int = Field(default=2, ge=1)
     """batches each worker prepares ahead of the training loop (and batches the main process
-    receives ahead), in batches; each costs one shared-memory ring slot per worker"""
+    receives ahead), in batches; bounded also by `shm_budget_bytes`"""
     shuffle_buffer: int = Field(default=2048, ge=1)
     """window of the block shuffle, in samples: the global order is shuffled within
     consecutive windows of this many samples after shuffling the shard order"""
@@ -68,7 +68,13 @@ class LoaderConfig(BaseModel):
     """page-lock the shared-memory ring once (only when CUDA is available), so batches copy to
     the GPU without staging"""
     shm_dir: str = "/dev/shm"
-    """tmpfs folder of the loader's shared-memory ring (allocated once per loader)"""
+    """tmpfs folder of the loader's shared-memory ring (one sparse file per loader)"""
+    shm_budget_bytes: int | None = Field(default=None, ge=1)
+    """most /dev/shm bytes the loader's ring may use, in bytes, split evenly between the
+    workers; a worker whose part is full waits for the training loop to release batches.
+    None: this rank's share of the node (`ring.node_shm_budget`: min(/dev/shm size, a quarter
+    of the cgroup memory limit) / LOCAL_WORLD_SIZE, capped at 2.5 GiB). Must hold one batch
+    per worker, else `RingError`"""
     max_retries: int = Field(default=4, ge=0)
     """retries of a failed object-store request (transient errors only), in attempts"""
     retry_backoff_s: float = Field(default=0.5, ge=0)

@@ -2,12 +2,13 @@
 
 Worker w of n produces its rank's batches w, w + n, ... of the epoch plan (see
 `partition.py`), for the epoch and start step the main process wrote into the ring's control
-words before starting the iteration. Each batch: take a free ring slot, `preadv` the units'
-byte ranges into its raw area in shard-offset order (sequential I/O), verify, parse members as
-views (npy header parse, JPEG bytes as memoryviews), decode, apply `sample_transform`, collate
-(tensors stacked straight into the slot's output area), then send the small skeleton
-(`ring.SlotWriter.pack`). Counters (skipped samples, object-store requests, downloads, ring
-fallbacks) ride along in `batch["__stats__"]` as deltas; the loader removes them.
+words before starting the iteration. Each batch: reserve an extent of its actual bytes in the
+worker's ring region, `preadv` the units' byte ranges into its raw area in shard-offset order
+(sequential I/O), verify, parse members as views (npy header parse, JPEG bytes as
+memoryviews), decode, apply `sample_transform`, collate (tensors stacked straight into the
+extent's output area), then send the small skeleton (`ring.SlotWriter.pack`). Counters
+(skipped samples, object-store requests, downloads, ring fallbacks) ride along in
+`batch["__stats__"]` as deltas; the loader removes them.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from platform_lib.loading.errors import SampleDecodeError, ShardFormatError
 from platform_lib.loading.files import ShardFiles
 from platform_lib.loading.mixing import EpochOrders
 from platform_lib.loading.partition import EpochPlan, positions_for_batch, steps_for_worker
-from platform_lib.loading.ring import Ring, SlotWriter
+from platform_lib.loading.ring import RING_KEY, Ring, SlotWriter, aligned
 from platform_lib.loading.shared_order import SharedOrders
 from platform_lib.loading.transport import WorkerFailure
 from platform_lib.shards.codec import decode_sample
@@ -45,6 +46,8 @@ STATS_KEY = "__stats__"
 _SKIPPABLE = (ShardFormatError, SampleDecodeError)
 #: Ring control words: [0] generation (ring.py), [1] epoch, [2] start step.
 _EPOCH, _START = 1, 2
+#: Output-area bytes a batch reserves beyond its measured outputs (small copied arrays), in bytes.
+OUTPUT_SLACK = 1 << 16
 
 
 def _decode(
@@ -98,6 +101,8 @@ class BatchStream(IterableDataset):
         self.plan, self.rank, self.batch_size = plan, rank, batch_size
         self.decode, self.config, self.ring, self.shared = decode, config, ring, shared
         self._control = np.zeros(4, dtype=np.int64)  # without a ring (in-process loading)
+        #: bytes a unit adds in the ring's output area (measured, with a margin; set with the ring)
+        self.unit_output_bytes = 0
 
     @property
     def control(self) -> np.ndarray:
@@ -129,6 +134,14 @@ class BatchStream(IterableDataset):
                 )
             files.append(ShardFiles(view, cache=cache, verify=cfg.verify, cache_dir=cfg.cache_dir))
         return files
+
+    def _raw_bytes(self, sources: np.ndarray, unit_ids: np.ndarray) -> int:
+        """Bytes of a batch's raw area: its units' frames, each 64-byte aligned."""
+        return sum(
+            aligned(int(self.views[s].sample_size[row]))
+            for s, u in zip(sources, unit_ids, strict=True)
+            for row in self.units[s][u]
+        )
 
     def _load_frame(self, files: ShardFiles, row: int, writer: SlotWriter) -> dict[str, Any]:
         view = files.view
@@ -214,8 +227,13 @@ class BatchStream(IterableDataset):
                     self.plan, step=step, rank=self.rank, batch_size=self.batch_size
                 )
                 sources, unit_ids = order_source[positions], order_unit[positions]
-                slot = self.ring.acquire(worker_id) if self.ring is not None else None
-                writer = SlotWriter(self.ring, slot)
+                extent, raw = None, self._raw_bytes(sources, unit_ids)
+                if self.ring is not None:
+                    need = raw + len(positions) * self.unit_output_bytes + OUTPUT_SLACK
+                    extent = self.ring.reserve(
+                        worker_id, need, timeout_s=self.config.worker_timeout_s
+                    )
+                writer = SlotWriter(self.ring, extent, raw)
                 first_rows = np.array(
                     [self.units[s][u, 0] for s, u in zip(sources, unit_ids, strict=True)]
                 )
@@ -247,7 +265,7 @@ class BatchStream(IterableDataset):
                     yield batch
                     continue
                 packed = writer.pack(batch)
-                slow = slot is None or "__ring__" not in packed
+                slow = extent is None or RING_KEY not in packed
                 packed[STATS_KEY] = self._stats(worker_id, files, skipped, sent, slow)
                 yield packed
         except (DatasetError, UserError) as exc:

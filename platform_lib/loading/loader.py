@@ -26,7 +26,7 @@ from torch.utils.data._utils import signal_handling
 
 from platform_lib.imaging.decode import decode_batch_cameras_gpu, gpu_decode_available
 from platform_lib.loading.config import LoaderConfig
-from platform_lib.loading.dataset import STATS_KEY, BatchStream
+from platform_lib.loading.dataset import OUTPUT_SLACK, STATS_KEY, BatchStream
 from platform_lib.loading.errors import (
     CacheFullError,
     ObjectStoreUnreachableError,
@@ -36,7 +36,7 @@ from platform_lib.loading.errors import (
 from platform_lib.loading.mixing import EpochOrders
 from platform_lib.loading.partition import EpochPlan, plan_epoch, positions_for_batch
 from platform_lib.loading.prefetch import iterate_in_background
-from platform_lib.loading.ring import Ring, unpack_batch
+from platform_lib.loading.ring import Ring, aligned, check_budget, node_shm_budget, unpack_batch
 from platform_lib.loading.shared_order import SharedOrders
 from platform_lib.loading.transport import WorkerFailure
 from platform_lib.loading.windows import build_units
@@ -87,7 +87,15 @@ class LoaderStats:
     """whole-shard sha256 checks this rank's workers ran (verify="shard"; once per node and
     shard, the rest are read from the record)"""
     ring_fallbacks: int = 0
-    """batches that did not fit a free ring slot and travelled in a private shared-memory block"""
+    """batches that found no room in the ring and travelled in a private shared-memory block"""
+    shm_peak_bytes: int = 0
+    """/dev/shm bytes of the ring at its peak (pages are allocated when first written and kept
+    for reuse until the loader closes; at most header + `LoaderConfig.shm_budget_bytes`)"""
+    ring_peak_bytes: int = 0
+    """most bytes of batches in flight at once (reserved in the ring by a worker until the
+    last view of the batch is gone), in bytes"""
+    ring_bytes_in_flight: int = 0
+    """bytes of batches in flight now, in bytes"""
 
 
 #: Worker counter name -> LoaderStats field.
@@ -517,7 +525,8 @@ class StreamingLoader:
     def _build_stream(self) -> BatchStream:
         """Create the batch stream and, with workers, its ring, once.
 
-        The ring is sized from the index (largest sample x batch) and one measured unit.
+        The ring's budget is `LoaderConfig.shm_budget_bytes` (default: `node_shm_budget`);
+        each batch's extent is sized by its own bytes plus the outputs measured on one unit.
         """
         if self._stream is not None:
             return self._stream
@@ -536,22 +545,31 @@ class StreamingLoader:
             self._stream = stream
             return stream
         largest = max(int(v.sample_size.max()) if len(v) else 0 for v in self.views)
-        raw = self.batch_size * cfg.window_frames * -(-(largest + 1) // 64) * 64
-        output = 0
+        raw = cfg.window_frames * aligned(largest)  # the largest unit's sample bytes
+        computed = 0
         if stream.decode != "none" or cfg.sample_transform is not None:
             computed, counters = _measure_outputs(
                 stream, _start_method(cfg) or mp.get_start_method()
             )
             self._absorb({"counters": counters, "skipped": []})
-            output = int(self.batch_size * computed * 1.25) + (1 << 20) if computed else 0
-        held = -(
-            -(cfg.prefetch_depth + 2) // self.num_workers
-        )  # receive queue + the loop's batches
+        # 1.25: a margin for outputs that vary from unit to unit
+        stream.unit_output_bytes = aligned(int(computed * 1.25))
+        sample = raw + stream.unit_output_bytes
+        budget = cfg.shm_budget_bytes or node_shm_budget(cfg.shm_dir)
+        check_budget(
+            budget,
+            num_workers=self.num_workers,
+            batch_size=self.batch_size,
+            sample_bytes=sample,
+            raw_bytes=raw,
+        )
+        # receive queue + the loop's batches
+        held = -(-(cfg.prefetch_depth + 2) // self.num_workers)
         stream.ring = Ring(
             num_workers=self.num_workers,
             slots_per_worker=cfg.prefetch_depth + held + 1,
-            raw_bytes=raw,
-            output_bytes=output,
+            budget_bytes=budget,
+            batch_bytes=self.batch_size * sample + OUTPUT_SLACK,
             shm_dir=cfg.shm_dir,
             pin=cfg.pin_memory,
             keep_name=_start_method(cfg) != "fork",
@@ -608,7 +626,10 @@ class StreamingLoader:
             return
         for step in itertools.count(first_step):
             began = time.monotonic()
+            ring = self._stream.ring if self._stream is not None else None
             while True:
+                if ring is not None:  # a worker with a full region waits only while we do not
+                    ring.await_worker(self._awaited_worker())
                 try:
                     batch = next(batches)
                     break
@@ -619,7 +640,16 @@ class StreamingLoader:
                         raise
                     if time.monotonic() - began >= self.config.worker_timeout_s:
                         raise self._worker_timeout(epoch, step) from None
+                finally:
+                    if ring is not None:
+                        ring.await_worker(None)
             yield batch
+
+    def _awaited_worker(self) -> int:
+        """The worker whose batch the DataLoader returns next (-1: not known yet)."""
+        it = self._data_iter
+        task = getattr(it, "_task_info", {}).get(getattr(it, "_rcvd_idx", -1), ())
+        return int(task[0]) if len(task) == 1 else -1
 
     def _worker_timeout(self, epoch: int, step: int) -> WorkerTimeoutError:
         """The error for a batch (`epoch`, `step`) no worker delivered within the deadline.
@@ -739,7 +769,13 @@ class StreamingLoader:
     @property
     def stats(self) -> LoaderStats:
         """Counters so far (padding of the current epoch, skips, object-store requests, ring)."""
-        return LoaderStats(**{**self._stats.__dict__})
+        stats = LoaderStats(**{**self._stats.__dict__})
+        ring = self._stream.ring if self._stream is not None else None
+        if ring is not None:
+            stats.shm_peak_bytes = ring.shm_bytes()
+            stats.ring_bytes_in_flight = ring.in_use()
+            stats.ring_peak_bytes = max(ring.peak_in_use, stats.ring_bytes_in_flight)
+        return stats
 
     def state_dict(self) -> dict[str, Any]:
         """Return the resumable position: epoch and global samples consumed, plus what they belong to.

@@ -1,11 +1,13 @@
 """Zero-copy hand-off of batches from loader workers to the main process: a shared-memory ring.
 
-One file in /dev/shm per loader, allocated up front (a full /dev/shm is a `RingError`, never a
-SIGBUS), holds one batch per slot; workers send only a small skeleton whose arrays are `_Ref`s
-into their slot, and the main process turns them back into views (slot layout and life cycle:
-`Ring`). A batch finding no free slot travels in a private shared-memory block
-(`LoaderStats.ring_fallbacks`). Files in the tmpfs folder carry their owner's lock
-(`claim_owner`), so a new ring first sweeps the files of loaders whose owner is gone.
+One sparse file in /dev/shm per loader, at most `LoaderConfig.shm_budget_bytes` large, is split
+into one region per worker; each batch takes an extent of its worker's region sized by its
+actual bytes (first fit), pages are allocated (`posix_fallocate`) only when first written and
+kept for reuse, and workers send a small skeleton whose arrays are `_Ref`s into the extent
+(layout and life cycle: `Ring`). A full /dev/shm is a `RingError`, never a SIGBUS; a batch
+finding no room travels in a private shared-memory block (`LoaderStats.ring_fallbacks`).
+Files in the tmpfs folder carry their owner's lock (`claim_owner`), so a new ring first sweeps
+the files of loaders whose owner is gone.
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ import errno
 import mmap
 import os
 import re
+import time
 import uuid
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -37,9 +40,13 @@ from platform_lib.loading.transport import (
 
 __all__ = [
     "RING_KEY",
+    "Extent",
     "Ring",
     "SlotWriter",
+    "aligned",
+    "check_budget",
     "claim_owner",
+    "node_shm_budget",
     "release_owner",
     "sweep_orphans",
     "unpack_batch",
@@ -47,12 +54,105 @@ __all__ = [
 
 RING_KEY = "__ring__"
 _ALIGN = 64
-_HEADER_INTS = 16  # int64 control words: [0] generation
+_HEADER_INTS = 16  # int64 control words: [0] generation, [1]-[2] dataset.py, [4]-[5] below
+#: Control words the main process sets while it waits for a batch: the awaited worker + 1
+#: (0: none; -1: unknown) and since when (CLOCK_MONOTONIC, ns; system-wide).
+_AWAITED, _AWAITED_SINCE = 4, 5
 _MIN_BYTES = 4096  # smaller arrays travel by pickle
+#: Pages are allocated in steps of this many bytes (fewer syscalls and CUDA registrations).
+_GROW_STEP = 1 << 20
+#: A worker whose region is full gives up waiting (the batch takes the fallback block) once the
+#: main process has waited this long for that worker's batch with no release in between, in s.
+_STALL_S = 0.5
+#: Default budget rule: a quarter of the memory the pod may use, capped, in bytes.
+_BUDGET_CAP = 5 * 2**29  # 2.5 GiB
+_BUDGET_SHARE = 4
 
 
-def _align(n: int) -> int:
+def aligned(n: int) -> int:
+    """`n` bytes rounded up to the ring's 64-byte alignment."""
     return -(-n // _ALIGN) * _ALIGN
+
+
+_align = aligned
+
+
+def _cgroup_memory_limit() -> int | None:
+    """The memory limit of this process's cgroup (v2 `memory.max`, else v1), in bytes; None: none."""
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path, encoding="ascii") as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < 2**60:  # "max" / v1's "no limit" (~2**63)
+            return int(text)
+    return None
+
+
+def node_shm_budget(shm_dir: str) -> int:
+    """The default `LoaderConfig.shm_budget_bytes`: this rank's share of the node, in bytes.
+
+    min(size of the `shm_dir` tmpfs, a quarter of the cgroup memory limit (on Kubernetes a
+    memory-backed /dev/shm counts against it)) / LOCAL_WORLD_SIZE (ranks on the node, default
+    1), capped at 2.5 GiB.
+    """
+    try:
+        st = os.statvfs(shm_dir)
+        node = st.f_blocks * st.f_frsize
+    except OSError:
+        node = _BUDGET_CAP
+    limit = _cgroup_memory_limit()
+    if limit is not None:
+        node = min(node, limit // _BUDGET_SHARE)
+    try:
+        ranks = max(int(os.environ.get("LOCAL_WORLD_SIZE", "1")), 1)
+    except ValueError:
+        ranks = 1
+    return max(min(node // ranks, _BUDGET_CAP), 1)
+
+
+def check_budget(
+    budget: int, *, num_workers: int, batch_size: int, sample_bytes: int, raw_bytes: int
+) -> None:
+    """Raise `RingError` when `budget` cannot hold one batch per worker.
+
+    Args:
+        budget: the ring's budget, in bytes.
+        num_workers: worker processes (each owns budget / num_workers).
+        batch_size: samples per batch.
+        sample_bytes: the largest sample's bytes in the ring (read + computed), in bytes.
+        raw_bytes: of which read from the shards, in bytes.
+
+    Raises:
+        RingError: names the budget, the sample's bytes and the smallest budget that works.
+    """
+    need = num_workers * batch_size * sample_bytes
+    if budget >= need:
+        return
+    what = (
+        f"too small for one sample ({sample_bytes} bytes: {raw_bytes} read + "
+        f"{sample_bytes - raw_bytes} decoded/transformed)"
+        if budget < sample_bytes
+        else f"too small for one batch per worker ({num_workers} workers x {batch_size} "
+        f"samples of up to {sample_bytes} bytes)"
+    )
+    raise RingError(
+        f"the loader's shared-memory budget (LoaderConfig.shm_budget_bytes) of {budget} "
+        f"bytes is {what}; set shm_budget_bytes to at least {need} bytes, or lower "
+        "batch_size or num_workers"
+    )
+
+
+class Extent(NamedTuple):
+    """The part of a worker's region one batch took."""
+
+    slot: int
+    """its state word in the ring header"""
+    offset: int
+    """byte offset from the start of the ring"""
+    capacity: int
+    """bytes it may grow to (the free gap it was cut from), in bytes"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,32 +170,39 @@ class _Ref:
 class Ring:
     """The shared-memory ring of one loader.
 
-    One /dev/shm file, allocated once (`posix_fallocate`), mapped by the main process and
-    inherited by forked workers, holds `num_workers * slots_per_worker` slots, one batch each;
-    worker w owns slots [w * D, (w + 1) * D). With CUDA the ring is page-locked once
-    (cudaHostRegister), so `.to("cuda", non_blocking=True)` copies straight from it. Slot layout:
+    One sparse /dev/shm file of header + `budget_bytes`, mapped by the main process and
+    inherited by forked workers; worker w owns region w (budget / num_workers bytes) and up to
+    `slots_per_worker` batches in it at once. A batch's extent is the first gap of its region
+    that holds the batch's actual bytes (`reserve`); pages are allocated (`posix_fallocate`,
+    in `_GROW_STEP`s) only when first written and stay for the next batches, epochs and
+    restarted workers, so /dev/shm holds about the bytes in flight, never more than the
+    budget. With CUDA the allocated pages are page-locked once (cudaHostRegister), so
+    `.to("cuda", non_blocking=True)` copies straight from them. Extent layout:
 
         [ raw area: the batch's sample byte ranges, read by `preadv` straight from the shards |
           output area: arrays the worker computed (decoded images, transform outputs, collated
           tensors stacked in place) ]
 
-    Slot life cycle, one int32 state per slot in the ring header: 0 free -> g (> 0, acquired
-    by a worker in iteration generation g) -> -1 (delivered to the main process) -> 0 (every
-    view of the batch is gone: a finalizer on the slot's base array). A slot still marked with
-    an older generation was filled but never delivered (an abandoned epoch) and is free again.
+    Header: control words; per slot an int32 state, its extent's offset and length (int64);
+    per region the bytes allocated. Slot life cycle: 0 free -> g (> 0, reserved by a worker
+    in iteration generation g) -> -1 (delivered to the main process) -> 0 (every view of the
+    batch is gone: a finalizer on the extent's base array). A slot still marked with an older
+    generation was filled but never delivered (an abandoned epoch) and is free again.
 
     Args:
         num_workers: worker processes (at least 1; the in-process loader uses one).
-        slots_per_worker: slots each worker owns (in-flight batches per worker).
-        raw_bytes: raw area per slot: the largest batch's sample bytes, in bytes.
-        output_bytes: output area per slot, in bytes.
+        slots_per_worker: batches each worker may have in the ring at once.
+        budget_bytes: most bytes of all regions together, in bytes.
+        batch_bytes: bytes of the largest batch; /dev/shm must have this much free per
+            worker before the ring is made, in bytes.
         shm_dir: tmpfs folder for the ring file.
         keep_name: keep the file name until `close` (spawned workers reopen it by name);
             False unlinks it at once (forked workers inherit the mapping).
-        pin: page-lock the ring when CUDA is available (once, on first delivery).
+        pin: page-lock the allocated pages when CUDA is available (at delivery).
 
     Raises:
-        RingError: `shm_dir` lacks the space (names its size, its free space and the fix).
+        RingError: `shm_dir` lacks the space for one batch per worker (names its size, its
+            free space and the fix), or the file size limit is below the budget.
     """
 
     def __init__(
@@ -103,8 +210,8 @@ class Ring:
         *,
         num_workers: int,
         slots_per_worker: int,
-        raw_bytes: int,
-        output_bytes: int,
+        budget_bytes: int,
+        batch_bytes: int,
         shm_dir: str = "/dev/shm",
         keep_name: bool = False,
         pin: bool = True,
@@ -114,12 +221,12 @@ class Ring:
             slots_per_worker,
             pin,
         )
-        self.raw_bytes, self.output_bytes = _align(raw_bytes), _align(output_bytes)
-        self.slot_bytes = self.raw_bytes + self.output_bytes
+        self.shm_dir = shm_dir
         self.num_slots = self.num_workers * slots_per_worker
-        self.header_bytes = _align(8 * _HEADER_INTS + 4 * self.num_slots)
-        self.size = self.header_bytes + self.num_slots * self.slot_bytes
-        check_space(shm_dir, self.size, self._describe())
+        self.region_bytes = budget_bytes // self.num_workers // mmap.PAGESIZE * mmap.PAGESIZE
+        self.header_bytes = _page(8 * _HEADER_INTS + 20 * self.num_slots + 8 * self.num_workers)
+        self.size = self.header_bytes + self.num_workers * self.region_bytes
+        check_space(shm_dir, self.header_bytes + self.num_workers * batch_bytes, self._describe())
         # sweeps the files of dead loaders first
         self.path: str | None
         self._owner: Owner | None
@@ -131,47 +238,56 @@ class Ring:
             raise
         try:
             try:
-                os.posix_fallocate(fd, 0, self.size)
+                os.ftruncate(fd, self.size)  # sparse: pages come with `grow`
             except OSError as exc:
-                os.unlink(self.path)
-                release_owner(self._owner)
-                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                    raise RingError(too_small(shm_dir, self.size, self._describe())) from exc
-                if exc.errno == errno.EFBIG:
-                    raise RingError(
-                        f"the loader's shared-memory ring ({self.size} bytes, "
-                        f"{self._describe()}) exceeds this process's file size limit "
-                        "(RLIMIT_FSIZE, `ulimit -f`); raise the limit or lower "
-                        "batch_size, num_workers or LoaderConfig.prefetch_depth"
-                    ) from exc
-                raise
+                if exc.errno != errno.EFBIG:
+                    raise
+                raise RingError(
+                    f"the loader's shared-memory ring ({self.size} bytes, {self._describe()}) "
+                    "exceeds this process's file size limit (RLIMIT_FSIZE, `ulimit -f`); raise "
+                    "the limit or lower LoaderConfig.shm_budget_bytes"
+                ) from exc
+            _fallocate(fd, 0, self.header_bytes, shm_dir, self._describe())
             self._mm = mmap.mmap(fd, self.size)
-        finally:
+        except BaseException:
             os.close(fd)
+            os.unlink(self.path)
+            release_owner(self._owner)
+            raise
+        self._fd = fd  # workers allocate pages through it (forked: inherited)
         if not keep_name:  # forked workers inherit the mapping: no name, no owner lock
             os.unlink(self.path)
             self.path = None
             release_owner(self._owner)
             self._owner = None
         self._finalizer: weakref.finalize | None = weakref.finalize(
-            self, _cleanup, self.path, self._owner, os.getpid()
+            self, _cleanup, self.path, self._owner, fd, os.getpid()
         )
         self._attach()
+        self.control[0] = 1  # generation 1: a state of 0 always means free
 
     def _describe(self) -> str:
         return (
-            f"{self.num_slots} slots x {self.slot_bytes / 2**20:.1f} MiB (raw "
-            f"{self.raw_bytes / 2**20:.1f} MiB + outputs {self.output_bytes / 2**20:.1f} MiB)"
+            f"{self.num_workers} worker regions of up to {self.region_bytes / 2**20:.1f} MiB, "
+            "LoaderConfig.shm_budget_bytes / num_workers"
         )
 
     def _attach(self) -> None:
         self._all = np.frombuffer(self._mm, dtype=np.uint8)
         self._base = int(self._all.ctypes.data)
+        n, at = self.num_slots, 8 * _HEADER_INTS
         self.control = np.frombuffer(self._mm, dtype=np.int64, count=_HEADER_INTS)
-        self.states = np.frombuffer(
-            self._mm, dtype=np.int32, count=self.num_slots, offset=8 * _HEADER_INTS
+        self.offsets = np.frombuffer(self._mm, dtype=np.int64, count=n, offset=at)
+        self.lengths = np.frombuffer(self._mm, dtype=np.int64, count=n, offset=at + 8 * n)
+        self.grown = np.frombuffer(
+            self._mm, dtype=np.int64, count=self.num_workers, offset=at + 16 * n
         )
-        self._pinned = False
+        self.states = np.frombuffer(
+            self._mm, dtype=np.int32, count=n, offset=at + 16 * n + 8 * self.num_workers
+        )
+        self._pinned = np.zeros(self.num_workers, dtype=np.int64)  # main process: bytes pinned
+        #: main process: most bytes reserved at once (`LoaderStats.ring_peak_bytes`)
+        self.peak_in_use = 0
 
     def __getstate__(self) -> dict[str, Any]:  # spawned workers reopen the file by name
         if self.path is None:
@@ -179,23 +295,17 @@ class Ring:
                 "the loader's ring was unlinked (fork mode); spawned workers need "
                 "LoaderConfig.multiprocessing_context set before the loader is built"
             )
-        state = {
-            k: v
-            for k, v in self.__dict__.items()
-            if k
-            not in ("_mm", "_all", "_base", "control", "states", "_finalizer", "_pinned", "_owner")
-        }
-        return state
+        skip = ("_mm", "_all", "_base", "control", "offsets", "lengths", "grown", "states")
+        skip += ("_finalizer", "_pinned", "peak_in_use", "_owner", "_fd")
+        return {k: v for k, v in self.__dict__.items() if k not in skip}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         assert self.path is not None  # pickled only when named (__getstate__)
-        fd = os.open(self.path, os.O_RDWR)
-        try:
-            self._mm = mmap.mmap(fd, self.size)
-        finally:
-            os.close(fd)
-        self._finalizer = self._owner = None
+        self._fd = os.open(self.path, os.O_RDWR)
+        self._mm = mmap.mmap(self._fd, self.size)
+        self._owner = None
+        self._finalizer = weakref.finalize(self, os.close, self._fd)
         self._attach()
 
     def close(self) -> None:
@@ -204,20 +314,24 @@ class Ring:
             self._finalizer()
 
     # -- layout ---------------------------------------------------------------------------
-    def slot_offset(self, slot: int) -> int:
-        """Byte offset of `slot` in the ring."""
-        return self.header_bytes + slot * self.slot_bytes
+    def region(self, worker_id: int) -> tuple[int, int]:
+        """[start, end) byte offsets of worker `worker_id`'s region."""
+        start = self.header_bytes + (worker_id % self.num_workers) * self.region_bytes
+        return start, start + self.region_bytes
 
-    def slot_view(self, slot: int) -> np.ndarray:
-        """(slot_bytes,) uint8 view of `slot`."""
-        start = self.slot_offset(slot)
-        return self._all[start : start + self.slot_bytes]
+    def view(self, offset: int, nbytes: int) -> np.ndarray:
+        """(nbytes,) uint8 view of the ring from `offset`."""
+        return self._all[offset : offset + nbytes]
 
-    def locate(self, address: int, nbytes: int, slot: int) -> int | None:
-        """Return the ring offset of [address, address + nbytes) when it lies inside `slot`."""
-        offset = address - self._base
-        start = self.slot_offset(slot)
-        return offset if start <= offset and offset + nbytes <= start + self.slot_bytes else None
+    def shm_bytes(self) -> int:
+        """Bytes of the ring file allocated in /dev/shm (header + every region's pages)."""
+        return self.header_bytes + int(self.grown.sum())
+
+    def in_use(self) -> int:
+        """Bytes of the batches reserved and not yet released (being made, in flight, held)."""
+        generation = self.generation
+        live = (self.states == -1) | (self.states == generation)
+        return int(self.lengths[live].sum())
 
     # -- worker side ----------------------------------------------------------------------
     @property
@@ -230,48 +344,167 @@ class Ring:
         self.control[0] += 1
         return int(self.control[0])
 
-    def acquire(self, worker_id: int) -> int | None:
-        """Worker: return a free slot of worker `worker_id` marked with this generation, or None."""
-        generation = self.generation
-        first = (worker_id % self.num_workers) * self.slots_per_worker
-        for slot in range(first, first + self.slots_per_worker):
-            state = int(self.states[slot])
-            if state == 0 or 0 < state < generation:
-                self.states[slot] = generation
-                return slot
-        return None
+    def reserve(self, worker_id: int, nbytes: int, *, timeout_s: float) -> Extent | None:
+        """Worker: return an extent of at least `nbytes` in the worker's region, or None.
+
+        The extent is the first gap (by address: pages allocated earlier are reused first)
+        between the batches the worker still has in the ring. When none is large enough the
+        worker waits for the main process to release batches: prefetch adapts to the budget.
+        None (the batch takes the fallback block) when the worker already has
+        `slots_per_worker` batches in the ring, the batch exceeds the region, the main process
+        waits for this worker's batch while every batch of it is held by the training loop
+        (`_STALL_S` without a release), or after `timeout_s`.
+        """
+        w = worker_id % self.num_workers
+        nbytes = _align(max(nbytes, 1))
+        if nbytes > self.region_bytes:
+            return None
+        first = w * self.slots_per_worker
+        slots = range(first, first + self.slots_per_worker)
+        began = progress = time.monotonic()
+        delay, held = 0.0005, -1
+        while True:
+            generation = self.generation
+            free, live, in_flight = None, [], False
+            for slot in slots:
+                state = int(self.states[slot])
+                if state == 0 or 0 < state < generation:
+                    free = slot if free is None else free
+                else:
+                    live.append((int(self.offsets[slot]), int(self.lengths[slot])))
+                    in_flight |= state == generation
+            if free is None:
+                return None
+            gap = self._first_fit(w, live, nbytes)
+            if gap is not None:
+                self.offsets[free], self.lengths[free] = gap[0], nbytes
+                self.states[free] = generation
+                return Extent(free, gap[0], gap[1])
+            now = time.monotonic()
+            if len(live) != held:
+                held, progress = len(live), now
+            if now - began >= timeout_s or (not in_flight and self._stalled(w, progress, now)):
+                return None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.01)
+
+    def _first_fit(
+        self, w: int, live: list[tuple[int, int]], nbytes: int
+    ) -> tuple[int, int] | None:
+        """(offset, size) of the first gap of region `w` of at least `nbytes` between `live`."""
+        at, end = self.region(w)
+        for offset, length in sorted(live):
+            if offset - at >= nbytes:
+                return at, offset - at
+            at = max(at, offset + length)
+        return (at, end - at) if end - at >= nbytes else None
+
+    def _stalled(self, w: int, progress: float, now: float) -> bool:
+        """True when the main process has waited `_STALL_S` for worker `w`'s batch.
+
+        Counted from the later of the wait's start and `progress` (the last release of one of
+        `w`'s batches); a wait for an unknown worker counts as a wait for `w`.
+        """
+        awaited = int(self.control[_AWAITED])
+        if awaited not in (w + 1, -1):
+            return False
+        since = max(int(self.control[_AWAITED_SINCE]) / 1e9, progress)
+        return now - since >= _STALL_S
+
+    def grow(self, worker_id: int, end: int) -> None:
+        """Worker: allocate the pages of worker `worker_id`'s region up to ring offset `end`.
+
+        Raises:
+            RingError: /dev/shm is full (names the sizes and the fix), never a SIGBUS later.
+        """
+        w = worker_id % self.num_workers
+        start, stop = self.region(w)
+        have = int(self.grown[w])
+        if end - start <= have:
+            return
+        want = min(-(-(end - start) // _GROW_STEP) * _GROW_STEP, stop - start)
+        what = (
+            f"worker {w}'s ring region growing from {have} to {want} bytes of at most "
+            f"{self.region_bytes}"
+        )
+        _fallocate(self._fd, start + have, want - have, self.shm_dir, what)
+        self.grown[w] = want
 
     # -- main side ------------------------------------------------------------------------
-    def deliver(self, slot: int) -> np.ndarray:
-        """Main process: mark `slot` held and return its base view.
+    def await_worker(self, worker_id: int | None) -> None:
+        """Main process: note that it waits for a batch of `worker_id` (-1: unknown; None: done)."""
+        if worker_id is None:
+            self.control[_AWAITED] = 0
+            return
+        self.control[_AWAITED_SINCE] = time.monotonic_ns()
+        self.control[_AWAITED] = worker_id + 1 if worker_id >= 0 else -1
+
+    def deliver(self, slot: int, offset: int, length: int) -> np.ndarray:
+        """Main process: mark `slot` held and return the (length,) base view of its extent.
 
         The slot is freed when the base view and every view made from it are gone.
         """
         self.states[slot] = -1
-        if not self._pinned:
+        self.peak_in_use = max(self.peak_in_use, self.in_use())
+        if self.pin:
             self._pin()
-        start = self.slot_offset(slot)
         # Built over a memoryview (not a view of `_all`) so that numpy's view-chain collapsing
         # stops here: every array made from `base` keeps `base` alive, and the slot is freed
         # only when the last of them is gone.
-        base = np.frombuffer(memoryview(self._mm)[start : start + self.slot_bytes], dtype=np.uint8)
+        base = np.frombuffer(memoryview(self._mm)[offset : offset + length], dtype=np.uint8)
         weakref.finalize(base, _release, self.states, slot)
         return base
 
     def _pin(self) -> None:
-        self._pinned = True
-        if self.pin and torch.cuda.is_available():
-            try:
-                torch.cuda.cudart().cudaHostRegister(self._base, self.size, 0)
-            except Exception:  # noqa: BLE001 - pinning is an optimisation; unpinned still works
-                pass
+        """Page-lock the pages allocated since the last call (CUDA only; an optimisation)."""
+        if not torch.cuda.is_available():
+            self.pin = False
+            return
+        for w in range(self.num_workers):
+            have, pinned = int(self.grown[w]), int(self._pinned[w])
+            if have > pinned:
+                self._pinned[w] = have
+                start = self.region(w)[0]
+                with contextlib.suppress(Exception):  # unpinned still works
+                    torch.cuda.cudart().cudaHostRegister(
+                        self._base + start + pinned, have - pinned, 0
+                    )
+
+
+def _page(n: int) -> int:
+    return -(-n // mmap.PAGESIZE) * mmap.PAGESIZE
+
+
+def _fallocate(fd: int, offset: int, nbytes: int, shm_dir: str, what: str) -> None:
+    """Allocate [offset, offset + nbytes) of the ring file.
+
+    Raises:
+        RingError: no space in `shm_dir` or over the file size limit (names sizes and the fix).
+    """
+    try:
+        os.posix_fallocate(fd, offset, nbytes)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise RingError(too_small(shm_dir, nbytes, what, lower=_LOWER)) from exc
+        if exc.errno == errno.EFBIG:
+            raise RingError(
+                f"the loader's shared-memory ring ({what}) exceeds this process's file size "
+                f"limit at {offset + nbytes} bytes (RLIMIT_FSIZE, `ulimit -f`); raise the "
+                "limit or lower LoaderConfig.shm_budget_bytes"
+            ) from exc
+        raise
+
+
+_LOWER = "lower LoaderConfig.shm_budget_bytes, batch_size or num_workers"
 
 
 def _release(states: np.ndarray, slot: int) -> None:
     states[slot] = 0
 
 
-def _cleanup(path: str | None, owner: Owner | None, pid: int) -> None:
+def _cleanup(path: str | None, owner: Owner | None, fd: int, pid: int) -> None:
+    with contextlib.suppress(OSError):
+        os.close(fd)
     if os.getpid() != pid:  # a forked worker's copy: the file belongs to the main process
         return
     if path is not None:
@@ -359,61 +592,77 @@ def sweep_orphans(shm_dir: str) -> list[str]:
 
 
 class SlotWriter:
-    """Worker side of one batch: reads land in the slot's raw area, arrays in its output area.
+    """Worker side of one batch: reads land in its extent's raw area, arrays in its output area.
 
-    Without a slot (none free) every buffer is private memory and `pack` sends the batch the
-    slow way (one private shared block per batch).
+    Without an extent (no room in the ring) every buffer is private memory and `pack` sends
+    the batch the slow way (one private shared block per batch).
+
+    Args:
+        ring: the loader's ring, or None (in-process loading, output measurement).
+        extent: the batch's extent (`Ring.reserve`), or None.
+        raw_bytes: size of the raw area: the batch's sample bytes, each 64-byte aligned.
     """
 
-    def __init__(self, ring: Ring | None, slot: int | None) -> None:
-        self.ring, self.slot = ring, slot
-        self._raw: np.ndarray | None = None
-        self._out: np.ndarray | None = None
-        if ring is not None and slot is not None:
-            view = ring.slot_view(slot)
-            self._raw, self._out = view[: ring.raw_bytes], view[ring.raw_bytes :]
+    def __init__(self, ring: Ring | None, extent: Extent | None, raw_bytes: int = 0) -> None:
+        self.ring, self.extent = ring, extent
+        self._raw_bytes = _align(raw_bytes)
         self._raw_used = self._out_used = 0
         self.overflowed = False
-        #: (address, size) of the raw buffers handed out without a slot
+        #: (address, size) of the raw buffers handed out without an extent
         self.private_raw: list[tuple[int, int]] = []
+
+    @property
+    def slot(self) -> int | None:
+        """The batch's slot in the ring header, or None without an extent."""
+        return None if self.extent is None else self.extent.slot
+
+    def _take(self, start: int, nbytes: int) -> np.ndarray:
+        """The (nbytes,) view of the extent from `start` (relative), its pages allocated first."""
+        assert self.ring is not None and self.extent is not None  # only with an extent
+        offset = self.extent.offset + start
+        self.ring.grow(self.extent.slot // self.ring.slots_per_worker, offset + nbytes)
+        return self.ring.view(offset, nbytes)
 
     def raw_buffer(self, size: int, *, what: str) -> memoryview:
         """Return a writable buffer of `size` bytes for sample bytes.
 
         Raises:
-            RingError: the batch's samples exceed the raw area (sized from the index, so the
-                index changed or was tampered with after the loader was built); names `what`.
+            RingError: the batch's samples exceed the raw area sized from the index (the
+                index changed under the loader), or /dev/shm is full; names `what`.
         """
-        if self._raw is None:
+        if self.extent is None:
             buffer = np.empty(size, dtype=np.uint8)
             self.private_raw.append((int(buffer.ctypes.data), size))
             return buffer.data
         start, end = self._raw_used, self._raw_used + size
-        if end > len(self._raw):
+        if end > self._raw_bytes:
             raise RingError(
-                f"{what} ({size} bytes) does not fit the ring slot ({len(self._raw)} "
-                f"bytes, {self._raw_used} used): the slot was sized from the index "
-                "when the loader was built, so the index changed or was tampered "
-                "with; run `drivetrain data validate` and rebuild the loader"
+                f"{what} ({size} bytes) does not fit the batch's raw area in the ring "
+                f"({self._raw_bytes} bytes, {self._raw_used} used): the index changed "
+                "under the loader; run `drivetrain data validate` and rebuild the loader"
             )
         self._raw_used = _align(end)
-        return self._raw[start:end].data
+        return self._take(start, size).data
 
     def holds_raw(self, address: int) -> bool:
         """True when `address` lies in a raw buffer this writer handed out without a slot."""
         return any(start <= address < start + size for start, size in self.private_raw)
 
     def output_array(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
-        """Return an uninitialised array in the output area, or None when it is full."""
-        if self._out is None:
+        """Return an uninitialised array in the output area, or None when the extent is full.
+
+        Raises:
+            RingError: /dev/shm is full (the pages are allocated before the array is returned).
+        """
+        if self.extent is None:
             return None
         nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-        start = self._out_used
-        if start + nbytes > len(self._out):
+        start = self._raw_bytes + self._out_used
+        if start + nbytes > self.extent.capacity:
             self.overflowed = True
             return None
-        self._out_used = _align(start + nbytes)
-        return self._out[start : start + nbytes].view(dtype).reshape(shape)
+        self._out_used = _align(self._out_used + nbytes)
+        return self._take(start, nbytes).view(dtype).reshape(shape)
 
     def stack_tensors(self, tensors: list[torch.Tensor]) -> torch.Tensor:
         """`torch.stack` into the output area (collate without a fresh allocation)."""
@@ -427,22 +676,29 @@ class SlotWriter:
     def pack(self, batch: dict[str, Any]) -> dict[str, Any]:
         """Return the batch skeleton to send through the worker pipe.
 
-        Arrays in the slot become refs; large arrays elsewhere are copied into the output area
-        (or, when it is full, the whole batch goes through a private shared block).
+        Arrays in the extent become refs; large arrays elsewhere are copied into the output
+        area (or, when it is full, the whole batch goes through a private shared block). The
+        extent shrinks to the bytes the batch used.
         """
-        if self.ring is None or self.slot is None:
+        if self.ring is None or self.extent is None:
             return pack_arrays(_buffers_to_arrays(batch))
         packed = self._replace(batch)
+        slot, offset, _ = self.extent
         if self.overflowed:
-            self.ring.states[self.slot] = 0  # give the slot back: this batch goes the slow way
+            self.ring.states[slot] = 0  # give the extent back: this batch goes the slow way
             return pack_arrays(_buffers_to_arrays(batch))
-        packed[RING_KEY] = self.slot
+        length = self._raw_bytes + self._out_used
+        self.ring.lengths[slot] = length
+        packed[RING_KEY] = (slot, offset, length)
         return packed
 
     def _ref(self, address: int, nbytes: int, shape, dtype: str, kind: str) -> _Ref | None:
-        assert self.ring is not None and self.slot is not None  # only with a slot
-        offset = self.ring.locate(address, nbytes, self.slot)
-        return None if offset is None else _Ref(offset, tuple(shape), dtype, kind)
+        assert self.ring is not None and self.extent is not None  # only with an extent
+        offset = address - self.ring._base
+        start = self.extent.offset
+        if not (start <= offset and offset + nbytes <= start + self.extent.capacity):
+            return None
+        return _Ref(offset, tuple(shape), dtype, kind)
 
     def _replace(self, obj: Any) -> Any:
         if isinstance(obj, np.ndarray) and obj.dtype != object:
@@ -498,13 +754,12 @@ def _buffers_to_arrays(obj: Any) -> Any:
 
 
 def unpack_batch(batch: dict[str, Any], ring: Ring | None) -> dict[str, Any]:
-    """Main process: turn refs into views of the ring slot (or unpack a slow-path batch)."""
-    slot = batch.pop(RING_KEY, None)
-    if slot is None or ring is None:
+    """Main process: turn refs into views of the batch's extent (or unpack a slow-path batch)."""
+    where = batch.pop(RING_KEY, None)
+    if where is None or ring is None:
         return unpack_arrays(batch)
-    base = ring.deliver(slot)
-    start = ring.slot_offset(slot)
-    return _restore(batch, base, start)
+    slot, offset, length = where
+    return _restore(batch, ring.deliver(slot, offset, length), offset)
 
 
 def _restore(obj: Any, base: np.ndarray, start: int) -> Any:

@@ -79,12 +79,12 @@ def test_the_index_view_has_no_python_object_per_row(tmp_path):
         view.row_of("nope")
 
 
-def test_a_sample_larger_than_its_ring_slot_is_a_clear_error():
-    ring = Ring(num_workers=1, slots_per_worker=1, raw_bytes=4096, output_bytes=0)
-    writer = SlotWriter(ring, ring.acquire(0))
+def test_a_sample_larger_than_its_raw_area_is_a_clear_error():
+    ring = Ring(num_workers=1, slots_per_worker=1, budget_bytes=2**20, batch_bytes=8192)
+    writer = SlotWriter(ring, ring.reserve(0, 8192, timeout_s=1), raw_bytes=4096)
     writer.raw_buffer(4000, what="sample a")
     with pytest.raises(
-        RingError, match=r"sample b \(5000 bytes\) does not fit the ring slot.*tampered"
+        RingError, match=r"sample b \(5000 bytes\) does not fit the batch's raw area.*changed"
     ):
         writer.raw_buffer(5000, what="sample b")
     ring.close()
@@ -95,7 +95,7 @@ def test_a_too_small_dev_shm_is_named_before_anything_is_allocated():
     free = st.f_bavail * st.f_frsize
     before = set(os.listdir("/dev/shm"))
     with pytest.raises(RingError) as info:
-        Ring(num_workers=2, slots_per_worker=4, raw_bytes=free // 4, output_bytes=2**20)
+        Ring(num_workers=2, slots_per_worker=4, budget_bytes=4 * free, batch_bytes=free)
     message = str(info.value)
     assert "/dev/shm" in message and "GiB free of" in message and "--shm-size" in message
     assert set(os.listdir("/dev/shm")) == before  # nothing created, nothing left
