@@ -46,8 +46,6 @@ STATS_KEY = "__stats__"
 _SKIPPABLE = (ShardFormatError, SampleDecodeError)
 #: Ring control words: [0] generation (ring.py), [1] epoch, [2] start step.
 _EPOCH, _START = 1, 2
-#: Output-area bytes a batch reserves beyond its measured outputs (small copied arrays), in bytes.
-OUTPUT_SLACK = 1 << 16
 
 
 def _decode(
@@ -199,7 +197,9 @@ class BatchStream(IterableDataset):
                     _, sample = self._load_unit(files[s], self.units[s][0], writer)
                 except _SKIPPABLE:
                     continue  # a bad first sample: reported when the epoch reads it
-                most = max(most, _computed_bytes(sample, writer))
+                # a transform's outputs are all stacked into the output area, even raw views
+                raw = writer if self.config.sample_transform is None else None
+                most = max(most, _computed_bytes(sample, raw))
         finally:
             for f in files:
                 f.close()
@@ -207,12 +207,24 @@ class BatchStream(IterableDataset):
 
     # -- the stream ------------------------------------------------------------------------
     def __iter__(self):
+        """Return this worker's batches of the iteration the main process set up.
+
+        The control words are read here, when torch (re)starts the worker's iteration, not at
+        the first batch: a batch of an abandoned iteration made after the main process began
+        a new one keeps its own generation (and can never take the new iteration's turns).
+        """
         info = get_worker_info()
-        worker_id, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
         epoch, start_step = int(self.control[_EPOCH]), int(self.control[_START])
-        order_source, order_unit = (
-            self.shared.get(epoch) if self.shared is not None else self.orders(epoch)
-        )
+        worker_id = info.id if info is not None else 0
+        generation = self.ring.enter(worker_id) if self.ring is not None else 0
+        order = self.shared.get(epoch) if self.shared is not None else self.orders(epoch)
+        return self._batches(info, order, start_step, generation)
+
+    def _batches(
+        self, info: Any, order: tuple[np.ndarray, np.ndarray], start_step: int, generation: int
+    ):
+        worker_id, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        order_source, order_unit = order
         files = self._open_files()
         remote = any(f.cache is not None for f in files)
         prefetcher = ThreadPoolExecutor(1) if remote and self.config.shards_ahead else None
@@ -229,9 +241,13 @@ class BatchStream(IterableDataset):
                 sources, unit_ids = order_source[positions], order_unit[positions]
                 extent, raw = None, self._raw_bytes(sources, unit_ids)
                 if self.ring is not None:
-                    need = raw + len(positions) * self.unit_output_bytes + OUTPUT_SLACK
+                    need = raw + len(positions) * self.unit_output_bytes
                     extent = self.ring.reserve(
-                        worker_id, need, timeout_s=self.config.worker_timeout_s
+                        worker_id,
+                        step,
+                        need,
+                        generation=generation,
+                        timeout_s=self.config.worker_timeout_s,
                     )
                 writer = SlotWriter(self.ring, extent, raw)
                 first_rows = np.array(
@@ -353,15 +369,16 @@ def _counters(files: list[ShardFiles]) -> dict[str, int]:
     return totals
 
 
-def _computed_bytes(obj: Any, writer: SlotWriter) -> int:
+def _computed_bytes(obj: Any, writer: SlotWriter | None) -> int:
     """Return the bytes of a sample's arrays/tensors that are not views of its raw bytes.
 
     Decoded images and transform outputs: what a unit adds to the ring's output area.
+    `writer` None: count every array (all of them are copied).
     """
     if isinstance(obj, torch.Tensor):
         obj = obj.numpy() if obj.device.type == "cpu" else None
     if isinstance(obj, np.ndarray):
-        return 0 if writer.holds_raw(int(obj.ctypes.data)) else obj.nbytes
+        return 0 if writer is not None and writer.holds_raw(int(obj.ctypes.data)) else obj.nbytes
     if isinstance(obj, dict):
         return sum(_computed_bytes(v, writer) for v in obj.values())
     if isinstance(obj, list | tuple):

@@ -26,7 +26,7 @@ from torch.utils.data._utils import signal_handling
 
 from platform_lib.imaging.decode import decode_batch_cameras_gpu, gpu_decode_available
 from platform_lib.loading.config import LoaderConfig
-from platform_lib.loading.dataset import OUTPUT_SLACK, STATS_KEY, BatchStream
+from platform_lib.loading.dataset import STATS_KEY, BatchStream
 from platform_lib.loading.errors import (
     CacheFullError,
     ObjectStoreUnreachableError,
@@ -552,13 +552,12 @@ class StreamingLoader:
                 stream, _start_method(cfg) or mp.get_start_method()
             )
             self._absorb({"counters": counters, "skipped": []})
-        # 1.25: a margin for outputs that vary from unit to unit
-        stream.unit_output_bytes = aligned(int(computed * 1.25))
+        # a margin for outputs that vary from unit to unit (more is a fallback, counted)
+        stream.unit_output_bytes = aligned(computed + computed // 16 + 1024)
         sample = raw + stream.unit_output_bytes
         budget = cfg.shm_budget_bytes or node_shm_budget(cfg.shm_dir)
         check_budget(
             budget,
-            num_workers=self.num_workers,
             batch_size=self.batch_size,
             sample_bytes=sample,
             raw_bytes=raw,
@@ -569,7 +568,7 @@ class StreamingLoader:
             num_workers=self.num_workers,
             slots_per_worker=cfg.prefetch_depth + held + 1,
             budget_bytes=budget,
-            batch_bytes=self.batch_size * sample + OUTPUT_SLACK,
+            batch_bytes=self.batch_size * sample,
             shm_dir=cfg.shm_dir,
             pin=cfg.pin_memory,
             keep_name=_start_method(cfg) != "fork",
@@ -700,7 +699,7 @@ class StreamingLoader:
         self._ahead = None
         if not started:
             if stream.ring is not None:
-                stream.ring.begin_iteration()
+                stream.ring.begin_iteration(self._step)
             stream.start(epoch=epoch, start_step=self._step)
 
         def receive() -> Iterator[dict[str, Any]]:
@@ -726,7 +725,7 @@ class StreamingLoader:
                 # (`state_dict`) still moves only with consumed batches; an `__iter__` at another
                 # position (set_epoch, load_state_dict) restarts the workers there.
                 if stream.ring is not None:
-                    stream.ring.begin_iteration()
+                    stream.ring.begin_iteration(0)
                 stream.start(epoch=epoch + 1, start_step=0)
                 self._ahead = (epoch + 1, 0)
                 self._batches_of(stream)

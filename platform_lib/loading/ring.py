@@ -1,9 +1,8 @@
 """Zero-copy hand-off of batches from loader workers to the main process: a shared-memory ring.
 
-One sparse file in /dev/shm per loader, at most `LoaderConfig.shm_budget_bytes` large, is split
-into one region per worker; each batch takes an extent of its worker's region sized by its
-actual bytes (first fit), pages are allocated (`posix_fallocate`) only when first written and
-kept for reuse, and workers send a small skeleton whose arrays are `_Ref`s into the extent
+One sparse file in /dev/shm per loader, at most `LoaderConfig.shm_budget_bytes` large; each
+batch takes an extent of it sized by its actual bytes (first fit, in step order), pages are
+allocated (`posix_fallocate`) only when first written and kept for reuse, and workers send a small skeleton whose arrays are `_Ref`s into the extent
 (layout and life cycle: `Ring`). A full /dev/shm is a `RingError`, never a SIGBUS; a batch
 finding no room travels in a private shared-memory block (`LoaderStats.ring_fallbacks`).
 Files in the tmpfs folder carry their owner's lock (`claim_owner`), so a new ring first sweeps
@@ -14,12 +13,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import mmap
 import os
 import re
 import time
 import uuid
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -54,14 +55,16 @@ __all__ = [
 
 RING_KEY = "__ring__"
 _ALIGN = 64
-_HEADER_INTS = 16  # int64 control words: [0] generation, [1]-[2] dataset.py, [4]-[5] below
+_HEADER_INTS = 16  # int64 control words: [0] generation, [1]-[2] dataset.py, [4]-[7] below
 #: Control words the main process sets while it waits for a batch: the awaited worker + 1
 #: (0: none; -1: unknown) and since when (CLOCK_MONOTONIC, ns; system-wide).
 _AWAITED, _AWAITED_SINCE = 4, 5
+#: Control words: the step whose worker reserves next; bytes of the arena allocated.
+_NEXT_STEP, _GROWN = 6, 7
 _MIN_BYTES = 4096  # smaller arrays travel by pickle
 #: Pages are allocated in steps of this many bytes (fewer syscalls and CUDA registrations).
 _GROW_STEP = 1 << 20
-#: A worker whose region is full gives up waiting (the batch takes the fallback block) once the
+#: A worker finding no room gives up waiting (the batch takes the fallback block) once the
 #: main process has waited this long for that worker's batch with no release in between, in s.
 _STALL_S = 0.5
 #: Default budget rule: a quarter of the memory the pod may use, capped, in bytes.
@@ -112,14 +115,11 @@ def node_shm_budget(shm_dir: str) -> int:
     return max(min(node // ranks, _BUDGET_CAP), 1)
 
 
-def check_budget(
-    budget: int, *, num_workers: int, batch_size: int, sample_bytes: int, raw_bytes: int
-) -> None:
-    """Raise `RingError` when `budget` cannot hold one batch per worker.
+def check_budget(budget: int, *, batch_size: int, sample_bytes: int, raw_bytes: int) -> None:
+    """Raise `RingError` when `budget` cannot hold one batch.
 
     Args:
         budget: the ring's budget, in bytes.
-        num_workers: worker processes (each owns budget / num_workers).
         batch_size: samples per batch.
         sample_bytes: the largest sample's bytes in the ring (read + computed), in bytes.
         raw_bytes: of which read from the shards, in bytes.
@@ -127,32 +127,31 @@ def check_budget(
     Raises:
         RingError: names the budget, the sample's bytes and the smallest budget that works.
     """
-    need = num_workers * batch_size * sample_bytes
+    need = batch_size * sample_bytes
     if budget >= need:
         return
     what = (
         f"too small for one sample ({sample_bytes} bytes: {raw_bytes} read + "
         f"{sample_bytes - raw_bytes} decoded/transformed)"
         if budget < sample_bytes
-        else f"too small for one batch per worker ({num_workers} workers x {batch_size} "
-        f"samples of up to {sample_bytes} bytes)"
+        else f"too small for one batch ({batch_size} samples of up to {sample_bytes} bytes)"
     )
     raise RingError(
         f"the loader's shared-memory budget (LoaderConfig.shm_budget_bytes) of {budget} "
-        f"bytes is {what}; set shm_budget_bytes to at least {need} bytes, or lower "
-        "batch_size or num_workers"
+        f"bytes is {what}; set shm_budget_bytes to at least {need} bytes (a few batches let "
+        "workers prepare batches ahead), or lower batch_size"
     )
 
 
 class Extent(NamedTuple):
-    """The part of a worker's region one batch took."""
+    """The part of the ring one batch took."""
 
     slot: int
     """its state word in the ring header"""
     offset: int
     """byte offset from the start of the ring"""
     capacity: int
-    """bytes it may grow to (the free gap it was cut from), in bytes"""
+    """its size, in bytes (the batch may use less)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,11 +170,11 @@ class Ring:
     """The shared-memory ring of one loader.
 
     One sparse /dev/shm file of header + `budget_bytes`, mapped by the main process and
-    inherited by forked workers; worker w owns region w (budget / num_workers bytes) and up to
-    `slots_per_worker` batches in it at once. A batch's extent is the first gap of its region
-    that holds the batch's actual bytes (`reserve`); pages are allocated (`posix_fallocate`,
-    in `_GROW_STEP`s) only when first written and stay for the next batches, epochs and
-    restarted workers, so /dev/shm holds about the bytes in flight, never more than the
+    inherited by forked workers. Each batch takes an extent of the arena sized by its actual
+    bytes (`reserve`): the first gap by address between the batches in flight, so pages
+    allocated earlier are reused first. Pages are allocated (`posix_fallocate`, in
+    `_GROW_STEP`s) only when first written and stay for the next batches, epochs and
+    restarted workers: /dev/shm holds about the most bytes ever in flight, never more than the
     budget. With CUDA the allocated pages are page-locked once (cudaHostRegister), so
     `.to("cuda", non_blocking=True)` copies straight from them. Extent layout:
 
@@ -183,26 +182,30 @@ class Ring:
           output area: arrays the worker computed (decoded images, transform outputs, collated
           tensors stacked in place) ]
 
-    Header: control words; per slot an int32 state, its extent's offset and length (int64);
-    per region the bytes allocated. Slot life cycle: 0 free -> g (> 0, reserved by a worker
-    in iteration generation g) -> -1 (delivered to the main process) -> 0 (every view of the
-    batch is gone: a finalizer on the extent's base array). A slot still marked with an older
-    generation was filled but never delivered (an abandoned epoch) and is free again.
+    Workers reserve in step order (control word `_NEXT_STEP`: only the worker of that step
+    allocates, so no lock is needed, and the batch the main process needs next is never
+    starved of room by batches made ahead of it). Header: control words; per slot an int32
+    state, its extent's offset and length (int64); per worker the generation it works in.
+    Worker w owns slots [w * D, (w + 1) * D), D = `slots_per_worker`. Slot life cycle: 0 free
+    -> g (> 0, reserved by a worker in iteration generation g) -> -1 (delivered to the main
+    process) -> 0 (every view of the batch is gone: a finalizer on the extent's base array).
+    A slot still marked with an older generation was filled but never delivered (an
+    abandoned epoch): free again once its worker works in a newer generation.
 
     Args:
         num_workers: worker processes (at least 1; the in-process loader uses one).
         slots_per_worker: batches each worker may have in the ring at once.
-        budget_bytes: most bytes of all regions together, in bytes.
-        batch_bytes: bytes of the largest batch; /dev/shm must have this much free per
-            worker before the ring is made, in bytes.
+        budget_bytes: most bytes of the batches in the ring together, in bytes.
+        batch_bytes: bytes of the largest batch; /dev/shm must have this much free before
+            the ring is made, in bytes.
         shm_dir: tmpfs folder for the ring file.
         keep_name: keep the file name until `close` (spawned workers reopen it by name);
             False unlinks it at once (forked workers inherit the mapping).
         pin: page-lock the allocated pages when CUDA is available (at delivery).
 
     Raises:
-        RingError: `shm_dir` lacks the space for one batch per worker (names its size, its
-            free space and the fix), or the file size limit is below the budget.
+        RingError: `shm_dir` lacks the space for one batch (names its size, its free space
+            and the fix), or the file size limit is below the budget.
     """
 
     def __init__(
@@ -223,10 +226,10 @@ class Ring:
         )
         self.shm_dir = shm_dir
         self.num_slots = self.num_workers * slots_per_worker
-        self.region_bytes = budget_bytes // self.num_workers // mmap.PAGESIZE * mmap.PAGESIZE
+        self.budget_bytes = budget_bytes // mmap.PAGESIZE * mmap.PAGESIZE
         self.header_bytes = _page(8 * _HEADER_INTS + 20 * self.num_slots + 8 * self.num_workers)
-        self.size = self.header_bytes + self.num_workers * self.region_bytes
-        check_space(shm_dir, self.header_bytes + self.num_workers * batch_bytes, self._describe())
+        self.size = self.header_bytes + self.budget_bytes
+        check_space(shm_dir, self.header_bytes + batch_bytes, self._describe())
         # sweeps the files of dead loaders first
         self.path: str | None
         self._owner: Owner | None
@@ -267,10 +270,7 @@ class Ring:
         self.control[0] = 1  # generation 1: a state of 0 always means free
 
     def _describe(self) -> str:
-        return (
-            f"{self.num_workers} worker regions of up to {self.region_bytes / 2**20:.1f} MiB, "
-            "LoaderConfig.shm_budget_bytes / num_workers"
-        )
+        return f"up to {self.budget_bytes} bytes, LoaderConfig.shm_budget_bytes"
 
     def _attach(self) -> None:
         self._all = np.frombuffer(self._mm, dtype=np.uint8)
@@ -279,13 +279,13 @@ class Ring:
         self.control = np.frombuffer(self._mm, dtype=np.int64, count=_HEADER_INTS)
         self.offsets = np.frombuffer(self._mm, dtype=np.int64, count=n, offset=at)
         self.lengths = np.frombuffer(self._mm, dtype=np.int64, count=n, offset=at + 8 * n)
-        self.grown = np.frombuffer(
+        self.worker_generations = np.frombuffer(
             self._mm, dtype=np.int64, count=self.num_workers, offset=at + 16 * n
         )
         self.states = np.frombuffer(
             self._mm, dtype=np.int32, count=n, offset=at + 16 * n + 8 * self.num_workers
         )
-        self._pinned = np.zeros(self.num_workers, dtype=np.int64)  # main process: bytes pinned
+        self._pinned = self.header_bytes  # main process: ring offset pinned up to
         #: main process: most bytes reserved at once (`LoaderStats.ring_peak_bytes`)
         self.peak_in_use = 0
 
@@ -295,7 +295,8 @@ class Ring:
                 "the loader's ring was unlinked (fork mode); spawned workers need "
                 "LoaderConfig.multiprocessing_context set before the loader is built"
             )
-        skip = ("_mm", "_all", "_base", "control", "offsets", "lengths", "grown", "states")
+        skip = ("_mm", "_all", "_base", "control", "offsets", "lengths", "states")
+        skip += ("worker_generations",)
         skip += ("_finalizer", "_pinned", "peak_in_use", "_owner", "_fd")
         return {k: v for k, v in self.__dict__.items() if k not in skip}
 
@@ -314,24 +315,35 @@ class Ring:
             self._finalizer()
 
     # -- layout ---------------------------------------------------------------------------
-    def region(self, worker_id: int) -> tuple[int, int]:
-        """[start, end) byte offsets of worker `worker_id`'s region."""
-        start = self.header_bytes + (worker_id % self.num_workers) * self.region_bytes
-        return start, start + self.region_bytes
-
     def view(self, offset: int, nbytes: int) -> np.ndarray:
         """(nbytes,) uint8 view of the ring from `offset`."""
         return self._all[offset : offset + nbytes]
 
     def shm_bytes(self) -> int:
-        """Bytes of the ring file allocated in /dev/shm (header + every region's pages)."""
-        return self.header_bytes + int(self.grown.sum())
+        """Bytes of the ring file allocated in /dev/shm (header + pages of the arena)."""
+        return self.header_bytes + int(self.control[_GROWN])
 
     def in_use(self) -> int:
         """Bytes of the batches reserved and not yet released (being made, in flight, held)."""
-        generation = self.generation
-        live = (self.states == -1) | (self.states == generation)
-        return int(self.lengths[live].sum())
+        return int(self.lengths[self._live()].sum())
+
+    def _live(self) -> np.ndarray:
+        """(num_slots,) bool: slots whose extent is in use.
+
+        Delivered, or reserved in a generation its worker has not left: a worker still
+        writing a batch of an abandoned iteration keeps its extent until it moves on.
+        """
+        moved_on = np.repeat(self.worker_generations, self.slots_per_worker)
+        return (self.states == -1) | ((self.states > 0) & (self.states >= moved_on))
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Hold the ring's lock (a POSIX record lock: per process, so also between forked ones)."""
+        fcntl.lockf(self._fd, fcntl.LOCK_EX, 1, 0)
+        try:
+            yield
+        finally:
+            fcntl.lockf(self._fd, fcntl.LOCK_UN, 1, 0)
 
     # -- worker side ----------------------------------------------------------------------
     @property
@@ -339,96 +351,126 @@ class Ring:
         """The current iteration generation (control word 0)."""
         return int(self.control[0])
 
-    def begin_iteration(self) -> int:
-        """Main process: start a new iteration generation (older undelivered slots become free)."""
-        self.control[0] += 1
-        return int(self.control[0])
+    def begin_iteration(self, start_step: int = 0) -> int:
+        """Main process: start a new iteration generation at `start_step`.
 
-    def reserve(self, worker_id: int, nbytes: int, *, timeout_s: float) -> Extent | None:
-        """Worker: return an extent of at least `nbytes` in the worker's region, or None.
-
-        The extent is the first gap (by address: pages allocated earlier are reused first)
-        between the batches the worker still has in the ring. When none is large enough the
-        worker waits for the main process to release batches: prefetch adapts to the budget.
-        None (the batch takes the fallback block) when the worker already has
-        `slots_per_worker` batches in the ring, the batch exceeds the region, the main process
-        waits for this worker's batch while every batch of it is held by the training loop
-        (`_STALL_S` without a release), or after `timeout_s`.
+        Older undelivered slots become free; the next reservation is `start_step`'s.
         """
-        w = worker_id % self.num_workers
-        nbytes = _align(max(nbytes, 1))
-        if nbytes > self.region_bytes:
-            return None
-        first = w * self.slots_per_worker
-        slots = range(first, first + self.slots_per_worker)
+        with self._locked():
+            self.control[_NEXT_STEP] = start_step
+            self.control[0] += 1
+            return int(self.control[0])
+
+    def enter(self, worker_id: int) -> int:
+        """Worker: note that it works in the current generation now; return that generation.
+
+        Its batches of older generations are finished, so their extents are free.
+        """
+        generation = self.generation
+        self.worker_generations[worker_id % self.num_workers] = generation
+        return generation
+
+    def reserve(
+        self, worker_id: int, step: int, nbytes: int, *, generation: int, timeout_s: float
+    ) -> Extent | None:
+        """Worker: return an extent of at least `nbytes` for batch `step`, or None.
+
+        Waits for the reservations of the steps before (only the worker of the next step
+        allocates), then for the first gap (by address) between the batches in flight that
+        holds `nbytes`: when none does, for the main process to release batches, so prefetch
+        adapts to the budget. None (the batch takes the fallback block) when the worker
+        already has `slots_per_worker` batches in the ring, the batch exceeds the budget,
+        the main process waits for this worker's batch while the training loop holds the
+        rest (`_STALL_S` without a release), the iteration (`generation`) ended, or after
+        `timeout_s`.
+        """
+        nbytes = aligned(max(nbytes, 1))
+        first = (worker_id % self.num_workers) * self.slots_per_worker
         began = progress = time.monotonic()
-        delay, held = 0.0005, -1
-        while True:
-            generation = self.generation
-            free, live, in_flight = None, [], False
-            for slot in slots:
-                state = int(self.states[slot])
-                if state == 0 or 0 < state < generation:
-                    free = slot if free is None else free
-                else:
-                    live.append((int(self.offsets[slot]), int(self.lengths[slot])))
-                    in_flight |= state == generation
-            if free is None:
-                return None
-            gap = self._first_fit(w, live, nbytes)
-            if gap is not None:
-                self.offsets[free], self.lengths[free] = gap[0], nbytes
-                self.states[free] = generation
-                return Extent(free, gap[0], gap[1])
-            now = time.monotonic()
-            if len(live) != held:
-                held, progress = len(live), now
-            if now - began >= timeout_s or (not in_flight and self._stalled(w, progress, now)):
-                return None
-            time.sleep(delay)
-            delay = min(delay * 2, 0.01)
+        delay, held = 0.0002, -1
+        try:
+            while self.generation == generation:
+                next_step = int(self.control[_NEXT_STEP])
+                if next_step > step:  # not ours to allocate any more (a restart moved on)
+                    return None
+                now = time.monotonic()
+                if next_step == step:
+                    if nbytes > self.budget_bytes:
+                        return None
+                    extent = self._claim(first, nbytes, generation)
+                    if extent is not None:
+                        return extent if extent.slot >= 0 else None
+                    live = int(self._live().sum())
+                    if live != held:
+                        held, progress = live, now
+                    if self._stalled(worker_id, progress, now):
+                        return None
+                if now - began >= timeout_s:
+                    return None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.005)
+            return None
+        finally:
+            with self._locked():  # never undoes a `begin_iteration` made meanwhile
+                if int(self.control[_NEXT_STEP]) == step and self.generation == generation:
+                    self.control[_NEXT_STEP] = step + 1  # the next step's turn
 
-    def _first_fit(
-        self, w: int, live: list[tuple[int, int]], nbytes: int
-    ) -> tuple[int, int] | None:
-        """(offset, size) of the first gap of region `w` of at least `nbytes` between `live`."""
-        at, end = self.region(w)
-        for offset, length in sorted(live):
+    def _claim(self, first: int, nbytes: int, generation: int) -> Extent | None:
+        """Take the first gap of at least `nbytes` and a free slot of slots [first, first + D).
+
+        None: no gap yet; `_NO_SLOT`: every slot of the worker is in use.
+        """
+        live = self._live()
+        free = np.flatnonzero(~live[first : first + self.slots_per_worker])
+        if not len(free):
+            return _NO_SLOT
+        at, end = self.header_bytes, self.header_bytes + self.budget_bytes
+        gap = None
+        extents = zip(self.offsets[live].tolist(), self.lengths[live].tolist(), strict=True)
+        for offset, length in sorted(extents):
             if offset - at >= nbytes:
-                return at, offset - at
+                gap = (at, offset - at)
+                break
             at = max(at, offset + length)
-        return (at, end - at) if end - at >= nbytes else None
+        if gap is None:
+            if end - at < nbytes:
+                return None
+            gap = (at, end - at)
+        slot = first + int(free[0])
+        self.offsets[slot], self.lengths[slot] = gap[0], nbytes
+        self.states[slot] = generation
+        # never more than `nbytes`: the next worker may reserve right after it meanwhile
+        return Extent(slot, gap[0], nbytes)
 
-    def _stalled(self, w: int, progress: float, now: float) -> bool:
-        """True when the main process has waited `_STALL_S` for worker `w`'s batch.
+    def _stalled(self, worker_id: int, progress: float, now: float) -> bool:
+        """True when the main process has waited `_STALL_S` for `worker_id`'s batch.
 
-        Counted from the later of the wait's start and `progress` (the last release of one of
-        `w`'s batches); a wait for an unknown worker counts as a wait for `w`.
+        Counted from the later of the wait's start and `progress` (the last release); a wait
+        for an unknown worker counts as a wait for this one.
         """
         awaited = int(self.control[_AWAITED])
-        if awaited not in (w + 1, -1):
+        if awaited not in (worker_id % self.num_workers + 1, -1):
             return False
         since = max(int(self.control[_AWAITED_SINCE]) / 1e9, progress)
         return now - since >= _STALL_S
 
-    def grow(self, worker_id: int, end: int) -> None:
-        """Worker: allocate the pages of worker `worker_id`'s region up to ring offset `end`.
+    def grow(self, end: int) -> None:
+        """Worker: allocate the arena's pages up to ring offset `end` (beyond: sparse).
 
         Raises:
             RingError: /dev/shm is full (names the sizes and the fix), never a SIGBUS later.
         """
-        w = worker_id % self.num_workers
-        start, stop = self.region(w)
-        have = int(self.grown[w])
-        if end - start <= have:
+        have = self.header_bytes + int(self.control[_GROWN])
+        if end <= have:
             return
-        want = min(-(-(end - start) // _GROW_STEP) * _GROW_STEP, stop - start)
+        want = min(-(-end // _GROW_STEP) * _GROW_STEP, self.size)
         what = (
-            f"worker {w}'s ring region growing from {have} to {want} bytes of at most "
-            f"{self.region_bytes}"
+            f"the ring growing from {have} to {want} bytes of at most {self.size} "
+            "(header + LoaderConfig.shm_budget_bytes)"
         )
-        _fallocate(self._fd, start + have, want - have, self.shm_dir, what)
-        self.grown[w] = want
+        _fallocate(self._fd, have, want - have, self.shm_dir, what)
+        # two workers may grow at once: the word only ever understates the pages allocated
+        self.control[_GROWN] = max(int(self.control[_GROWN]), want - self.header_bytes)
 
     # -- main side ------------------------------------------------------------------------
     def await_worker(self, worker_id: int | None) -> None:
@@ -460,15 +502,14 @@ class Ring:
         if not torch.cuda.is_available():
             self.pin = False
             return
-        for w in range(self.num_workers):
-            have, pinned = int(self.grown[w]), int(self._pinned[w])
-            if have > pinned:
-                self._pinned[w] = have
-                start = self.region(w)[0]
-                with contextlib.suppress(Exception):  # unpinned still works
-                    torch.cuda.cudart().cudaHostRegister(
-                        self._base + start + pinned, have - pinned, 0
-                    )
+        have = self.shm_bytes()
+        if have > self._pinned:
+            start, self._pinned = self._pinned, have
+            with contextlib.suppress(Exception):  # unpinned still works
+                torch.cuda.cudart().cudaHostRegister(self._base + start, have - start, 0)
+
+
+_NO_SLOT = Extent(-1, 0, 0)
 
 
 def _page(n: int) -> int:
@@ -620,7 +661,7 @@ class SlotWriter:
         """The (nbytes,) view of the extent from `start` (relative), its pages allocated first."""
         assert self.ring is not None and self.extent is not None  # only with an extent
         offset = self.extent.offset + start
-        self.ring.grow(self.extent.slot // self.ring.slots_per_worker, offset + nbytes)
+        self.ring.grow(offset + nbytes)
         return self.ring.view(offset, nbytes)
 
     def raw_buffer(self, size: int, *, what: str) -> memoryview:

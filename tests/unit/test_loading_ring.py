@@ -1,5 +1,5 @@
 """The loader's shared-memory ring in one process: extents sized by each batch's bytes, pages
-allocated lazily and reused, a full region that waits for releases, and the budget check.
+allocated lazily and reused, a full ring that waits for releases, and the budget check.
 
 Real /dev/shm files; the allocated bytes are read from the file's block count (`fstat`).
 """
@@ -25,9 +25,16 @@ def _allocated(ring: Ring) -> int:
     return os.fstat(ring._fd).st_blocks * 512
 
 
+def _reserve(ring: Ring, worker: int, nbytes: int, *, timeout_s: float = 5):
+    """Reserve for the next step of the ring's iteration, as worker `worker`."""
+    step = int(ring.control[6])  # _NEXT_STEP
+    generation = ring.enter(worker)
+    return ring.reserve(worker, step, nbytes, generation=generation, timeout_s=timeout_s)
+
+
 def _batch(ring: Ring, worker: int, nbytes: int, fill: int, *, timeout_s: float = 5) -> dict:
     """Write one batch of `nbytes` raw bytes through the ring and deliver it (main side)."""
-    extent = ring.reserve(worker, nbytes, timeout_s=timeout_s)
+    extent = _reserve(ring, worker, nbytes, timeout_s=timeout_s)
     assert extent is not None
     writer = SlotWriter(ring, extent, raw_bytes=nbytes)
     raw = np.frombuffer(writer.raw_buffer(nbytes, what="x"), dtype=np.uint8)
@@ -41,11 +48,11 @@ def test_pages_are_allocated_by_the_bytes_written_not_by_the_budget():
     try:
         assert _allocated(ring) == ring.header_bytes == ring.shm_bytes()  # 1 GiB budget, sparse
         batch = _batch(ring, 0, 300_000, 7)
-        assert _allocated(ring) == ring.shm_bytes() == ring.header_bytes + MiB  # one step
+        assert _allocated(ring) == ring.shm_bytes() == MiB  # the file's first step
         assert ring.in_use() == 300_032 and ring.peak_in_use == 300_032
         assert np.all(batch["x"] == 7) and batch["x"].nbytes == 300_000
         _batch(ring, 1, 3 * MiB, 1)
-        assert _allocated(ring) == ring.header_bytes + 4 * MiB
+        assert _allocated(ring) == ring.shm_bytes() == 4 * MiB
     finally:
         ring.close()
 
@@ -55,7 +62,7 @@ def test_released_extents_are_reused_first_and_sizes_vary():
     try:
         first = _batch(ring, 0, 2 * MiB, 1)
         second = _batch(ring, 0, 500_000, 2)
-        start = ring.region(0)[0]
+        start = ring.header_bytes
         assert first["x"].ctypes.data - ring._base == start
         assert second["x"].ctypes.data - ring._base == start + 2 * MiB  # right after it
         grown = ring.shm_bytes()
@@ -83,7 +90,7 @@ def test_a_full_region_waits_for_a_release_and_gives_up_at_its_deadline():
     try:
         held = _batch(ring, 0, 2 * MiB, 1)
         started = time.monotonic()
-        assert ring.reserve(0, 2 * MiB, timeout_s=0.3) is None  # no room: the deadline holds
+        assert _reserve(ring, 0, 2 * MiB, timeout_s=0.3) is None  # no room: the deadline holds
         assert 0.3 <= time.monotonic() - started < 2
         releaser = threading.Timer(0.3, lambda: held.clear())  # the loop drops its batch
         releaser.start()
@@ -96,23 +103,51 @@ def test_a_full_region_waits_for_a_release_and_gives_up_at_its_deadline():
         ring.close()
 
 
-def test_a_batch_larger_than_the_region_takes_the_fallback_at_once():
+def test_a_batch_larger_than_the_budget_or_beyond_the_slots_takes_the_fallback_at_once():
     ring = Ring(num_workers=2, slots_per_worker=2, budget_bytes=4 * MiB, batch_bytes=MiB)
     try:
         started = time.monotonic()
-        assert ring.reserve(1, 3 * MiB, timeout_s=10) is None
-        assert time.monotonic() - started < 1
+        assert _reserve(ring, 1, 5 * MiB, timeout_s=10) is None
+        kept = [_batch(ring, 1, 1000, 1) for _ in range(2)]  # the loop keeps both
+        assert _reserve(ring, 1, 1000, timeout_s=10) is None  # worker 1 has no slot left
+        assert _batch(ring, 0, 1000, 2)["x"][0] == 2  # worker 0 still has its own
+        assert time.monotonic() - started < 1 and len(kept) == 2
+    finally:
+        ring.close()
+
+
+def test_batches_reserve_in_step_order_and_a_restart_frees_abandoned_extents():
+    ring = Ring(num_workers=2, slots_per_worker=3, budget_bytes=8 * MiB, batch_bytes=MiB)
+    try:
+        generation = ring.begin_iteration(4)
+        for worker in (0, 1):
+            ring.enter(worker)
+        started = time.monotonic()  # step 5 waits for step 4's reservation: not its turn
+        assert ring.reserve(1, 5, MiB, generation=generation, timeout_s=0.2) is None
+        assert time.monotonic() - started >= 0.2
+        first = ring.reserve(0, 4, 6 * MiB, generation=generation, timeout_s=1)
+        second = ring.reserve(1, 5, MiB, generation=generation, timeout_s=1)
+        assert first is not None and second is not None
+        assert second.offset == first.offset + 6 * MiB  # after step 4's extent
+        newer = ring.begin_iteration(0)  # a restart: steps 4 and 5 were never delivered
+        ring.enter(1)  # worker 1 moved on; worker 0 may still be writing step 4's batch
+        third = ring.reserve(1, 0, 2 * MiB, generation=newer, timeout_s=1)
+        assert third is not None and third.offset == second.offset  # not over step 4's
+        ring.enter(0)
+        fourth = ring.reserve(0, 1, 6 * MiB, generation=newer, timeout_s=1)
+        assert fourth is not None and fourth.offset == first.offset
+        assert ring.reserve(0, 2, MiB, generation=generation, timeout_s=1) is None  # stale
     finally:
         ring.close()
 
 
 def test_a_budget_too_small_for_one_sample_names_the_budget_and_the_sample():
     with pytest.raises(RingError) as info:
-        check_budget(1000, num_workers=2, batch_size=4, sample_bytes=5000, raw_bytes=3000)
+        check_budget(1000, batch_size=4, sample_bytes=5000, raw_bytes=3000)
     message = str(info.value)
     assert "\n" not in message
     assert "1000 bytes is too small for one sample (5000 bytes: 3000 read + 2000" in message
-    assert "shm_budget_bytes to at least 40000 bytes" in message
-    with pytest.raises(RingError, match=r"too small for one batch per worker \(2 workers x 4"):
-        check_budget(39_999, num_workers=2, batch_size=4, sample_bytes=5000, raw_bytes=3000)
-    check_budget(40_000, num_workers=2, batch_size=4, sample_bytes=5000, raw_bytes=3000)
+    assert "shm_budget_bytes to at least 20000 bytes" in message
+    with pytest.raises(RingError, match=r"too small for one batch \(4 samples of up to 5000"):
+        check_budget(19_999, batch_size=4, sample_bytes=5000, raw_bytes=3000)
+    check_budget(20_000, batch_size=4, sample_bytes=5000, raw_bytes=3000)

@@ -81,7 +81,8 @@ def test_the_index_view_has_no_python_object_per_row(tmp_path):
 
 def test_a_sample_larger_than_its_raw_area_is_a_clear_error():
     ring = Ring(num_workers=1, slots_per_worker=1, budget_bytes=2**20, batch_bytes=8192)
-    writer = SlotWriter(ring, ring.reserve(0, 8192, timeout_s=1), raw_bytes=4096)
+    extent = ring.reserve(0, 0, 8192, generation=ring.enter(0), timeout_s=1)
+    writer = SlotWriter(ring, extent, raw_bytes=4096)
     writer.raw_buffer(4000, what="sample a")
     with pytest.raises(
         RingError, match=r"sample b \(5000 bytes\) does not fit the batch's raw area.*changed"
@@ -95,7 +96,7 @@ def test_a_too_small_dev_shm_is_named_before_anything_is_allocated():
     free = st.f_bavail * st.f_frsize
     before = set(os.listdir("/dev/shm"))
     with pytest.raises(RingError) as info:
-        Ring(num_workers=2, slots_per_worker=4, budget_bytes=4 * free, batch_bytes=free)
+        Ring(num_workers=2, slots_per_worker=4, budget_bytes=4 * free, batch_bytes=free + 2**20)
     message = str(info.value)
     assert "/dev/shm" in message and "GiB free of" in message and "--shm-size" in message
     assert set(os.listdir("/dev/shm")) == before  # nothing created, nothing left
