@@ -295,9 +295,8 @@ class Ring:
                 "the loader's ring was unlinked (fork mode); spawned workers need "
                 "LoaderConfig.multiprocessing_context set before the loader is built"
             )
-        skip = ("_mm", "_all", "_base", "control", "offsets", "lengths", "states")
-        skip += ("worker_generations",)
-        skip += ("_finalizer", "_pinned", "peak_in_use", "_owner", "_fd")
+        skip = {"_mm", "_all", "_base", "control", "offsets", "lengths", "states", "_fd"}
+        skip |= {"worker_generations", "_finalizer", "_pinned", "peak_in_use", "_owner"}
         return {k: v for k, v in self.__dict__.items() if k not in skip}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
