@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import zlib
 from pathlib import Path
 
@@ -100,6 +101,32 @@ def test_the_ring_honours_its_budget_under_a_two_worker_run(dataset, transform):
     assert allocated == stats.shm_peak_bytes <= ring.header_bytes + budget
     assert 0 < stats.ring_peak_bytes <= budget
     assert stats.ring_bytes_in_flight <= budget  # the next epoch's first batches, made ahead
+
+
+def test_batches_the_loop_keeps_beyond_the_budget_take_the_counted_fallback(dataset):
+    batch_size = 4
+    budget = 3 * batch_size * _sample_bytes(dataset, True)
+    loader = build_loader(
+        str(dataset),
+        rank=0,
+        world_size=1,
+        batch_size=batch_size,
+        num_workers=2,
+        seed=0,
+        decode="none",
+        config=LoaderConfig(shm_budget_bytes=budget, sample_transform=_transform),
+    )
+    with loader:
+        started = time.monotonic()
+        kept = list(loader)  # the loop keeps every batch: the ring fills, then fallbacks
+        waited = time.monotonic() - started
+        stats = loader.stats
+        assert len(kept) == 9 and 0 < stats.ring_fallbacks <= 9 - 3
+        assert stats.ring_peak_bytes <= budget and stats.shm_peak_bytes <= budget + 4096
+        for batch in kept:  # every batch intact, in the ring or in its own block
+            for key, x in zip(batch["__key__"], batch["x"], strict=True):
+                assert torch.equal(x, torch.full_like(x, zlib.crc32(key.encode()) % 251))
+    assert waited < 9 * 1.0 + 20  # each fallback waits at most about _STALL_S
 
 
 def test_pages_are_reused_across_epochs_and_worker_restarts(dataset):
