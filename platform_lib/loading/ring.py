@@ -67,6 +67,8 @@ _GROW_STEP = 1 << 20
 #: A worker finding no room gives up waiting (the batch takes the fallback block) once the
 #: main process has waited this long for that worker's batch with no release in between, in s.
 _STALL_S = 0.5
+#: Longest wait for the ring's lock (held for a few word writes), in s.
+_LOCK_TIMEOUT_S = 30.0
 #: Default budget rule: a quarter of the memory the pod may use, capped, in bytes.
 _BUDGET_CAP = 5 * 2**29  # 2.5 GiB
 _BUDGET_SHARE = 4
@@ -337,8 +339,28 @@ class Ring:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        """Hold the ring's lock (a POSIX record lock: per process, so also between forked ones)."""
-        fcntl.lockf(self._fd, fcntl.LOCK_EX, 1, 0)
+        """Hold the ring's lock (a POSIX record lock: per process, so also between forked ones).
+
+        Held for a few word writes only; waited for at most `_LOCK_TIMEOUT_S`.
+
+        Raises:
+            RingError: another process held it that long (a stopped worker).
+        """
+        deadline = time.monotonic() + _LOCK_TIMEOUT_S
+        while True:
+            try:
+                fcntl.lockf(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EACCES, errno.EAGAIN):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise RingError(
+                        f"a loader process held the shared-memory ring's lock for over "
+                        f"{_LOCK_TIMEOUT_S:g} s (a stopped or hung worker); check the loader's "
+                        "worker processes and restart the loader"
+                    ) from None
+                time.sleep(0.001)
         try:
             yield
         finally:

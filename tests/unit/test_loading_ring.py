@@ -15,7 +15,14 @@ import numpy as np
 import pytest
 
 from platform_lib.loading.errors import RingError
-from platform_lib.loading.ring import Ring, SlotWriter, check_budget, unpack_batch
+from platform_lib.loading.ring import (
+    Ring,
+    SlotWriter,
+    _cgroup_memory_limit,
+    check_budget,
+    node_shm_budget,
+    unpack_batch,
+)
 
 MiB = 2**20
 
@@ -151,3 +158,15 @@ def test_a_budget_too_small_for_one_sample_names_the_budget_and_the_sample():
     with pytest.raises(RingError, match=r"too small for one batch \(4 samples of up to 5000"):
         check_budget(19_999, batch_size=4, sample_bytes=5000, raw_bytes=3000)
     check_budget(20_000, batch_size=4, sample_bytes=5000, raw_bytes=3000)
+
+
+def test_the_default_budget_is_this_ranks_share_of_the_node(monkeypatch):
+    st = os.statvfs("/dev/shm")
+    node = st.f_blocks * st.f_frsize
+    limit = _cgroup_memory_limit()
+    if limit is not None:
+        node = min(node, limit // 4)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    assert node_shm_budget("/dev/shm") == min(node, 5 * 2**29)  # capped at 2.5 GiB
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "64")
+    assert node_shm_budget("/dev/shm") == min(node // 64, 5 * 2**29)
