@@ -13,7 +13,7 @@ OUT      ?= build
 # Where MLflow (mlflow.db, mlartifacts/) and the elastic run folders go; see README.md.
 export DRIVETRAIN_HOME ?= $(HOME)/.drivetrain
 
-.PHONY: install dev run run-pandaset test test-all lint package deploy-check mlflow-ui clean-cache bench-env
+.PHONY: install dev run run-pandaset test test-all lint package register deploy-check mlflow-ui clean-cache bench-env
 
 $(BIN)/python:
 	$(PYTHON3) -m venv $(VENV)
@@ -55,6 +55,15 @@ lint: dev
 package: install
 	mkdir -p $(OUT)
 	$(BIN)/pyflyte --pkgs workflows package --image $(IMAGE) --output $(OUT)/flyte-package.tgz --force
+
+# Register on a cluster (deploy/README.md): the team's LocalQueue must exist in the target
+# namespace (tasks/placement.py), checked before anything is uploaded.
+PROJECT ?= drivetrain
+DOMAIN ?= development
+VERSION ?= $(shell git rev-parse --short HEAD)
+register: install
+	$(BIN)/python -m tasks.placement --project $(PROJECT) --domain $(DOMAIN)
+	$(BIN)/pyflyte register --project $(PROJECT) --domain $(DOMAIN) --version $(VERSION) workflows
 
 # Validate deploy/ offline: CRD schemas + CEL rules, Kubernetes schemas, cross-references with
 # tasks/placement.py (see deploy/README.md).

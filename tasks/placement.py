@@ -16,7 +16,9 @@ team's LocalQueue exists in each namespace listed here and points at the team's 
 and that the team has a nominal quota for each accelerator it may request.
 
 Invalid requests fail when the task is built, i.e. at import by `pyflyte package/register/run`
-(serialisation time), with a `PlacementError` naming the field.
+(serialisation time), with a `PlacementError` naming the field. Whether the team's LocalQueue
+exists in the target namespace depends on the Flyte project-domain, known at registration:
+`make register` checks it first (`python -m tasks.placement --project P --domain D`).
 
 The placement of the training task is read from the environment at serialisation time
 (`placement_from_env`): `DRIVETRAIN_TEAM`, `DRIVETRAIN_ACCELERATOR`,
@@ -44,6 +46,7 @@ __all__ = [
     "PlacementError",
     "Team",
     "flyte_namespace",
+    "main",
     "placement_from_env",
 ]
 
@@ -356,3 +359,28 @@ def placement_from_env(environ: Mapping[str, str] | None = None) -> Placement:
         )
     except PlacementError as exc:
         raise PlacementError(exc.field, f"{PLACEMENT_ENV[exc.field]}: {exc}") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m tasks.placement --project P --domain D`: check the placement before registering.
+
+    Returns 0 when the placement from the environment (`placement_from_env`) may run in the
+    project-domain's namespace; else prints `error: ...` naming the field and returns 2.
+    """
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m tasks.placement", description=main.__doc__)
+    parser.add_argument("--project", required=True)
+    parser.add_argument("--domain", required=True)
+    args = parser.parse_args(argv)
+    try:
+        placement_from_env().check_namespace(args.project, args.domain)
+    except PlacementError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
