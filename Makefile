@@ -12,6 +12,9 @@ OUT      ?= build
 
 # Where MLflow (mlflow.db, mlartifacts/) and the elastic run folders go; see README.md.
 export DRIVETRAIN_HOME ?= $(HOME)/.drivetrain
+# A local `pyflyte run` is the elastic agent: a fresh rendezvous store per in-place restart
+# (pytorch#135712, still needed by torch 2.13); pods get it from the task's environment.
+export TORCH_DISABLE_SHARE_RDZV_TCP_STORE ?= 1
 
 .PHONY: install dev run run-pandaset test test-all lint package register deploy-check mlflow-ui clean-cache bench-env
 

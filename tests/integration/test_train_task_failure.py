@@ -17,6 +17,7 @@ import pytest
 from platform_lib.registry.mlflow_store import configure_mlflow
 from platform_lib.sources.synthetic import SyntheticConfig, write_synthetic_logs
 from platform_lib.training.faults import ENV_VAR
+from platform_lib.training.launch import DISABLE_SHARED_STORE
 from tasks.triage import HISTORY_FILE
 
 pytestmark = pytest.mark.distributed
@@ -42,6 +43,9 @@ def test_a_failed_rank_leaves_its_verdict_as_the_task_error(
     client = configure_mlflow()  # the store exists (created concurrently by two ranks, it races)
     crash = [{"kind": "crash", "rank": 1, "step": 2, "attempt": n} for n in (0, 1)]
     monkeypatch.setenv(ENV_VAR, json.dumps(crash))
+    # the agent is this process: what the pod's environment (and `make run`) give it; without
+    # it torch 2.13's restarted workers fail in Gloo connectFullMesh (pytorch#135712)
+    monkeypatch.setenv(DISABLE_SHARED_STORE, "1")
     with pytest.raises(Exception) as info:  # noqa: PT011 - the plugin's type; the text is checked
         training_pipeline(
             source="synthetic", raw_logs=str(raw), preset="small", overrides=json.dumps(STEPS)
