@@ -35,10 +35,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from platform_lib.shards import BuildConfig, build_dataset
+from platform_lib.shards.build import BuildConfig, build_dataset
 from platform_lib.shards.merge import build_part, merge_parts
 from platform_lib.shards.sources import open_source
-from platform_lib.sources import list_logs
+from platform_lib.sources.catalog import list_logs
 from platform_lib.sources.frame import Frame
 from platform_lib.sources.synthetic import SyntheticConfig, write_synthetic_logs
 

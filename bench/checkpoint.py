@@ -40,7 +40,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-from platform_lib.models import build_model
+from platform_lib.models.registry import build_model
 from platform_lib.training.checkpoint import Checkpointer
 from platform_lib.training.distributed import DistContext
 from platform_lib.training.launch import find_free_port

@@ -27,7 +27,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from platform_lib.loading import InputWaitMeter, LoaderConfig, build_loader
+from platform_lib.loading.config import LoaderConfig
+from platform_lib.loading.input_wait import InputWaitMeter
+from platform_lib.loading.loader import build_loader
 
 MAX_POINTS = 32768
 
@@ -53,7 +55,7 @@ def ensure_dataset(path: str | None) -> Path:
     shared = Path(tempfile.gettempdir()) / "drivetrain-bench-loader" / "synthetic" / "dataset"
     if (shared / "manifest.json").exists():
         return shared
-    from platform_lib.shards import BuildConfig, build_dataset
+    from platform_lib.shards.build import BuildConfig, build_dataset
     from platform_lib.sources.synthetic import SyntheticConfig, write_synthetic_logs
 
     work = Path(tempfile.gettempdir()) / "drivetrain-bench-input-wait"

@@ -9,7 +9,7 @@ Datasets (built once under --work):
 Rows (samples/s; every pipeline: --workers DataLoader workers, the same identity collate (a
 batch is a list of decoded samples; no torch conversion), the same decode functions
 `decode_sample` + `imaging.decode.decode_sample_cameras`):
-    ours verify=V        platform_lib.loading.build_loader, verify shard/member/none (decode none)
+    ours verify=V        loading.loader.build_loader, verify shard/member/none (decode none)
     ours                 build_loader with the default verify, decode none / cpu / cpu@WxH
                          (camera_resize; DCT-domain downscaling) / gpu (nvJPEG, only with CUDA)
     webdataset           upstream webdataset: WebDataset(shardshuffle) .shuffle(1000) .map(decode)
@@ -53,9 +53,9 @@ import pyarrow.parquet as pq
 from torch.utils.data import DataLoader, Dataset
 
 from platform_lib.imaging.decode import CameraResize, decode_sample_cameras, gpu_decode_available
-from platform_lib.loading import LoaderConfig, build_loader
-from platform_lib.shards import BuildConfig, build_dataset
-from platform_lib.shards.build import write_dataset
+from platform_lib.loading.config import LoaderConfig
+from platform_lib.loading.loader import build_loader
+from platform_lib.shards.build import BuildConfig, build_dataset, write_dataset
 from platform_lib.shards.codec import decode_sample
 from platform_lib.shards.manifest import compute_dataset_hash
 from platform_lib.shards.sources import open_source

@@ -200,7 +200,7 @@ def run_pipeline(args: argparse.Namespace) -> dict:
     uri = training_pipeline(overrides=overrides)
     total = time.time() - t0
     cold = _cold_registration(registered)
-    run_dir = next((work / "TMPDIR" / "drivetrain-train").glob("*"))
+    run_dir = next((work / "TMPDIR").glob("drivetrain-train-*/*"))
     report = json.loads((run_dir / "goodput.json").read_text())
     timeline = json.loads((run_dir / "telemetry" / "timeline.json").read_text())
     last_step_end = max(s["start"] + s["wall_s"] for s in timeline["steps"] if s["rank"] == 0)

@@ -9,29 +9,21 @@ code and append it to `COMMAND_GROUPS` below. Benchmarks are scripts in the repo
 Errors: a command raises; `main` prints a user error (`platform_lib.errors.UserError`, a bad
 dataset, a full disk, an unreachable store) as one line `error: <what> (<culprit>): <what to
 do>` and returns 1 (2 for bad arguments), writing the traceback to
-`$DRIVETRAIN_HOME/logs/errors.log`; `drivetrain --debug ...` shows the traceback instead.
-Anything else is a bug and keeps its traceback. Every line, log record and traceback is
-`platform_lib.redact`ed, and so is everything a command prints (no password, token or secret
-variable's value reaches the terminal).
+`$DRIVETRAIN_HOME/logs/errors.log` (both `platform_lib.logs.report_user_error`); `drivetrain
+--debug ...` shows the traceback instead. Anything else is a bug and keeps its traceback.
+Every line, log record and traceback is `platform_lib.redact`ed, and so is everything a command
+prints (no password, token or secret variable's value reaches the terminal).
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
-import os
 import sys
-import traceback
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
-from platform_lib.errors import UserError, format_user_error, to_user_error
-from platform_lib.redact import (
-    install_redaction,
-    redact,
-    redacted_output,
-    register_uri_secrets,
-)
+from platform_lib.errors import UserError, to_user_error
+from platform_lib.logs import report_user_error, setup_logging
+from platform_lib.redact import redact, redacted_output, register_uri_secrets
 from platform_lib.registry.commands import add_goodput_commands, add_zoo_commands
 from platform_lib.shards.commands import add_data_commands
 from platform_lib.triage.commands import add_triage_command
@@ -100,33 +92,16 @@ def explain_error(
     return None
 
 
-def _log_traceback(error: BaseException) -> Path | None:
-    """Append the traceback of `error` to `$DRIVETRAIN_HOME/logs/errors.log`; return the file."""
-    home = Path(os.environ.get("DRIVETRAIN_HOME") or "~/.drivetrain").expanduser()
-    path = home / "logs" / "errors.log"
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a") as log:
-            log.write(
-                redact(
-                    f"--- {datetime.datetime.now(datetime.UTC).isoformat()} drivetrain "
-                    f"{sys.argv[1:]}\n{''.join(traceback.format_exception(error))}"
-                )
-            )
-    except OSError:
-        return None
-    return path
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the `drivetrain` command; return its exit status (0 = success, 1 = error, 2 = usage)."""
-    install_redaction()
-    register_uri_secrets(" ".join(sys.argv[1:] if argv is None else argv))
+    setup_logging()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    register_uri_secrets(" ".join(argv))
     with redacted_output():
         return _run(argv)
 
 
-def _run(argv: Sequence[str] | None) -> int:
+def _run(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
@@ -143,8 +118,7 @@ def _run(argv: Sequence[str] | None) -> int:
         user = None if args.debug else explain_error(exc, culprit, output)
         if user is None:
             raise
-        _log_traceback(exc)
-        print(format_user_error(user), file=sys.stderr)
+        report_user_error(user, exc, f"drivetrain {argv}")
         return 1
 
 

@@ -30,11 +30,13 @@ from flytekit.core.context_manager import FlyteContextManager
 from flytekit.types.directory import FlyteDirectory
 
 from platform_lib.errors import UserError
-from platform_lib.shards import BuildConfig, DatasetError, load_manifest
+from platform_lib.shards.build import BuildConfig
 from platform_lib.shards.check import check_dataset, explain_dataset_error
+from platform_lib.shards.errors import DatasetError
+from platform_lib.shards.manifest import load_manifest
 from platform_lib.shards.merge import build_part, merge_parts, resolve_part_store
 from platform_lib.shards.split import SPLIT_METHODS
-from platform_lib.sources import DEFAULT_SPLITS, check_source, list_log_urls
+from platform_lib.sources.catalog import DEFAULT_SPLITS, check_source, list_log_urls
 from platform_lib.sources.hashing import (
     check_raw_logs_unchanged,
     hash_log_location,

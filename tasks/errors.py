@@ -9,7 +9,7 @@ Every task body runs inside `task_errors(what, url)`:
   printed as the single line `error: <what> (<culprit>): <what to do>` on stderr and leaves the
   task as `PipelineInputError`, a `click.exceptions.Exit` (exit code 2) that `pyflyte run` hands
   to click, so a local run ends there without a traceback; the traceback is appended to
-  `$DRIVETRAIN_HOME/logs/errors.log`. On a cluster the line is the execution's error message;
+  `$DRIVETRAIN_HOME/logs/errors.log` (`platform_lib.logs.report_user_error`). On a cluster the line is the execution's error message;
 - anything else is a bug and keeps its traceback.
 
 Every message, the errors.log traceback and (from the first `task_errors` on) every log
@@ -22,10 +22,6 @@ cached task's output was deleted (e.g. TMPDIR wiped under flytekit's local cache
 from __future__ import annotations
 
 import contextlib
-import datetime
-import os
-import sys
-import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,8 +30,9 @@ from flytekit.exceptions.user import FlyteRecoverableException
 from flytekit.types.directory import FlyteDirectory
 from flytekit.types.file import FlyteFile
 
-from platform_lib.errors import UserError, format_user_error, to_user_error
-from platform_lib.redact import install_redaction, redact, register_uri_secrets
+from platform_lib.errors import UserError, to_user_error
+from platform_lib.logs import report_user_error, setup_logging
+from platform_lib.redact import redact, register_uri_secrets
 from platform_lib.storage import explain_storage_error, is_transient
 
 __all__ = ["PipelineInputError", "download_input", "stale_cache_error", "task_errors"]
@@ -60,20 +57,6 @@ class PipelineInputError(click.exceptions.Exit):
         return self.message
 
 
-def _log_traceback(error: BaseException) -> Path | None:
-    """Append the traceback of `error` to `$DRIVETRAIN_HOME/logs/errors.log`; return the file."""
-    home = Path(os.environ.get("DRIVETRAIN_HOME") or "~/.drivetrain").expanduser()
-    path = home / "logs" / "errors.log"
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a") as log:
-            log.write(f"--- {datetime.datetime.now(datetime.UTC).isoformat()} pid {os.getpid()}\n")
-            log.write(redact("".join(traceback.format_exception(error))))
-    except OSError:
-        return None
-    return path
-
-
 @contextlib.contextmanager
 def task_errors(what: str, url: str = "") -> Iterator[None]:
     """Classify an error leaving a task body (see the module docstring).
@@ -86,7 +69,7 @@ def task_errors(what: str, url: str = "") -> Iterator[None]:
         FlyteRecoverableException: for transient storage errors.
         PipelineInputError: for user errors (one line, printed to stderr first).
     """
-    install_redaction()
+    setup_logging()
     register_uri_secrets(url)
     try:
         yield
@@ -95,9 +78,7 @@ def task_errors(what: str, url: str = "") -> Iterator[None]:
     except Exception as exc:
         user = to_user_error(exc, where=url) or (explain_storage_error(exc, url) if url else None)
         if user is not None:
-            line = format_user_error(user)
-            log = _log_traceback(exc)
-            print(line, file=sys.stderr, flush=True)
+            line, log = report_user_error(user, exc, f"task {what} {url}".strip())
             raise PipelineInputError(line + (f" [traceback: {log}]" if log else "")) from exc
         if is_transient(exc):
             raise FlyteRecoverableException(

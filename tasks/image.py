@@ -41,6 +41,8 @@ PINNED = (
     "croniter==7.0.0",
     "pydantic==2.14.4",
     "xxhash==4.1.0",
+    "matplotlib==3.11.2",
+    "google-re2==1.1.20251105",
 )
 
 TASK_IMAGE = ImageSpec(

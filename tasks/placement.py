@@ -1,29 +1,20 @@
 """Placement catalog: where a task runs on the cluster, and through which Kueue queue.
 
-A user asks for N accelerators of a type in a team's queue, never for a node. This module is
+A user asks for N accelerators of a type in a team's queue, never for a node; this module is
 the single source of truth that turns such a request (`Placement`) into what the serialised
-Flyte task carries:
+Flyte task carries (listed below). Invalid requests fail when the task is built, at import by
+`pyflyte package/register/run`, with a `PlacementError` naming the field. The training task's
+placement is read from the environment at serialisation time (`placement_from_env`:
+`DRIVETRAIN_TEAM`, `DRIVETRAIN_ACCELERATOR`, `DRIVETRAIN_ACCELERATOR_COUNT`) and carried in its
+container environment, so the pod rebuilds the very same task when it imports `tasks.train`.
+`deploy/kueue/` must agree with this catalog (flavors, queues, quotas):
+`tests/unit/test_deploy_crossref.py` checks it.
 
 - resources (accelerators, host CPU and memory per pod),
 - node selector + tolerations (the nodes of that accelerator's pool),
 - the `kueue.x-k8s.io/queue-name` label naming the team's LocalQueue (Flyte 1.16 copies task
   labels, `@task(labels=...)`, onto the Pod or the PyTorchJob that runs the task),
 - the elastic shape: `nnodes` x `nproc_per_node` (nnodes > 1 -> a PyTorchJob).
-
-`deploy/kueue/` must agree with it: `tests/unit/test_deploy_crossref.py` checks that every
-accelerator's ResourceFlavor exists with the same node labels and tolerations, that every
-team's LocalQueue exists in each namespace listed here and points at the team's ClusterQueue,
-and that the team has a nominal quota for each accelerator it may request.
-
-Invalid requests fail when the task is built, i.e. at import by `pyflyte package/register/run`
-(serialisation time), with a `PlacementError` naming the field. Whether the team's LocalQueue
-exists in the target namespace depends on the Flyte project-domain, known at registration:
-`make register` checks it first (`python -m tasks.placement --project P --domain D`).
-
-The placement of the training task is read from the environment at serialisation time
-(`placement_from_env`): `DRIVETRAIN_TEAM`, `DRIVETRAIN_ACCELERATOR`,
-`DRIVETRAIN_ACCELERATOR_COUNT`; the task carries them in its container environment so that the
-pod rebuilds the very same task when it imports `tasks.train`.
 """
 
 from __future__ import annotations

@@ -138,7 +138,7 @@ def build_train_task(placement: Placement) -> PythonFunctionTask:
         ),
         enable_deck=True,
         # no "Dependencies" deck: flytekit runs `pip list` and `pip freeze` for it after the
-        # task body (~1 s of the post-training tail); the task image pins the environment
+        # task body, in the post-training tail; the task image pins the environment
         deck_fields=(DeckField.SOURCE_CODE, DeckField.TIMELINE, DeckField.INPUT, DeckField.OUTPUT),
         cache=Cache(version="1"),
         retries=2,

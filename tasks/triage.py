@@ -9,7 +9,7 @@ nothing: its failure is the plugin's message (rank, pid, exit code, signal), unc
 `explain_training_failure` turns a failure into the task's error:
 
 1. evidence = the failed rank's traceback and exit (rank, pid), or a launcher's per-rank exits
-   and error files (`platform_lib.triage.evidence_from_child_failure`);
+   and error files (`platform_lib.triage.attempt.evidence_from_child_failure`);
 2. verdict + restart decision (`assess_failure`), with the history of earlier attempts kept
    beside the checkpoints and the newest committed checkpoint step (checkpoint progress);
 3. an MLflow run of the failed attempt tagged with the verdict (`triage.*` tags) and the
@@ -38,13 +38,9 @@ from flytekit.exceptions.user import FlyteRecoverableException
 
 from platform_lib.redact import redact
 from platform_lib.training.checkpoint import find_latest_checkpoint
-from platform_lib.triage import (
-    assess_failure,
-    evidence_from_child_failure,
-    failure_message,
-    record_verdict,
-)
+from platform_lib.triage.attempt import assess_failure, evidence_from_child_failure, failure_message
 from platform_lib.triage.logs import ProcessExit
+from platform_lib.triage.record import record_verdict
 from tasks.errors import PipelineInputError
 
 __all__ = ["HISTORY_FILE", "TrainingFailedError", "explain_failures", "explain_training_failure"]

@@ -56,7 +56,7 @@ def training_pipeline(
         model_name: registered model name; empty: "drivetrain-bev-<source>".
         synthetic: generator settings when synthetic logs are generated.
         split: train/val split method ("by_log" or "by_frame_range"); "" uses the source's
-            default (`platform_lib.sources.DEFAULT_SPLITS`).
+            default (`platform_lib.sources.catalog.DEFAULT_SPLITS`).
         quarantine: leave bad frames out of the dataset (listed in its manifest) instead of
             failing the build.
     """

@@ -43,6 +43,8 @@ __all__ = ["CACHE_MARKER", "CacheStats", "ShardCache", "resolve_cache_dir"]
 #: File marking a folder as ours; eviction never walks a folder without it.
 CACHE_MARKER = ".drivetrain-shard-cache"
 _DISK_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+#: Longest wait for another process's download or eviction lock on this node, in s.
+LOCK_WAIT_S = 600.0
 
 
 def resolve_cache_dir(cache_dir: str | None) -> Path:
@@ -131,7 +133,16 @@ class ShardCache:
         local = self.folder / shard_path
         local.parent.mkdir(parents=True, exist_ok=True)
         (self.folder / CACHE_MARKER).touch(exist_ok=True)
-        with filelock.FileLock(f"{local}.lock"):
+        try:
+            lock = filelock.FileLock(f"{local}.lock", timeout=LOCK_WAIT_S)
+            lock.acquire()
+        except filelock.Timeout:
+            raise ObjectStoreUnreachableError(
+                f"{self.url}/{shard_path}: another process on this node has held its download "
+                f"lock {local}.lock for {LOCK_WAIT_S:g} s; find that process (a stopped or hung "
+                "loader) and end it, or delete the lock file if none holds it"
+            ) from None
+        try:
             if shard_path in self._failed:  # failed in the prefetch thread while we waited
                 raise self._failed[shard_path]
             if local.exists() and local.stat().st_size == expected_bytes:
@@ -140,6 +151,8 @@ class ShardCache:
                 self._download(shard_path, local, expected_bytes)
             os.utime(local)
             fd = open_regular(local)
+        finally:
+            lock.release()
         self._evict(keep=local)
         return fd
 
@@ -199,7 +212,12 @@ class ShardCache:
 
         Also deletes temporary files left by crashed downloads.
         """
-        with filelock.FileLock(str(self.base / ".evict.lock")):
+        try:
+            lock = filelock.FileLock(str(self.base / ".evict.lock"), timeout=LOCK_WAIT_S)
+            lock.acquire()
+        except filelock.Timeout:  # another process is evicting (or stuck): evict next time
+            return
+        try:
             cached = []
             for marker in self.base.glob(f"*/{CACHE_MARKER}"):
                 for path in marker.parent.rglob("*.tar*"):
@@ -221,3 +239,5 @@ class ShardCache:
                     continue
                 total -= size
                 self.stats.evictions += 1
+        finally:
+            lock.release()

@@ -17,7 +17,7 @@ DEFAULT_WORKER_TIMEOUT_S = 300.0
 
 
 class LoaderConfig(BaseModel):
-    """Options of `platform_lib.loading.build_loader`; the defaults suit training.
+    """Options of `platform_lib.loading.loader.build_loader`; the defaults suit training.
 
     Pickles into spawned workers like any pydantic model (`sample_transform` must itself be
     picklable).

@@ -1,4 +1,4 @@
-"""Errors raised by the streaming loader: all under `platform_lib.shards.DatasetError`.
+"""Errors raised by the streaming loader: all under `platform_lib.shards.errors.DatasetError`.
 
 Bad data (manifest, index, shard bytes, checksums, decoding) raises the shard layer's errors,
 re-exported here; `LoaderError` covers what only the loader does (object store, node cache,

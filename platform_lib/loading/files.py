@@ -19,20 +19,23 @@ Verify policy (`LoaderConfig.verify`):
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections import OrderedDict
 from pathlib import Path
 
-import filelock
-
-from platform_lib.fsguard import NotRegularFileError, open_regular, read_regular
+from platform_lib.fsguard import NotRegularFileError, open_regular
 from platform_lib.loading.cache import ShardCache, resolve_cache_dir
 from platform_lib.loading.errors import LoaderError
 from platform_lib.shards.errors import ShardFormatError
 from platform_lib.shards.manifest import ShardEntry, check_shard_path
-from platform_lib.shards.sample import Check, hash_shard, read_sample_into, verify_sample
+from platform_lib.shards.sample import (
+    Check,
+    check_once,
+    hash_shard,
+    read_sample_into,
+    verify_sample,
+)
 from platform_lib.shards.view import DatasetView
 
 __all__ = ["ShardFiles", "ShardNotRegularError", "ShardVerifications", "VERIFY_POLICIES"]
@@ -40,8 +43,6 @@ __all__ = ["ShardFiles", "ShardNotRegularError", "ShardVerifications", "VERIFY_P
 log = logging.getLogger(__name__)
 
 VERIFY_POLICIES = ("shard", "member", "none")
-#: Largest verification record read, in bytes (a record is about 200 bytes).
-_MAX_RECORD_BYTES = 4096
 
 
 class ShardNotRegularError(LoaderError, NotRegularFileError):
@@ -74,29 +75,20 @@ class ShardVerifications:
         Hashes at most once per node and file version; later calls read the record.
         """
         record = self.folder / f"{check_shard_path(entry.path)}.json"
-        record.parent.mkdir(parents=True, exist_ok=True)
-        with filelock.FileLock(f"{record}.lock"):
-            st = os.fstat(fd)
-            stamp = {
-                "size": st.st_size,
-                "mtime_ns": st.st_mtime_ns,
-                "inode": st.st_ino,
-                "device": st.st_dev,
-                "sha256": entry.sha256,
-            }
-            try:  # a record that is not a small regular JSON file is redone
-                saved = json.loads(read_regular(record, max_bytes=_MAX_RECORD_BYTES))
-                if {k: saved.get(k) for k in stamp} == stamp:
-                    return bool(saved["ok"])
-            except (OSError, ValueError, AttributeError, KeyError):
-                pass
-            ok = st.st_size == entry.bytes
-            if ok:
-                ok = hash_shard(fd)[0] == entry.sha256
-                self.hashed += 1
-            tmp = record.with_name(f"{record.name}.tmp-{os.getpid()}")
-            tmp.write_text(json.dumps({**stamp, "ok": ok}))
-            os.replace(tmp, record)
+        st = os.fstat(fd)
+        stamp = {
+            "size": st.st_size,
+            "mtime_ns": st.st_mtime_ns,
+            "inode": st.st_ino,
+            "device": st.st_dev,
+            "sha256": entry.sha256,
+        }
+        ok, hashed = check_once(
+            record,
+            stamp,
+            lambda: st.st_size == entry.bytes and hash_shard(fd)[0] == entry.sha256,
+        )
+        self.hashed += hashed and st.st_size == entry.bytes
         if not ok:
             log.warning(
                 "%s: size or sha256 differs from the manifest; reading its samples with "

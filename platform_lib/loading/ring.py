@@ -2,30 +2,28 @@
 
 One file in /dev/shm, allocated once per loader (`posix_fallocate`, so a full /dev/shm is a
 clear `RingError` up front, never a SIGBUS later), mapped by the main process and inherited by
-forked workers. It holds `num_slots` slots of `slot_bytes` each; a slot carries one batch:
+forked workers, holds `num_slots` slots of `slot_bytes`, one batch each. Workers send only a
+small skeleton through the pipe, with every array, tensor or JPEG buffer in the slot replaced
+by a `_Ref` (slot, offset, shape, dtype) that the main process turns back into a view of the
+slot (no copy, no unpickling of payloads); with CUDA the ring is page-locked once
+(cudaHostRegister), so `.to("cuda", non_blocking=True)` copies straight from it. Worker w owns
+slots [w * D, (w + 1) * D); when none is free (the training loop keeps many batches alive) or
+a batch outgrows the output area, it travels in a private shared-memory block instead
+(`LoaderStats.ring_fallbacks`): slower, never wrong. Named files in the tmpfs folder carry
+their owner's lock (`claim_owner`, the `fsguard` liveness rule), so each new ring or order
+file first sweeps the files of loaders whose owner is gone.
+
+Slot layout:
 
     [ raw area: the batch's sample byte ranges, read by `preadv` straight from the shards |
       output area: arrays the worker computed (decoded images, transform outputs, collated
       tensors stacked in place) ]
 
-Workers send only a small skeleton through the pipe: the batch with every array, tensor or
-JPEG buffer that lives in the slot replaced by a `_Ref` (slot, offset, shape, dtype). The main
-process turns refs back into ndarray / tensor / memoryview views of the slot (no copy, no
-unpickling of payloads). Where CUDA is present the ring is page-locked once
-(cudaHostRegister), so `.to("cuda", non_blocking=True)` copies straight from it.
-
 Slot life cycle, one int32 state per slot in the ring header:
     0 free -> g (> 0, acquired by a worker in iteration generation g) -> -1 (delivered to the
     main process) -> 0 (every view of the batch is gone: a finalizer on the slot's base array).
-A slot still marked with an older generation was filled but never delivered (an abandoned
-epoch) and is free again. Worker w owns slots [w * D, (w + 1) * D); when none is free (the
-training loop keeps many batches alive) or a batch's outputs outgrow the output area, that batch
-travels in a private shared-memory block instead (counted in `LoaderStats.ring_fallbacks`):
-slower, never wrong.
-
-Named files in the tmpfs folder (the ring with spawned workers, the epoch orders) carry their
-owner's lock (`claim_owner`, the `fsguard` liveness rule): each new ring or order file first
-sweeps the files of loaders whose owner is gone (e.g. killed with SIGKILL).
+    A slot still marked with an older generation was filled but never delivered (an abandoned
+    epoch) and is free again.
 """
 
 from __future__ import annotations

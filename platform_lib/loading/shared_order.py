@@ -1,18 +1,16 @@
 """Epoch orders computed once in the main process and mapped read-only by the workers.
 
-Each persistent worker used to compute the epoch's (source, unit) order itself after the fork:
-two (P,) int64 arrays plus the sort's temporaries, private to every worker (about 53 MiB per
-worker at 1M rows). Instead the main process writes each epoch's order once into a file in the
-loader's tmpfs folder (`LoaderConfig.shm_dir`, beside the ring) and keeps it mapped; workers map
-the same file read-only, so its pages are shared (Shared_Clean in /proc/PID/smaps), not copied,
-and a worker's private memory does not grow with the index.
+The main process writes each epoch's (source, unit) order once into a file in the loader's
+tmpfs folder (`LoaderConfig.shm_dir`, beside the ring) and keeps it mapped; persistent workers
+map the same file read-only, so its pages stay shared and a worker's private memory does not
+grow with the index. A file is written completely before the workers are told its epoch
+(`BatchStream.start`) and never changes; the two latest epochs are kept (the one being
+consumed and the one the workers run ahead on), older ones are unlinked (a worker that still
+maps one keeps its pages), and the files of a killed loader are removed by the next loader on
+the node (`ring.claim_owner`).
 
 File layout: (2, P) int64, row 0 the source index and row 1 the unit id of each global position
-(`EpochOrders`, byte for byte). A file is written completely before the workers are told its
-epoch (`BatchStream.start`) and never changes afterwards; the names of the two latest epochs are
-kept (the epoch being consumed and the one the workers already run ahead on), older ones are
-unlinked (a worker that still maps one keeps its pages). The files carry their owner's lock
-(`ring.claim_owner`): those of a killed loader are removed by the next loader on the node.
+(`EpochOrders`, byte for byte).
 """
 
 from __future__ import annotations

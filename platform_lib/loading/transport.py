@@ -1,17 +1,14 @@
 """Move a batch's arrays and tensors from a worker to the main process through one shared-memory block.
 
 Pickling decoded images through the worker pipe costs two copies and a pipe transfer per
-array (about 2.4 MB per 6-camera sample). Instead the worker copies every ndarray and CPU
-tensor of at least `MIN_BYTES` into one shared-memory uint8 tensor (the "arena") and leaves a
-small `_Slot` in its place; the main process turns the slots back into ndarray / tensor views
-of the arena (zero-copy; the views keep the arena alive). Smaller tensors travel by value as
-`_SmallTensor` (plain pickled bytes); everything else travels by pickle as before.
-
-No tensor is left for the pipe's pickler: torch would move it to shared memory in the
-multiprocessing queue's feeder thread, where a full /dev/shm loses the batch (the error is
-printed by that thread and the main process waits for a batch that never comes). Every block
-is allocated here, in the worker, after a free-space check: a full /dev/shm is a `RingError`
-naming the size and the fix, re-raised in the main process.
+array, so the worker copies every ndarray and CPU tensor of at least `MIN_BYTES` into one
+shared-memory uint8 tensor (the "arena") and leaves a small `_Slot` in its place; the main
+process turns the slots back into zero-copy views of the arena (the views keep it alive).
+Smaller tensors travel by value (`_SmallTensor`), everything else by pickle. No tensor is left
+for the pipe's pickler, which would move it to shared memory in the queue's feeder thread
+where a full /dev/shm loses the batch: every block is allocated here, in the worker, after a
+free-space check, and a full /dev/shm is a `RingError` naming the size and the fix, re-raised
+in the main process.
 """
 
 from __future__ import annotations

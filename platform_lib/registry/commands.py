@@ -92,7 +92,7 @@ def add_goodput_commands(groups: argparse._SubParsersAction) -> None:
 
 def _run_zoo_check(args: argparse.Namespace) -> int:
     from platform_lib.registry.goodput import compare_with_workload_baseline
-    from platform_lib.shards import load_manifest
+    from platform_lib.shards.manifest import load_manifest
     from platform_lib.telemetry.baseline import workload_of
     from platform_lib.training.golden import build_golden_dataset
     from platform_lib.training.zoo import CPU_PRESETS, check_zoo_preset

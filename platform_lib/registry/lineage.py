@@ -150,7 +150,7 @@ def build_lineage(
     """Collect the lineage of a model trained on `dataset_dir` with `config`.
 
     Args:
-        manifest: the dataset's manifest (`platform_lib.shards.load_manifest`).
+        manifest: the dataset's manifest (`platform_lib.shards.manifest.load_manifest`).
         dataset_dir: local dataset folder (for the validation split hash).
         config: the training config dataclass.
         seed: training seed.

@@ -25,7 +25,7 @@ from platform_lib.registry.mlflow_store import (
     start_training_run,
 )
 from platform_lib.registry.register import Registration, register_model_version
-from platform_lib.shards import load_manifest
+from platform_lib.shards.manifest import load_manifest
 
 __all__ = ["record_training_run"]
 

@@ -195,7 +195,7 @@ def load_model_version(model_uri: str) -> tuple[Any, Any, Path]:
     """
     from safetensors.torch import load_file
 
-    from platform_lib.models import build_model
+    from platform_lib.models.registry import build_model
     from platform_lib.training.config import TrainConfig
 
     local = download_model(model_uri)

@@ -10,9 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from platform_lib.errors import UserError
 from platform_lib.shards.errors import BuildError
-from platform_lib.shards.sources import SOURCE_NAMES
 from platform_lib.shards.split import SPLIT_METHODS
-from platform_lib.sources import DEFAULT_SPLITS
+from platform_lib.sources.catalog import DEFAULT_SPLITS, SOURCE_NAMES
 
 if TYPE_CHECKING:  # the manifest module pulls pydantic; keep the CLI import light
     from platform_lib.shards.manifest import Manifest

@@ -51,8 +51,8 @@ from platform_lib.shards.manifest import (
 from platform_lib.shards.sources import iter_log
 from platform_lib.shards.split import assign_splits
 from platform_lib.shards.writer import fsync_dir
-from platform_lib.sources import hash_raw_log
 from platform_lib.sources.frame import CLASS_GROUPS
+from platform_lib.sources.hashing import hash_raw_log
 from platform_lib.storage import resolve_fs
 
 __all__ = ["PartResult", "build_part", "merge_parts", "part_key", "resolve_part_store"]
@@ -78,7 +78,7 @@ class PartResult:
     log_id: str
     """the raw log's id"""
     log_hash: str
-    """the raw log's content hash (`platform_lib.sources.hash_raw_log`)"""
+    """the raw log's content hash (`platform_lib.sources.hashing.hash_raw_log`)"""
     built: bool
     """False when the part was already in the store (nothing was read or written)"""
 

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import filelock
 import xxhash
 
+from platform_lib.fsguard import read_regular
 from platform_lib.shards.errors import SampleIntegrityError, ShardFormatError
 from platform_lib.shards.tar import iter_tar_members
 
@@ -47,6 +48,8 @@ Check = Literal["sha256", "xxh3", "none"]
 _CHUNK = 8 << 20
 #: Longest wait for another process's hash of the same file, in s; then this one hashes too.
 _RECORD_WAIT_S = 600.0
+#: Largest verification record read back, in bytes (a record is a few hundred).
+_MAX_RECORD_BYTES = 64 * 1024
 
 
 def _truncated(view: DatasetView, i: int, end: int, shard: str) -> ShardFormatError:
@@ -198,10 +201,10 @@ def check_once(
         return check(), True
     try:
         try:
-            saved = json.loads(record.read_text())
+            saved = json.loads(read_regular(record, max_bytes=_MAX_RECORD_BYTES))
             if {k: saved.get(k) for k in stamp} == stamp and isinstance(saved.get("ok"), bool):
                 return saved["ok"], False
-        except (OSError, ValueError):
+        except (OSError, ValueError, AttributeError):  # missing, planted or garbled: redo
             pass
         ok = check()
         tmp = record.with_name(f"{record.name}.tmp-{os.getpid()}")

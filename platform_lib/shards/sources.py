@@ -12,9 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from platform_lib import sources
 from platform_lib.shards.errors import BuildError
-from platform_lib.sources import SOURCE_NAMES, Frame, FrameError, hash_raw_log
+from platform_lib.sources import catalog
+from platform_lib.sources.catalog import SOURCE_NAMES
+from platform_lib.sources.frame import Frame, FrameError
+from platform_lib.sources.hashing import hash_raw_log
 
 __all__ = ["SOURCE_NAMES", "hash_logs", "iter_log", "list_logs", "open_source"]
 
@@ -22,7 +24,7 @@ __all__ = ["SOURCE_NAMES", "hash_logs", "iter_log", "list_logs", "open_source"]
 def iter_log(source: str, log_dir: Path) -> Iterator[Frame | FrameError]:
     """Yield the frames of one raw log of `source`; a log-level FrameError is yielded last."""
     try:
-        yield from sources.iter_log_frames(source, log_dir)
+        yield from catalog.iter_log_frames(source, log_dir)
     except FrameError as exc:  # log-level problem: counted like a bad frame
         if getattr(exc, "log_id", None) is None:
             exc.log_id = log_dir.name
@@ -38,7 +40,7 @@ def list_logs(source: str, input_path: Path) -> list[Path]:
     if source not in SOURCE_NAMES:
         raise BuildError(f"unknown source {source!r}; choose one of {SOURCE_NAMES}")
     try:
-        return [Path(p) for p in sources.list_logs(source, input_path)]
+        return [Path(p) for p in catalog.list_logs(source, input_path)]
     except (FileNotFoundError, NotADirectoryError) as exc:
         raise BuildError(f"{input_path}: no {source} logs found ({exc})") from exc
 

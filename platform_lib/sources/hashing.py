@@ -1,23 +1,18 @@
 r"""Content hashes of raw logs: the identity of a build's input, recorded in the manifest.
 
-`hash_raw_content(folder)` = sha256 over the sorted lines `relpath\0sha256(file bytes)\n` of
-every file in the folder's listing (`platform_lib.sources.raw_files.scan_raw_files`, the same
-listing the readers open files through), plus `relpath\0-> "target"\n` for each symbolic link
-(links are followed and their targets recorded; dangling links, loops, FIFOs, devices and
-sockets are refused: rules in `raw_files`). It depends on names and contents only (not on
-mtimes, permissions or the folder's own name/location), so a copied folder hashes the same; a
-symlink-free folder hashes exactly as it always did.
+Hashes depend on names and contents only (not on mtimes, permissions or the folder's own name
+or location), so a copied folder hashes the same. A local folder is hashed over the listing the
+readers open files through (`platform_lib.sources.raw_files.scan_raw_files`: symbolic links
+followed and their targets recorded; dangling links, loops, FIFOs, devices and sockets
+refused); an object-storage prefix (s3://, gs://, ...) uses each object's version id, else its
+ETag (which changes whenever the object's bytes do), so hashing a bucket costs one listing.
 
-`hash_raw_log(log_dir)` is the identity of ONE raw log: its log id (the folder's name, which
-the readers use as the log id of every frame) and its content hash. A renamed log, or two logs
-with the same bytes under different names, therefore get different hashes, and so different
-parts and cache keys (`platform_lib.shards.merge.part_key`). `hash_log_location(url)` is the
-same for a log folder given as a local path or an object-storage URL.
-
-`hash_raw_location(url)` is the content key of a whole raw-log location, local or remote: a
-local folder hashes its bytes (`hash_raw_content`); an object-storage prefix (s3://, gs://, ...)
-uses each object's version id, else its ETag, instead of reading the bytes, so hashing a bucket
-costs one listing (an ETag changes whenever the object's bytes change).
+    hash_raw_content(folder)   sha256 over the sorted lines `relpath\0sha256(file bytes)\n`,
+                               plus `relpath\0-> "target"\n` per symbolic link
+    hash_raw_log(log_dir)      one raw log: its log id (the folder's name) and content hash, so a
+                               renamed log gets another part and cache key (`merge.part_key`)
+    hash_log_location(url)     the same for a log given as a local path or an object-storage URL
+    hash_raw_location(url)     a whole raw-log location, local (its bytes) or remote (listing)
 """
 
 from __future__ import annotations

@@ -1,25 +1,23 @@
 """PandaSet reader: sequence folders -> canonical `Frame`s in the ego frame of each sweep.
 
+`load_pandaset_log` lists the sequence folder once (`raw_files.scan_raw_files`, the listing the
+content hash covers) and opens every file through that listing, never by a path of its own.
+`iter_pandaset_frames` yields a `FrameError` in place of a bad frame and goes on;
+`read_pandaset_log` / `read_pandaset` raise on the first one, and log-level problems (missing
+poses/intrinsics or camera folder) raise `FrameError` with `frame_index=None`. Frame and box
+conventions follow the PandaSet devkit docs:
+
 Frames: ego = PandaSet LiDAR pose frame re-axed to x forward, y left, z up
 (x_e = y_lidar, y_e = -x_lidar); on this sample the road lies ~0.3 m below its origin.
     world_from_ego  = world_from_lidar (lidar/poses.json) @ lidar_from_ego
     ego_from_camera = inv(world_from_ego) @ world_from_camera (camera/<name>/poses.json), both of
                       the same frame index; PandaSet camera axes are already OpenCV.
-Cuboids: PandaSet `yaw` = 0 points the box's length side along world +y (devkit docs), so the
-heading angle in world is yaw + pi/2; `dimensions.y` is the length, `dimensions.x` the width
-(verified on sequence 002: the footprint that puts length on `dimensions.x` along the same heading
-holds 2.6x fewer LiDAR points). Boxes annotated twice for the overlap of the two LiDARs
-(`cuboids.sensor_id` 0 and 1, linked by `cuboids.sibling_id`) are kept once: the sensor 0 (360
-mechanical) copy wins; then one row per uuid, preferring sensor_id -1, then 0, then 1
-(see `pandaset_cuboids`).
-
-Files: `load_pandaset_log` lists the sequence folder once (`raw_files.scan_raw_files`, the listing
-the content hash covers; symbolic links followed and recorded) and every file is looked up and
-opened through that listing, never by a path of its own.
-
-Error handling: `iter_pandaset_frames` yields a `FrameError` in place of a bad frame and goes on;
-`read_pandaset_log` / `read_pandaset` raise on the first one. Log-level problems (missing
-poses/intrinsics, missing camera folder) raise `FrameError` with `frame_index=None`.
+Cuboids: PandaSet `yaw` = 0 points the box's length side along world +y, so the heading angle
+in world is yaw + pi/2; `dimensions.y` is the length, `dimensions.x` the width (on sequence
+002 the other reading holds 2.6x fewer LiDAR points). Boxes annotated twice for the overlap of
+the two LiDARs (`cuboids.sensor_id` 0 and 1, linked by `cuboids.sibling_id`) are kept once:
+the sensor 0 (360 mechanical) copy wins; then one row per uuid, preferring sensor_id -1, then
+0, then 1 (see `pandaset_cuboids`).
 """
 
 from __future__ import annotations

@@ -1,19 +1,17 @@
 """Low-level access to PandaSet raw files, with errors that name the file and what to do.
 
+Files are looked up and opened only through the sequence's listing (`raw_files.RawFiles`, the
+one the content hash covers), with the size and JSON-nesting bounds of `raw_files`. PandaSet
+ships lidar points and annotations as gzip'd pandas pickles; `FramePickleUnpickler` resolves
+only the numpy/pandas globals a DataFrame pickle names (`_FRAME_GLOBALS`) and refuses any other
+(`os.system`, `builtins.eval`, ...) before it is imported, so a hostile raw-log file cannot run
+code at build time.
+
 Layout of one sequence folder (as published by the PandaSet devkit):
     camera/<name>/NN.jpg, intrinsics.json {fx,fy,cx,cy}, poses.json, timestamps.json
     lidar/NN.pkl.gz (DataFrame x,y,z,i,t,d in world coords), poses.json, timestamps.json
     annotations/cuboids/NN.pkl.gz, annotations/semseg/NN.pkl.gz (+ classes.json), meta/
-
-Poses are lists of {"position": {x,y,z}, "heading": {w,x,y,z}} = world_from_sensor, per frame.
-
-PandaSet ships lidar points and annotations as gzip'd pandas pickles. They are unpickled with
-`FramePickleUnpickler`, which resolves only the handful of numpy/pandas globals a DataFrame
-pickle names (`_FRAME_GLOBALS`); any other global (`os.system`, `builtins.eval`, ...) is refused
-before it is imported, so a hostile raw-log file cannot run code at build time.
-
-Files are looked up and opened only through the sequence's listing (`raw_files.RawFiles`, the
-one the content hash covers), with the size and JSON-nesting bounds of `raw_files`.
+    poses.json: per frame {"position": {x,y,z}, "heading": {w,x,y,z}} = world_from_sensor
 """
 
 from __future__ import annotations

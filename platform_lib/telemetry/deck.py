@@ -54,7 +54,7 @@ def _figure(title: str, left: float = 0.12) -> tuple[Any, Any]:
     fig.subplots_adjust(left=left, right=0.97, top=0.9, bottom=0.15)
     ax.set_title(title, fontsize=10)
     ax.tick_params(labelsize=8)
-    # at most ~4 ticks per axis: tick labels are most of the drawing time (-33 % for the page)
+    # few ticks per axis: tick labels are most of the drawing time
     ax.locator_params(nbins=4)
     return fig, ax
 
@@ -84,7 +84,7 @@ def _plot_step_time(timeline: Timeline) -> str:
             for s in steps
         ],
     }
-    # one filled polygon per category (a bar per step and category costs ~1 s per 1000 steps)
+    # one filled polygon per category: a bar per step and category is slow to draw
     ax.stackplot(list(x), *parts.values(), labels=list(parts), step="mid", linewidth=0)
     ax.set_xlabel("recorded step (restarts included)", fontsize=8)
     ax.legend(fontsize=7, loc="upper right")

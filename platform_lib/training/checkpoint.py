@@ -1,39 +1,26 @@
 """Distributed checkpoints on DCP's own commit, async save, retention; full-weight export.
 
+`torch.distributed.checkpoint` (DCP) writes `.metadata` last, on the coordinator, after every
+rank's files are written (temporary name then rename; one PUT on object storage), so a step
+folder with `.metadata` is complete: there is no marker file of our own. Loads work on the
+same or another world size (DCP reshards model and optimizer; per-rank state is restored for
+ranks that existed at save time). With `async_save=True` the state is staged into host memory
+(pinned with CUDA) and a background thread writes it over a dedicated gloo group;
+`SaveResult.blocking_s` is the staging plus any wait for the previous save. DCP unpickles
+`.metadata` and the per-rank state (torch 2.13 has no safe loader, pytorch#189308), so a step
+folder is read only when its files match the sha256 ledger `<folder>.ledger.json` that rank 0
+writes atomically at commit (unledgered complete folders are skipped with a warning; the data
+files are hashed too, as they carry pickles); a local folder and its ledger must be private to
+the user (`ensure_private_dir`), on object storage the bucket's access rules stand in.
+
 Layout of a checkpoint folder (a local path or an fsspec URL, e.g. s3://bucket/run/checkpoints):
 
     step-000100/        one folder per saved step
       __0_0.distcp ...  DCP data, one file per rank: the sharded model + AdamW state and each
                         rank's own state (step, RNG states, loader position)
-      .metadata         written last by DCP's coordinator (rank 0), only after every rank's
-                        files are written: a folder without it is partial and never read
+      .metadata         written last by DCP's coordinator (rank 0): without it, partial, never read
     step-000200/        an interrupted save (no .metadata): ignored by restore, removed by
                         retention once a newer checkpoint is complete
-
-Commit protocol: `torch.distributed.checkpoint` (DCP) gathers every rank's write results on
-the coordinator and only then writes `.metadata` (temporary name, then rename; on object
-storage a single PUT), so "has .metadata" == "complete". There is no marker file of our own.
-
-Async save (`async_save=True`): the state is staged into host memory (pinned memory with
-CUDA, plain host memory on CPU), then a background thread writes it over a dedicated gloo
-process group, so training continues during the write. The blocking part (staging, plus
-waiting for the previous save still in flight) is what `SaveResult.blocking_s` reports.
-
-Loads work on the same or another world size (DCP reshards the model and optimizer); per-rank
-state is restored for ranks that existed at save time.
-
-Trust: DCP unpickles `.metadata` with plain `pickle.load` and the per-rank state (BYTE_IO
-items in the `.distcp` files) with `torch.load(weights_only=False)`; torch 2.13 has no safe
-loader for either (pytorch#189308). So a checkpoint is read only when the trainer itself
-committed it: at commit rank 0 records the sha256 of `.metadata` and of every file of the
-step folder in a ledger, `<folder>.ledger.json` beside the checkpoint folder (JSON, written
-atomically), and before DCP reads a byte of a step folder the files must match that ledger
-exactly. Complete step folders missing from the ledger (planted, or a commit killed before
-its ledger write) are skipped with a warning. Rank 0 re-reads the whole step folder at commit
-to hash it (a few seconds per GB); the data files are hashed too because they carry pickles.
-A local checkpoint folder (and the ledger) must be owned by the user and not writable by
-group or others (`ensure_private_dir`); on object storage the bucket's access rules stand in
-for ownership and the same ledger rule applies.
 """
 
 from __future__ import annotations

@@ -120,7 +120,7 @@ class ModelConfig(_Section):
     """Which network of the model zoo trains, and how its loss weighs the classes."""
 
     name: ModelName = "bev_fusion_small"
-    """model preset name in the model zoo (`platform_lib.models.list_models()`)"""
+    """model preset name in the model zoo (`platform_lib.models.presets.list_models()`)"""
     pos_weight: Float = Field(default=3.0, gt=0.0)
     """weight of occupied cells in the BCE-with-logits loss (occupancy is sparse), unitless"""
 

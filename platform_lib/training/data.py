@@ -1,6 +1,6 @@
 """Batches for training and evaluation, built from a published dataset.
 
-Both go through the streaming loader (`platform_lib.loading.build_loader`):
+Both go through the streaming loader (`platform_lib.loading.loader.build_loader`):
 `build_train_loader` is the one place training obtains batches and receives the data section
 (`DataConfig`) whole; `loader_config` is the one place its fields meet the loader's options.
 `build_eval_loader` reads one split in index order for evaluation.
@@ -19,7 +19,8 @@ from typing import Any, Literal
 
 import torch
 
-from platform_lib.loading import LoaderConfig, StreamingLoader, build_loader
+from platform_lib.loading.config import LoaderConfig
+from platform_lib.loading.loader import StreamingLoader, build_loader
 from platform_lib.shards.reader import DatasetReader, open_dataset
 from platform_lib.training.config import DataConfig
 
@@ -143,7 +144,7 @@ def build_train_loader(
     world_size: int,
     seed: int,
 ) -> StreamingLoader:
-    """Return this rank's streaming loader over `data.train_split` (`platform_lib.loading.build_loader`).
+    """Return this rank's streaming loader over `data.train_split` (`loading.loader.build_loader`).
 
     Shuffled by (seed, epoch), `data.batch_size` samples per rank, equal batches on every
     rank, JPEGs decoded inside `transform` (decode="none": the model decodes straight to its

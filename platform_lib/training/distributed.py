@@ -135,9 +135,9 @@ def skip_collection_at_exit() -> None:
     """At interpreter exit, keep the garbage collector off the objects alive at that moment.
 
     CPython's finalisation runs full collections over every object a worker created (torch,
-    flytekit, MLflow, matplotlib: millions of objects); measured at 1.9-2.4 s per worker on
-    the 2-core dev VM, spent in `gc_collect_main` after the last atexit handler (py-spy), and
-    the elastic agent returns only after every worker has exited. `gc.freeze()` moves them to
+    flytekit, MLflow, matplotlib: millions of objects) in `gc_collect_main` after the last
+    atexit handler, and the elastic agent returns only after every worker has exited
+    (docs/performance-history.md, "Where the post-training tail went"). `gc.freeze()` moves them to
     the permanent generation, which those collections skip (Python docs, `gc.freeze`; the
     exit-time cost is the one Instagram's "Dismissing Python Garbage Collection" describes).
     Atexit handlers still run, and objects freed by reference counting are finalised as

@@ -27,12 +27,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from platform_lib.models import (
-    build_model,
-    build_model_transform,
-    get_model_config,
-    rasterise_cuboids,
-)
+from platform_lib.models.presets import get_model_config
+from platform_lib.models.registry import build_model, build_model_transform
+from platform_lib.models.targets import rasterise_cuboids
 from platform_lib.shards.reader import open_dataset
 from platform_lib.training.checkpoint import load_weights
 from platform_lib.training.config import TrainConfig

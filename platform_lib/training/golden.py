@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from platform_lib.shards import BuildConfig, build_dataset
+from platform_lib.shards.build import BuildConfig, build_dataset
 from platform_lib.sources.synthetic import SyntheticConfig, write_synthetic_logs
 
 __all__ = ["SYNTHETIC", "build_golden_dataset"]

@@ -1,32 +1,32 @@
 """Hung collectives: detect, make every rank dump its Flight Recorder, name the rank that never joined.
 
-Detection is the process group's own collective timeout (`init_process_group(timeout=...)`,
-`TrainConfig` collective timeout): gloo raises "Timed out waiting ...ms" on the ranks that
-entered the collective, NCCL's watchdog aborts them. The rank that never joined raises nothing.
+Detection is the process group's own collective timeout (`init_process_group(timeout=...)`):
+gloo raises "Timed out waiting ...ms" on the ranks that entered the collective, NCCL's watchdog
+aborts them, and the rank that never joined raises nothing. The detecting rank
+(`HangWatchdog.diagnose`) then asks every rank for a dump through the job's TCPStore (the
+elastic agent's, `MASTER_ADDR:MASTER_PORT`), which a daemon thread in every rank answers (see
+below). `analyze_dumps` (also usable offline on the saved files) compares, per process group,
+each rank's last enqueued collective with the highest any rank enqueued: ranks behind it never
+joined; ranks that did not answer (dead, or holding the GIL) are named too. Dumps and the
+report go to `<run>/hang/`. Flight Recorder needs `TORCH_FR_BUFFER_SIZE` > 0 before the
+process group is created (`enable_flight_recorder`).
 
-On a timeout the detecting rank (`HangWatchdog.diagnose`) asks every rank for a dump through
-the job's TCPStore (the elastic agent's store, `MASTER_ADDR:MASTER_PORT`); a daemon thread in
-every rank (`HangWatchdog`) polls for that request and answers with:
-
+A rank's dump:
     flight_recorder  torch's Flight Recorder buffer (`_dump_fr_trace_json`): every collective
-                     this rank enqueued, with its sequence number per process group, and
-                     `pg_status` {pg: last_enqueued_collective, last_completed_collective}.
-                     Checked with torch 2.13: gloo collectives ARE recorded (enqueue order and
-                     completion), so no home-made sequence counters are needed.
+                     this rank enqueued (gloo ones included), with its sequence number per
+                     process group, and `pg_status` {pg: last_enqueued_collective,
+                     last_completed_collective}
     stack            the main thread's Python stack (where a hung rank is stuck)
 
-The analysis (`analyze_dumps`, also usable offline on the saved files) compares, per process
-group, each rank's last enqueued collective with the highest one any rank enqueued: ranks
-behind it never joined that collective; ranks that did not answer at all are named too (dead,
-or stuck holding the GIL). Dumps and the report go to `<run>/hang/`.
-
-Flight Recorder needs `TORCH_FR_BUFFER_SIZE` > 0 before the process group is created
-(`enable_flight_recorder`).
+torch's own analyser (`torch.distributed.flight_recorder`, torch 2.13) fails on gloo dumps
+(`build_db`: KeyError, gloo's `pg_config` names its group "") and cannot name the rank behind
+when another rank's dump is missing, so `analyze_dumps` stays.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import socket
@@ -48,6 +48,8 @@ __all__ = [
     "enable_flight_recorder",
     "is_collective_timeout",
 ]
+
+_log = logging.getLogger(__name__)
 
 FR_BUFFER_ENTRIES = 2000
 _TIMEOUT = re.compile(r"timed out|timeout", re.IGNORECASE)
@@ -225,11 +227,13 @@ class HangWatchdog:
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / f"rank-{self.rank:05d}.json").write_text(json.dumps(dump, indent=1))
         store.set(self.prefix + f"dump/{self.rank}", json.dumps(dump))
-        sys.stderr.write(
-            f"[drivetrain hang] rank {self.rank} pid {os.getpid()}: dumped Flight Recorder "
-            f"({len(dump['flight_recorder'].get('entries', []))} entries) to {self.dir}\n"
+        _log.warning(
+            "[drivetrain hang] rank %d pid %d: dumped Flight Recorder (%d entries) to %s",
+            self.rank,
+            os.getpid(),
+            len(dump["flight_recorder"].get("entries", [])),
+            self.dir,
         )
-        sys.stderr.flush()
 
     def diagnose(self, error: BaseException) -> CollectiveHangError:
         """Collect every rank's dump after collective timeout `error`; return the error to raise.

@@ -14,7 +14,8 @@ from typing import Any
 
 import torch
 
-from platform_lib.models import build_model, get_model_config
+from platform_lib.models.presets import get_model_config
+from platform_lib.models.registry import build_model
 from platform_lib.telemetry.mfu import count_flops_per_sample, resolve_peak_flops
 from platform_lib.telemetry.profiler import StepProfiler
 from platform_lib.telemetry.publish import TELEMETRY_DIR, write_run_report

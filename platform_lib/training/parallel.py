@@ -6,9 +6,8 @@ rest. Master weights, gradients and optimizer state stay fp32 and sharded across
 (DTensors on a 1-D mesh over all ranks).
 
 Mixed precision: `MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)`:
-forward and backward compute in bf16, gradients are reduce-scattered in fp32. Verified on
-CPU with gloo (torch 2.13, bf16 conv/GroupNorm kernels run on CPU); the same code runs
-under nccl on CUDA. `TrainConfig.mixed_precision=False` keeps everything fp32.
+forward and backward compute in bf16, gradients are reduce-scattered in fp32, under gloo on
+CPU and nccl on CUDA alike. `TrainConfig.mixed_precision=False` keeps everything fp32.
 """
 
 from __future__ import annotations

@@ -34,8 +34,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from platform_lib.loading import InputWaitMeter, ResumeStateError, StreamingLoader
-from platform_lib.models import build_model, build_model_transform, get_model_config
+from platform_lib.loading.errors import ResumeStateError
+from platform_lib.loading.input_wait import InputWaitMeter
+from platform_lib.loading.loader import StreamingLoader
+from platform_lib.models.presets import get_model_config
+from platform_lib.models.registry import build_model, build_model_transform
 from platform_lib.telemetry.recorder import MetricsSink, StepRecorder
 from platform_lib.training.checkpoint import (
     Checkpointer,

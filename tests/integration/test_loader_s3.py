@@ -18,12 +18,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parents[1] / "unit"))
 from loading_helpers import write_test_dataset  # noqa: E402
 
-from platform_lib.loading import (  # noqa: E402
-    CacheFullError,
-    LoaderConfig,
-    ObjectStoreUnreachableError,
-    build_loader,
-)
+from platform_lib.loading.config import LoaderConfig  # noqa: E402
+from platform_lib.loading.errors import CacheFullError, ObjectStoreUnreachableError  # noqa: E402
+from platform_lib.loading.loader import build_loader  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
 BUCKET = "drivetrain-test"
@@ -217,7 +214,9 @@ import resource, signal, sys
 sys.path.insert(0, sys.argv[4])
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
-from platform_lib.loading import CacheFullError, LoaderConfig, build_loader
+from platform_lib.loading.config import LoaderConfig
+from platform_lib.loading.errors import CacheFullError
+from platform_lib.loading.loader import build_loader
 cfg = LoaderConfig(cache_dir=sys.argv[3], storage_options={"endpoint_url": sys.argv[2], "key": "testing", "secret": "testing"})
 try:
     list(build_loader(sys.argv[1], rank=0, world_size=1, batch_size=4, num_workers=0, seed=0, config=cfg))

@@ -152,7 +152,7 @@ def test_bad_jpeg_names_quarantine_and_the_quarantine_input_works(
         source="pandaset",
         raw_logs=str(pandaset_copy),
     )
-    from platform_lib.shards import load_manifest
+    from platform_lib.shards.manifest import load_manifest
     from tasks.data import build_log_part, dataset_config, list_raw_logs, merge_dataset
 
     config = dataset_config(source="pandaset", split="", quarantine=True)

@@ -51,7 +51,7 @@ def _run(raw_logs: str, **extra: float) -> str:
 
 
 def _run_dir(tmp: Path, delay: float) -> Path:
-    for run in (tmp / "tmp" / "drivetrain-train").glob("*"):
+    for run in (tmp / "tmp").glob("drivetrain-train-*/*"):
         config = json.loads((run / "train_result.json").read_text())["config"]
         if config["data"]["batch_delay_s"] == delay:
             return run

@@ -43,8 +43,8 @@ def test_pandaset_pipeline_registers_reproducible_champion(
 
     from platform_lib.registry.mlflow_store import configure_mlflow
     from platform_lib.registry.register import load_champion, load_model_version
-    from platform_lib.shards import BuildConfig, build_dataset
-    from platform_lib.sources import DEFAULT_SPLITS
+    from platform_lib.shards.build import BuildConfig, build_dataset
+    from platform_lib.sources.catalog import DEFAULT_SPLITS
     from platform_lib.sources.hashing import hash_raw_location, hash_raw_log
     from platform_lib.training.config import hash_config
     from platform_lib.training.evaluate import evaluate

@@ -21,7 +21,8 @@ from loading_helpers import write_test_dataset  # noqa: E402
 from s3_helpers import start_moto_server  # noqa: E402
 
 from platform_lib.fsguard import NotRegularFileError  # noqa: E402
-from platform_lib.loading import LoaderConfig, build_loader  # noqa: E402
+from platform_lib.loading.config import LoaderConfig  # noqa: E402
+from platform_lib.loading.loader import build_loader  # noqa: E402
 from platform_lib.shards.manifest import ShardLocationError  # noqa: E402
 from platform_lib.shards.reader import open_dataset  # noqa: E402
 

@@ -22,8 +22,9 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "unit"))
 from loading_helpers import write_test_dataset  # noqa: E402
 
 import platform_lib  # noqa: E402
-from platform_lib.loading import LoaderConfig, build_loader  # noqa: E402
+from platform_lib.loading.config import LoaderConfig  # noqa: E402
 from platform_lib.loading.errors import WorkerTimeoutError  # noqa: E402
+from platform_lib.loading.loader import build_loader  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 REPO = Path(__file__).resolve().parents[2]
@@ -42,7 +43,8 @@ def _child_env() -> dict[str, str]:
 
 _FILL_SHM = """
 import sys, torch
-from platform_lib.loading import LoaderConfig, build_loader
+from platform_lib.loading.config import LoaderConfig
+from platform_lib.loading.loader import build_loader
 from platform_lib.loading.errors import RingError
 
 def to_tensor(sample):  # 1 MiB per sample: fallback blocks fill the 16 MiB /dev/shm quickly
@@ -133,7 +135,8 @@ def test_a_stopped_worker_is_named_by_pid_within_the_deadline(dataset):
 
 _HOLD = """
 import sys, time
-from platform_lib.loading import LoaderConfig, build_loader
+from platform_lib.loading.config import LoaderConfig
+from platform_lib.loading.loader import build_loader
 loader = build_loader(sys.argv[1], rank=0, world_size=1, batch_size=2, num_workers=1, seed=0,
                       config=LoaderConfig(shm_dir=sys.argv[2], multiprocessing_context=sys.argv[3]))
 batches = iter(loader)

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from services import start_moto, stop
 
-from platform_lib.shards import BuildConfig, build_dataset
+from platform_lib.shards.build import BuildConfig, build_dataset
 from platform_lib.sources.synthetic import SyntheticConfig, write_synthetic_logs
 from platform_lib.training.launch import launch_local
 from platform_lib.training.overrides import resolve_train_config

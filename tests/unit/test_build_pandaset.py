@@ -13,14 +13,11 @@ import pytest
 import webdataset as wds
 from scipy.spatial import cKDTree
 
-from platform_lib.shards import (
-    BuildConfig,
-    BuildError,
-    build_dataset,
-    decode_sample,
-    open_dataset,
-    validate_dataset,
-)
+from platform_lib.shards.build import BuildConfig, build_dataset
+from platform_lib.shards.codec import decode_sample
+from platform_lib.shards.errors import BuildError
+from platform_lib.shards.reader import open_dataset
+from platform_lib.shards.validate import validate_dataset
 from platform_lib.sources.geometry import project_points
 
 PANDASET = Path(__file__).parents[2].parent / "shared" / "data" / "pandaset"

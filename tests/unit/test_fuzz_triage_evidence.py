@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from platform_lib.errors import UserError
-from platform_lib.triage import classify, load_evidence
-from platform_lib.triage.classifier import Verdict
+from platform_lib.triage.classifier import Verdict, classify
+from platform_lib.triage.logs import load_evidence
 
 _JSON = st.recursive(
     st.none()

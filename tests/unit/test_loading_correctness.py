@@ -17,8 +17,10 @@ import pyarrow.parquet as pq
 import pytest
 from loading_helpers import write_test_dataset
 
-from platform_lib.loading import LoaderConfig, build_loader
-from platform_lib.shards import DatasetError, ShardFormatError, open_dataset
+from platform_lib.loading.config import LoaderConfig
+from platform_lib.loading.loader import build_loader
+from platform_lib.shards.errors import DatasetError, ShardFormatError
+from platform_lib.shards.reader import open_dataset
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -20,8 +20,11 @@ from platform_lib.imaging.decode import (
     gpu_decode_available,
     plan_camera_resize,
 )
-from platform_lib.loading import LoaderConfig, build_loader
-from platform_lib.shards import BuildConfig, build_dataset, decode_sample, open_dataset
+from platform_lib.loading.config import LoaderConfig
+from platform_lib.loading.loader import build_loader
+from platform_lib.shards.build import BuildConfig, build_dataset
+from platform_lib.shards.codec import decode_sample
+from platform_lib.shards.reader import open_dataset
 from platform_lib.sources.geometry import project_points
 
 PANDASET = Path(__file__).parents[2].parent / "shared" / "data" / "pandaset"

@@ -13,7 +13,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from loading_helpers import write_test_dataset
 
-from platform_lib.loading import build_loader
+from platform_lib.loading.loader import build_loader
 
 WORLD, BATCH, WORKERS, SEED = 2, 3, 2, 7
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(180)]

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from loading_helpers import write_test_dataset
 
-from platform_lib.loading import LoaderConfig, build_loader
+from platform_lib.loading.config import LoaderConfig
+from platform_lib.loading.loader import build_loader
 
 
 class _StampTransform:

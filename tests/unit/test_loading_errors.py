@@ -14,15 +14,15 @@ import pyarrow.parquet as pq
 import pytest
 from loading_helpers import rename_keys, write_index_rows, write_test_dataset
 
-from platform_lib.loading import (
+from platform_lib.loading.config import LoaderConfig
+from platform_lib.loading.errors import (
     DatasetIndexError,
-    LoaderConfig,
     ManifestMissingError,
     ObjectStoreUnreachableError,
     SampleIntegrityError,
     ShardFormatError,
-    build_loader,
 )
+from platform_lib.loading.loader import build_loader
 from platform_lib.shards.tar import iter_tar_members
 
 pytestmark = pytest.mark.timeout(120)

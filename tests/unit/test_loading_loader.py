@@ -12,7 +12,9 @@ import pytest
 import torch
 from loading_helpers import write_test_dataset
 
-from platform_lib.loading import InputWaitMeter, LoaderConfig, build_loader
+from platform_lib.loading.config import LoaderConfig
+from platform_lib.loading.input_wait import InputWaitMeter
+from platform_lib.loading.loader import build_loader
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 from loading_helpers import add_empty_shard, write_test_dataset
 
-from platform_lib.loading import LoaderConfig, ResumeStateError, build_loader
+from platform_lib.loading.config import LoaderConfig
+from platform_lib.loading.errors import ResumeStateError
+from platform_lib.loading.loader import build_loader
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from loading_helpers import write_test_dataset
 
-from platform_lib.loading import LoaderConfig, build_loader
+from platform_lib.loading.config import LoaderConfig
+from platform_lib.loading.loader import build_loader
 from platform_lib.loading.mixing import EpochOrders
 from platform_lib.loading.shared_order import SharedOrders
 

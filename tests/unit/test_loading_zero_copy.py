@@ -21,14 +21,12 @@ import torch
 from loading_helpers import write_index_rows, write_test_dataset
 
 from platform_lib.imaging.decode import CameraResize
-from platform_lib.loading import (
-    LoaderConfig,
-    RingError,
-    SampleIntegrityError,
-    build_loader,
-)
+from platform_lib.loading.config import LoaderConfig
+from platform_lib.loading.errors import RingError, SampleIntegrityError
+from platform_lib.loading.loader import build_loader
 from platform_lib.loading.ring import Ring, SlotWriter
-from platform_lib.shards import BuildConfig, build_dataset, open_dataset
+from platform_lib.shards.build import BuildConfig, build_dataset
+from platform_lib.shards.reader import open_dataset
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -11,9 +11,10 @@ import pytest
 import torch
 from PIL import Image
 
-from platform_lib.models import build_model, build_model_transform, get_model_config, list_models
-from platform_lib.models.bev_fusion import BEVFusionConfig, prepare_sample
-from platform_lib.models.bev_fusion.prepare import compute_camera_index
+from platform_lib.models.bev_fusion.config import BEVFusionConfig
+from platform_lib.models.bev_fusion.prepare import compute_camera_index, prepare_sample
+from platform_lib.models.presets import get_model_config, list_models
+from platform_lib.models.registry import build_model, build_model_transform
 
 CFG = get_model_config("bev_fusion_small")
 K = np.array([[80.0, 0.0, 80.0], [0.0, 80.0, 48.0], [0.0, 0.0, 1.0]])

@@ -10,7 +10,7 @@ import torch
 from registry_helpers import mlflow_home  # noqa: F401 - fixture
 from safetensors.torch import save_file
 
-from platform_lib.models import build_model
+from platform_lib.models.registry import build_model
 from platform_lib.registry.lineage import Lineage
 from platform_lib.registry.mlflow_store import configure_mlflow, start_training_run
 from platform_lib.registry.register import (

@@ -11,14 +11,10 @@ from pathlib import Path
 import pytest
 from shard_helpers import make_frame, make_frames
 
-from platform_lib.shards import (
-    BuildConfig,
-    BuildError,
-    ManifestMissingError,
-    load_manifest,
-    open_dataset,
-    write_dataset,
-)
+from platform_lib.shards.build import BuildConfig, write_dataset
+from platform_lib.shards.errors import BuildError, ManifestMissingError
+from platform_lib.shards.manifest import load_manifest
+from platform_lib.shards.reader import open_dataset
 from platform_lib.shards.split import assign_splits
 from platform_lib.sources.frame import FrameError
 
@@ -86,7 +82,7 @@ def test_killed_build_leaves_no_manifest(tmp_path):
         import os, sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from shard_helpers import make_frames
-        from platform_lib.shards import BuildConfig, write_dataset
+        from platform_lib.shards.build import BuildConfig, write_dataset
         def frames():
             for i, f in enumerate(make_frames()):
                 if i == 6:

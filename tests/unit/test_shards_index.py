@@ -7,8 +7,10 @@ import pytest
 from pandera.errors import SchemaErrors
 from shard_helpers import make_frames
 
-from platform_lib.shards import BuildConfig, DatasetIndexError, open_dataset, write_dataset
+from platform_lib.shards.build import BuildConfig, write_dataset
+from platform_lib.shards.errors import DatasetIndexError
 from platform_lib.shards.index import build_index_table, read_index, write_index
+from platform_lib.shards.reader import open_dataset
 from schemas.index import INDEX_SCHEMA, validate_index_frame
 
 

@@ -8,9 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from platform_lib.shards import BuildConfig, BuildError, open_dataset, validate_dataset
+from platform_lib.shards.build import BuildConfig
+from platform_lib.shards.errors import BuildError
 from platform_lib.shards.merge import build_part, merge_parts
-from platform_lib.sources import list_logs
+from platform_lib.shards.reader import open_dataset
+from platform_lib.shards.validate import validate_dataset
+from platform_lib.sources.catalog import list_logs
 
 CONFIG = BuildConfig(split="by_log", val_fraction=0.25, shard_size_mb=0.05)
 

@@ -11,14 +11,10 @@ import pytest
 import webdataset as wds
 from shard_helpers import make_frames
 
-from platform_lib.shards import (
-    BuildConfig,
-    ShardFormatError,
-    encode_frame,
-    iter_tar_samples,
-    open_dataset,
-    write_dataset,
-)
+from platform_lib.shards.build import BuildConfig, write_dataset
+from platform_lib.shards.codec import encode_frame
+from platform_lib.shards.errors import ShardFormatError
+from platform_lib.shards.reader import iter_tar_samples, open_dataset
 from platform_lib.shards.writer import ShardWriter
 
 SOURCE_LOGS = [

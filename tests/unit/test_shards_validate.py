@@ -12,8 +12,10 @@ import pytest
 from shard_helpers import make_frames
 
 from platform_lib.cli import main
-from platform_lib.shards import BuildConfig, open_dataset, validate_dataset, write_dataset
+from platform_lib.shards.build import BuildConfig, write_dataset
 from platform_lib.shards.manifest import Manifest, compute_dataset_hash, write_manifest
+from platform_lib.shards.reader import open_dataset
+from platform_lib.shards.validate import validate_dataset
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from platform_lib.errors import UserError
-from platform_lib.shards import BuildConfig
-from platform_lib.sources import DEFAULT_SPLITS, SOURCE_NAMES, check_source, list_logs
+from platform_lib.shards.build import BuildConfig
+from platform_lib.sources.catalog import DEFAULT_SPLITS, SOURCE_NAMES, check_source, list_logs
 
 
 def test_every_source_has_a_reader_and_a_default_split(tmp_path) -> None:

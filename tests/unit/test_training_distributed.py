@@ -9,7 +9,7 @@ import pytest
 from golden_run import build_golden_dataset
 from torch.distributed.checkpoint import FileSystemReader
 
-from platform_lib.models import build_model
+from platform_lib.models.registry import build_model
 from platform_lib.training.checkpoint import load_weights
 from platform_lib.training.launch import launch_local
 from platform_lib.training.overrides import apply_overrides

@@ -12,8 +12,8 @@ import pytest
 import torch
 from golden_run import build_golden_dataset
 
-from platform_lib.loading import build_loader
-from platform_lib.models import build_model
+from platform_lib.loading.loader import build_loader
+from platform_lib.models.registry import build_model
 from platform_lib.training.checkpoint import find_latest_checkpoint, load_weights
 from platform_lib.training.evaluate import evaluate
 from platform_lib.training.overrides import apply_overrides
@@ -129,7 +129,7 @@ def test_bad_inputs_fail_fast_with_a_named_cause(dataset, tmp_path):
 def test_apply_fsdp_shards_fp32_master_weights_and_computes_in_bf16():
     from torch.distributed.tensor import DTensor
 
-    from platform_lib.models.bev_fusion import prepare_sample
+    from platform_lib.models.bev_fusion.prepare import prepare_sample
     from platform_lib.training.distributed import destroy_distributed, init_distributed
     from platform_lib.training.parallel import apply_fsdp, build_mesh, build_mp_policy
 
@@ -160,7 +160,7 @@ def test_loader_state_from_another_global_batch_restarts_the_saved_epoch(dataset
 
 
 def test_batch_larger_than_the_split_warns_naming_batch_size(dataset):
-    from platform_lib.models import build_model_transform
+    from platform_lib.models.registry import build_model_transform
     from platform_lib.training.data import build_train_loader
 
     data = apply_overrides(small(), {"batch_size": 9}).data  # the golden train split holds 8

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from platform_lib.shards import BuildConfig, build_dataset, load_manifest
+from platform_lib.shards.build import BuildConfig, build_dataset
+from platform_lib.shards.manifest import load_manifest
 from platform_lib.training.evaluate import evaluate
 from platform_lib.training.launch import launch_local
 from platform_lib.training.overrides import apply_overrides

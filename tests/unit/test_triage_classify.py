@@ -8,20 +8,11 @@ from datetime import datetime
 import pytest
 
 from platform_lib.cli import main
-from platform_lib.triage import (
-    RULES,
-    Evidence,
-    FailureClass,
-    ProcessExit,
-    Role,
-    Rule,
-    classify,
-    classify_text,
-    evidence_from_child_failure,
-    failure_message,
-    load_evidence,
-)
-from platform_lib.triage.logs import parse_log, save_evidence
+from platform_lib.triage.attempt import evidence_from_child_failure, failure_message
+from platform_lib.triage.classifier import classify, classify_text
+from platform_lib.triage.logs import Evidence, ProcessExit, load_evidence, parse_log, save_evidence
+from platform_lib.triage.rules import RULES, Rule
+from platform_lib.triage.taxonomy import FailureClass, Role
 
 C = FailureClass
 
@@ -177,7 +168,7 @@ def test_evidence_from_child_failure_and_message(tmp_path) -> None:
     assert set(evidence.logs) == {"attempt_1/1/stderr.log", "launcher"}
     verdict = classify(evidence)
     assert verdict.failure_class is C.DATA and verdict.rank == 1
-    from platform_lib.triage import RestartDecision
+    from platform_lib.triage.policy import RestartDecision
 
     msg = failure_message(verdict, RestartDecision(True, "restart 1 of 2", 0, 0, 2))
     assert "rank 1" in msg and "ShardReadError" in msg and "restarting" in msg
@@ -239,27 +230,15 @@ def test_cli_triage_text_json_and_errors(tmp_path, capsys) -> None:
     assert "neither a log file" in capsys.readouterr().err
 
 
-def test_package_exports_are_not_shadowed_by_submodules() -> None:
-    import importlib
-    import pkgutil
-    import types
-
-    import platform_lib.triage as triage
-
-    for info in pkgutil.iter_modules(triage.__path__):
-        importlib.import_module(f"platform_lib.triage.{info.name}")
-    for name in triage.__all__:
-        assert not isinstance(getattr(triage, name), types.ModuleType), name
-
-
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_evidence_from_a_real_child_failed_error(tmp_path) -> None:
     """The hook's path end to end: a real 2-rank elastic launch fails, its exception is triaged."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-    from platform_lib.training import get_preset, launch_local
     from platform_lib.training.config import replace
+    from platform_lib.training.launch import launch_local
+    from platform_lib.training.presets import get_preset
 
     cfg = get_preset("small")
     cfg = replace(cfg, optimizer=replace(cfg.optimizer, max_steps=2, warmup_steps=1))

@@ -9,7 +9,9 @@ from registry_helpers import mlflow_home  # noqa: F401 - fixture
 
 from platform_lib.cli import main
 from platform_lib.registry.mlflow_store import configure_mlflow
-from platform_lib.triage import classify, load_evidence, record_verdict
+from platform_lib.triage.classifier import classify
+from platform_lib.triage.logs import load_evidence
+from platform_lib.triage.record import record_verdict
 
 CASE = (
     Path(__file__).resolve().parents[1]

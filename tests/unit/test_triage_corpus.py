@@ -12,18 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from platform_lib.triage import (
-    RULES,
-    Evidence,
-    FailureClass,
-    Role,
-    classify,
-    classify_attempts,
-    load_evidence,
-)
-from platform_lib.triage.classifier import match_line
+from platform_lib.triage.classifier import classify, classify_attempts, match_line
 from platform_lib.triage.fingerprints import normalise_line
-from platform_lib.triage.logs import parse_log
+from platform_lib.triage.logs import Evidence, load_evidence, parse_log
+from platform_lib.triage.rules import RULES
+from platform_lib.triage.taxonomy import FailureClass, Role
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "triage"
 EXPECTATIONS: dict[str, dict] = json.loads((CORPUS / "expectations.json").read_text())

@@ -6,19 +6,18 @@ import json
 
 import pytest
 
-from platform_lib.triage import (
+from platform_lib.triage.attempt import assess_failure
+from platform_lib.triage.classifier import classify_text
+from platform_lib.triage.fingerprints import fingerprint, normalise_line
+from platform_lib.triage.logs import Evidence
+from platform_lib.triage.policy import (
     Attempt,
-    FailureClass,
     RestartPolicy,
     append_attempt,
-    assess_failure,
-    classify_text,
     decide_restart,
-    fingerprint,
     load_history,
 )
-from platform_lib.triage.fingerprints import normalise_line
-from platform_lib.triage.logs import Evidence
+from platform_lib.triage.taxonomy import FailureClass
 
 C = FailureClass
 

@@ -18,7 +18,8 @@ import platform_lib.loading.files as loading_files
 import platform_lib.shards.reader as shards_reader
 from platform_lib.errors import format_user_error
 from platform_lib.fsguard import NotRegularFileError
-from platform_lib.loading import LoaderConfig, build_loader
+from platform_lib.loading.config import LoaderConfig
+from platform_lib.loading.loader import build_loader
 from platform_lib.shards.errors import ManifestError, ShardFormatError
 from platform_lib.shards.manifest import (
     SHARD_ROOTS_ENV,

@@ -201,7 +201,7 @@ def test_deeply_nested_synthetic_metadata_is_one_line_error(tmp_path: Path) -> N
 
 
 def test_identical_sequences_under_two_names_get_distinct_parts(tmp_path: Path) -> None:
-    from platform_lib.shards import BuildConfig
+    from platform_lib.shards.build import BuildConfig
     from platform_lib.shards.merge import build_part, merge_parts
 
     a = _write_sequence(tmp_path / "raw" / "a")
@@ -217,7 +217,8 @@ def test_identical_sequences_under_two_names_get_distinct_parts(tmp_path: Path) 
 
 
 def test_renamed_sequence_gets_its_new_log_id(tmp_path: Path) -> None:
-    from platform_lib.shards import BuildConfig, load_manifest
+    from platform_lib.shards.build import BuildConfig
+    from platform_lib.shards.manifest import load_manifest
     from platform_lib.shards.merge import build_part
 
     config = BuildConfig(split="by_frame_range", val_frames_per_log=0)

@@ -12,7 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 from loading_helpers import write_index_rows, write_test_dataset
 
-from platform_lib.loading import DatasetIndexError, build_loader
+from platform_lib.loading.errors import DatasetIndexError
+from platform_lib.loading.loader import build_loader
 from platform_lib.shards.view import load_view
 
 pytestmark = pytest.mark.timeout(60)

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from loading_helpers import write_test_dataset
 
-from platform_lib.loading import build_loader
 from platform_lib.loading.errors import ResumeStateError
+from platform_lib.loading.loader import build_loader
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -17,8 +17,8 @@ import pytest
 
 from platform_lib.cli import main
 from platform_lib.fsguard import NotRegularFileError
-from platform_lib.triage import classify, load_evidence
-from platform_lib.triage.logs import LINES_KEPT_PER_RULE, clean_line
+from platform_lib.triage.classifier import classify
+from platform_lib.triage.logs import LINES_KEPT_PER_RULE, clean_line, load_evidence
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "triage"
 EXPECTATIONS: dict[str, dict] = json.loads((CORPUS / "expectations.json").read_text())

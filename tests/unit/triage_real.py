@@ -31,7 +31,8 @@ from pathlib import Path
 REAL_DIR = Path(__file__).resolve().parents[1] / "data" / "triage" / "real"
 _SMALL = """
 from platform_lib.training.config import replace
-from platform_lib.training import get_preset, launch_local
+from platform_lib.training.launch import launch_local
+from platform_lib.training.presets import get_preset
 cfg = get_preset("small")
 cfg = replace(cfg, optimizer=replace(cfg.optimizer, max_steps=4, warmup_steps=1),
               checkpoint=replace(cfg.checkpoint, interval=2))

@@ -1,5 +1,14 @@
 """Turn a decoded sample into the fixed-size tensors of `BEVFusion` (runs in loader workers).
 
+Each camera image is cropped to the input aspect ratio (centred horizontally, at
+`camera_anchor_y` vertically) and resized to h x w while decoding (DCT-domain downscaling,
+`platform_lib.imaging.decode`), its intrinsics adjusted to those pixels. Camera lift: the
+centre of every BEV cell, at ego height `lift_z`, is projected into each camera with its
+extrinsics (ego_from_camera) and intrinsics; the cell reads the camera feature column its
+projection falls into, in the depth bin of its distance along the optical axis
+(`lift_depth_bins` equal bins up to `lift_max_depth`), so every feature of a column is
+splatted along that column's viewing frustum.
+
 Shape legend (H x W BEV cells, N = cfg.max_cameras, h x w downsampled camera image,
 K = camera_columns * lift_depth_bins lift slots per camera):
     lidar_bev      (4 + Z, H, W) float32  occupancy, log1p(count), max height in [0, 1],
@@ -9,16 +18,6 @@ K = camera_columns * lift_depth_bins lift slots per camera):
     camera_index   (N, H, W)     int64    lift slot in [0, K) that each BEV cell reads from each
                                           camera, or -1 (cell not seen by that camera / empty slot)
     target         (3, H, W)     float32  cuboid footprint occupancy (vehicle, pedestrian, cyclist)
-
-Cameras: each image is cropped to the input aspect ratio (centred horizontally, at
-`camera_anchor_y` vertically) and resized to h x w, decoding JPEGs with DCT-domain downscaling
-(`platform_lib.imaging.decode`); its intrinsics are adjusted to those pixels before the lift.
-
-Camera lift: the centre of every BEV cell, at ego height `lift_z`, is projected into each
-camera with its extrinsics (ego_from_camera) and intrinsics. The cell reads the camera
-feature column its projection falls into, in the depth bin of its distance along the
-optical axis (`lift_depth_bins` equal bins up to `lift_max_depth`). Every feature of a
-column is thereby splatted along that column's viewing frustum.
 """
 
 from __future__ import annotations
