@@ -134,7 +134,7 @@ def build_train_task(placement: Placement) -> PythonFunctionTask:
             nproc_per_node=placement.nproc_per_node,
             max_restarts=1,
             increase_shared_mem=False,
-            monitor_interval=MONITOR_INTERVAL_S,  # type: ignore[arg-type]  # int in the plugin's hint
+            monitor_interval=MONITOR_INTERVAL_S,
         ),
         enable_deck=True,
         # no "Dependencies" deck: flytekit runs `pip list` and `pip freeze` for it after the

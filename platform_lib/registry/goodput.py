@@ -116,10 +116,9 @@ class MlflowMetricsStream:
         points, self._pending = self._pending + points, []
         try:
             client, self.run_id = self._run.result()
-            if points:
-                self._operations.append(
-                    client.log_batch(self.run_id, metrics=points, synchronous=False)
-                )
+            operations = points and client.log_batch(self.run_id, metrics=points, synchronous=False)
+            if operations:
+                self._operations.append(operations)
         except Exception as exc:  # reported by close(); training goes on without MLflow
             self.error, self.dropped = exc, self.dropped + len(points)
 
