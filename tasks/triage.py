@@ -1,11 +1,15 @@
 """A failed training task, explained: triage verdict -> MLflow tags, error message, retry or not.
 
-The elastic training task (`tasks.train`) runs torch elastic in its own process; when its
-workers fail for good (after `max_restarts`), the kfpytorch plugin raises from torchelastic's
-`ChildFailedError`. `explain_training_failure` turns that into the task's error:
+Every rank of the elastic training task (`tasks.train`) runs its body inside
+`explain_failures`: an exception leaving a rank becomes the verdict, raised from the rank
+itself, so the kfpytorch plugin's error (torchelastic's `ChildFailedError`, whose message
+holds each failed rank's traceback) ends with it, and a `FlyteRecoverableException` marks the
+failure retryable for the plugin. A rank killed by a signal (SIGKILL, a segfault) raises
+nothing: its failure is the plugin's message (rank, pid, exit code, signal), unclassified.
+`explain_training_failure` turns a failure into the task's error:
 
-1. evidence = the launcher's per-rank exits (rank, pid, exit code or signal) and each failed
-   rank's error file (`platform_lib.triage.attempt.evidence_from_child_failure`);
+1. evidence = the failed rank's traceback and exit (rank, pid), or a launcher's per-rank exits
+   and error files (`platform_lib.triage.attempt.evidence_from_child_failure`);
 2. verdict + restart decision (`assess_failure`), with the history of earlier attempts kept
    beside the checkpoints and the newest committed checkpoint step (checkpoint progress);
 3. an MLflow run of the failed attempt tagged with the verdict (`triage.*` tags) and the
@@ -14,13 +18,20 @@ workers fail for good (after `max_restarts`), the kfpytorch plugin raises from t
 4. the error: `FlyteRecoverableException` (Flyte retries the task) when the policy restarts,
    else `TrainingFailedError`; its message is the verdict (class, root line, rank, pid, signal,
    confidence, action) and the decision.
+
+The first rank of an elastic attempt to fail records the attempt (history, MLflow); ranks
+failing after it (stopped by the agent, or broken by their peer's exit) only raise their verdict.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import os
 import sys
+import traceback
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from flytekit.exceptions.user import FlyteRecoverableException
@@ -28,9 +39,11 @@ from flytekit.exceptions.user import FlyteRecoverableException
 from platform_lib.redact import redact
 from platform_lib.training.checkpoint import find_latest_checkpoint
 from platform_lib.triage.attempt import assess_failure, evidence_from_child_failure, failure_message
+from platform_lib.triage.logs import ProcessExit
 from platform_lib.triage.record import record_verdict
+from tasks.errors import PipelineInputError
 
-__all__ = ["HISTORY_FILE", "TrainingFailedError", "explain_training_failure"]
+__all__ = ["HISTORY_FILE", "TrainingFailedError", "explain_failures", "explain_training_failure"]
 
 #: Attempt history of a run, next to its checkpoints (object storage when they are).
 HISTORY_FILE = "triage_history.json"
@@ -70,27 +83,44 @@ def _record_in_mlflow(verdict, evidence, tags: Mapping[str, str]) -> str | None:
 
 
 def explain_training_failure(
-    failure: BaseException, *, checkpoint_folder: str | None, tags: Mapping[str, str] | None = None
+    failure: BaseException,
+    *,
+    checkpoint_folder: str | None,
+    tags: Mapping[str, str] | None = None,
+    rank: int | None = None,
+    record: bool = True,
 ) -> Exception:
-    """Classify a failed elastic launch; return the exception the task should raise.
+    """Classify a failed elastic launch or rank; return the exception the task should raise.
 
     Args:
-        failure: torchelastic's `ChildFailedError` (or any exception of the launch).
+        failure: torchelastic's `ChildFailedError`, or the exception leaving rank `rank`.
         checkpoint_folder: the run's checkpoint folder (local path or URL); the attempt
             history is kept beside it. None: no history, no checkpoint progress.
         tags: MLflow tags of the failed-attempt run (dataset hash, preset, config hash).
+        rank: the global rank `failure` left (its traceback and pid are the evidence); None
+            for a launcher's `ChildFailedError`.
+        record: record the attempt (history, MLflow run); False only classifies.
 
     Returns:
         FlyteRecoverableException when the restart policy retries, else TrainingFailedError.
     """
-    evidence = evidence_from_child_failure(failure)
-    history = f"{checkpoint_folder.rstrip('/')}/{HISTORY_FILE}" if checkpoint_folder else None
+    evidence = evidence_from_child_failure(
+        failure,
+        extra_logs=None
+        if rank is None
+        else {f"rank-{rank}": "".join(traceback.format_exception(failure))},
+    )
+    if rank is not None:  # the rank exits with status 1 once the exception leaves it
+        evidence = dataclasses.replace(evidence, exits=(ProcessExit(rank, 1, os.getpid()),))
+    history = (
+        f"{checkpoint_folder.rstrip('/')}/{HISTORY_FILE}" if checkpoint_folder and record else None
+    )
     if history and "://" not in history:
         Path(history).parent.mkdir(parents=True, exist_ok=True)
     verdict, decision = assess_failure(
         evidence, checkpoint_step=_checkpoint_step(checkpoint_folder), history_path=history
     )
-    run_id = _record_in_mlflow(verdict, evidence, tags or {})
+    run_id = _record_in_mlflow(verdict, evidence, tags or {}) if record else None
     message = redact(failure_message(verdict, decision))
     if run_id:
         message += f"\n  MLflow run of this attempt: {run_id} (tags triage.*, artifacts triage/)"
@@ -98,3 +128,36 @@ def explain_training_failure(
     if decision.restart:
         return FlyteRecoverableException(message)
     return TrainingFailedError(message)
+
+
+@contextlib.contextmanager
+def explain_failures(
+    run_dir: Path, *, checkpoint_folder: str | None, tags: Mapping[str, str]
+) -> Iterator[None]:
+    """Raise an exception leaving this rank's body as its triage verdict (module docstring).
+
+    User errors and retryable storage errors (`tasks.errors.task_errors`: their own one-line
+    messages) pass unchanged. The first rank of the elastic attempt to fail (a claim file in
+    `run_dir`, per `TORCHELASTIC_RESTART_COUNT`) records the attempt.
+
+    Raises:
+        FlyteRecoverableException | TrainingFailedError: the verdict, from the exception.
+    """
+    try:
+        yield
+    except (PipelineInputError, FlyteRecoverableException):
+        raise
+    except Exception as failure:
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        try:
+            os.close(os.open(run_dir / f"triage-attempt-{attempt}.claim", os.O_CREAT | os.O_EXCL))
+            first = True
+        except OSError:
+            first = False
+        raise explain_training_failure(
+            failure,
+            checkpoint_folder=checkpoint_folder,
+            tags=tags,
+            rank=int(os.environ.get("RANK", "0")),
+            record=first,
+        ) from failure

@@ -1,13 +1,11 @@
 """Goodput in MLflow: metrics streamed during training, the final report, baselines and flags.
 
 - `MlflowMetricsStream`: the training loop's sink (rank 0): the MLflow run is created in a
-  background thread (a fresh SQLite store takes seconds to migrate) and metrics logged
-  asynchronously, so training never waits on MLflow.
+  background thread (a fresh SQLite store takes seconds to migrate) and metrics go out with
+  MLflow's own asynchronous logging, so training never waits on MLflow.
 - `compare_with_workload_baseline`: compare a run's report with its workload's baseline
   (`telemetry.baseline`) and add the run to the baseline store.
-- `hand_off_run` (rank 0, after `train()`) and `finish_goodput` (the training task's own
-  process, in a `GoodputFinisher` thread while the workers exit): all of the above for a
-  finished run.
+- `finish_goodput` (rank 0, right after `train()`): all of the above for a finished run.
 - `log_goodput`: final goodput metrics, regression flags as tags `goodput.regression.<name>`,
   and the report files as artifacts under `goodput/`.
 - `load_goodput_from_mlflow`: the report of a past run, for `drivetrain goodput RUN_ID`.
@@ -15,19 +13,19 @@
 
 from __future__ import annotations
 
-import json
 import logging
-import queue
 import tempfile
 import threading
 import time
-import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
+from mlflow.utils.async_logging.run_operations import RunOperations
 
 from platform_lib.redact import redact
 from platform_lib.registry.mlflow_store import (
@@ -49,22 +47,18 @@ from platform_lib.telemetry.baseline import (
 from platform_lib.telemetry.publish import (
     GOODPUT_HTML,
     GOODPUT_JSON,
-    TELEMETRY_DIR,
     TIMELINE_JSON,
     load_run_telemetry,
     write_json_atomic,
     write_run_report,
 )
-from platform_lib.telemetry.timeline import Timeline, rank_file
+from platform_lib.telemetry.timeline import Timeline
 
 __all__ = [
     "GOODPUT_ARTIFACTS",
     "MlflowMetricsStream",
     "compare_with_workload_baseline",
-    "GoodputFinisher",
     "finish_goodput",
-    "hand_off_run",
-    "read_hand_off",
     "load_goodput_from_mlflow",
     "log_goodput",
     "warm_up_finish",
@@ -76,69 +70,113 @@ GOODPUT_ARTIFACTS = "goodput"
 #: File in the run folder naming the MLflow run that training streamed to (registration continues it).
 MLFLOW_RUN_JSON = "mlflow_run.json"
 REGRESSION_TAG = "goodput.regression."
+T = TypeVar("T")
 
 
 class MlflowMetricsStream:
-    """Callable sink `(step, metrics) -> None` that logs to a new MLflow run off the training thread."""
+    """Callable sink `(step, metrics) -> None` logging to a new MLflow run, never on the training thread.
 
-    def __init__(self, *, run_name: str, tags: Mapping[str, str]) -> None:
-        """Start the background thread that creates the run and then drains the queue."""
-        self._queue: queue.Queue[tuple[int, dict[str, float]] | None] = queue.Queue()
-        self._ready = threading.Event()
+    The run is created by a one-thread executor (a fresh SQLite store takes seconds to
+    migrate); metrics go out with MLflow's own asynchronous logging (`log_batch(...,
+    synchronous=False)`). Points that arrive before the run exists wait in memory, at most
+    `max_pending` of them (further ones are dropped and counted in `dropped`).
+
+    Args:
+        run_name: name of the MLflow run.
+        tags: its tags.
+        max_pending: points kept while the run is being created.
+    """
+
+    def __init__(
+        self, *, run_name: str, tags: Mapping[str, str], max_pending: int = 10_000
+    ) -> None:
+        """Start creating the run."""
+        self._run: Future[tuple[MlflowClient, str]] = _in_daemon_thread(
+            _create_run, run_name, dict(tags)
+        )
+        self._pending: list[Metric] = []
+        self._operations: list[RunOperations] = []
+        self.max_pending, self.dropped = max_pending, 0
         self.run_id: str | None = None
         self.error: BaseException | None = None
-        self._thread = threading.Thread(
-            target=self._work,
-            args=(run_name, dict(tags)),
-            daemon=True,
-            name="mlflow-metrics-stream",
-        )
-        self._thread.start()
-
-    def _work(self, run_name: str, tags: dict[str, str]) -> None:
-        try:
-            client = configure_mlflow()
-            self.run_id = start_training_run(client, run_name=run_name, tags=tags)
-        except BaseException as exc:  # reported by close(); training goes on without MLflow
-            self.error = exc
-            self._ready.set()
-            return
-        self._ready.set()
-        while (item := self._queue.get()) is not None:
-            if self.error is not None:  # after the first error the rest is dropped
-                continue
-            step, metrics = item
-            points = [Metric(k, float(v), 0, step) for k, v in sorted(metrics.items())]
-            try:
-                client.log_batch(self.run_id, metrics=points)
-            except Exception as exc:
-                self.error = exc
 
     def __call__(self, step: int, metrics: dict[str, float]) -> None:
-        """Queue `metrics` of `step` (returns at once; dropped once the stream has failed)."""
-        if self.error is None:
-            self._queue.put((step, dict(metrics)))
+        """Log `metrics` of `step` (returns at once; dropped once the stream has failed)."""
+        points = [Metric(k, float(v), 0, step) for k, v in sorted(metrics.items())]
+        if self.error is not None:
+            self.dropped += len(points)
+        elif self._run.done():
+            self._send(points)
+        elif len(self._pending) + len(points) <= self.max_pending:
+            self._pending.extend(points)
+        else:
+            self.dropped += len(points)
+
+    def _send(self, points: list[Metric]) -> None:
+        points, self._pending = self._pending + points, []
+        try:
+            client, self.run_id = self._run.result()
+            operations = points and client.log_batch(self.run_id, metrics=points, synchronous=False)
+            if operations:
+                self._operations.append(operations)
+        except Exception as exc:  # reported by close(); training goes on without MLflow
+            self.error, self.dropped = exc, self.dropped + len(points)
 
     def close(self, timeout_s: float = 60.0) -> str | None:
-        """Flush the queue and return the run id (None if the run could not be created).
+        """Send what is pending, wait for MLflow to log it, return the run id (None: no run).
 
         Never fails a finished training run: a stream that failed, or did not drain within
         `timeout_s`, is logged as a warning and kept in `error`; the run id is returned when
         the run exists (its metrics may be incomplete).
         """
-        self._queue.put(None)
-        self._thread.join(timeout_s)
-        if self._thread.is_alive():
+        deadline = time.monotonic() + timeout_s
+        try:
+            self._run.result(timeout=timeout_s)
+        except Exception:  # noqa: BLE001 - _send records it
+            pass
+        if self._run.done():
+            self._send([])
+            drained = _in_daemon_thread(lambda: [op.wait() for op in self._operations])
+            try:
+                drained.result(timeout=max(0.0, deadline - time.monotonic()))
+            except FutureTimeout:
+                self.error = self.error or TimeoutError(
+                    f"MLflow metrics stream did not drain within {timeout_s} s"
+                )
+            except Exception as exc:
+                self.error = self.error or exc
+        else:
             self.error = self.error or TimeoutError(
                 f"MLflow metrics stream did not drain within {timeout_s} s"
             )
-        if self.error is not None:
+        if self.error is not None or self.dropped:
             logger.warning(
-                "MLflow metrics stream of run %s failed, its metrics are incomplete: %r",
+                "MLflow metrics stream of run %s failed, its metrics are incomplete "
+                "(%d points dropped): %r",
                 self.run_id,
+                self.dropped,
                 self.error,
             )
         return self.run_id
+
+
+def _in_daemon_thread(fn: Callable[..., T], *args: Any) -> Future[T]:
+    """Run `fn(*args)` in a daemon thread (process exit does not wait for it); return its Future."""
+    future: Future[T] = Future()
+
+    def work() -> None:
+        try:
+            future.set_result(fn(*args))
+        except BaseException as exc:  # handed to whoever asks for the result
+            future.set_exception(exc)
+
+    threading.Thread(target=work, name="mlflow-metrics-stream", daemon=True).start()
+    return future
+
+
+def _create_run(run_name: str, tags: dict[str, str]) -> tuple[MlflowClient, str]:
+    client = configure_mlflow()
+    return client, start_training_run(client, run_name=run_name, tags=tags)
 
 
 def compare_with_workload_baseline(
@@ -231,86 +269,58 @@ def load_goodput_from_mlflow(
         return load_run_telemetry(local)
 
 
-def hand_off_run(
-    run_dir: str | Path, *, dataset_hash: str, stream: MlflowMetricsStream | None
-) -> str | None:
-    """Rank 0, right after `train()`: flush the metrics stream and record what `finish_goodput` needs.
-
-    Writes `run_dir/mlflow_run.json` with the stream's MLflow run id (None without a stream
-    or when the stream failed to create its run), the dataset hash (part of the workload
-    key), a fresh `hand_off_id` (an elastic restart after a hand-off hands off again) and
-    the stream's error, if any. Returns the run id.
-    """
-    run_id = stream.close() if stream is not None else None
-    record = {"run_id": run_id, "dataset_hash": dataset_hash, "hand_off_id": uuid.uuid4().hex}
-    if stream is not None and stream.error is not None:
-        record["stream_error"] = repr(stream.error)
-    write_json_atomic(Path(run_dir) / MLFLOW_RUN_JSON, record)
-    return run_id
-
-
-def read_hand_off(run_dir: str | Path) -> dict[str, Any] | None:
-    """Return rank 0's hand-off record (`hand_off_run`) of `run_dir`, None when there is none."""
-    try:
-        return json.loads((Path(run_dir) / MLFLOW_RUN_JSON).read_text())
-    except FileNotFoundError:
-        return None
-
-
 def finish_goodput(
     run_dir: str | Path,
     *,
     config: Any,
+    dataset_hash: str,
+    stream: MlflowMetricsStream | None = None,
     tolerance: float | None = None,
-    hand_off: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """After the workers of a run have returned: baseline comparison, MLflow logging, the plots page.
+    """Rank 0, right after `train()`: baseline comparison, MLflow logging, the plots page.
 
-    Reads the run id and dataset hash that rank 0 recorded (`hand_off_run`), compares
-    `run_dir/goodput.json` with its workload's baseline (and adds the run to it), logs the
-    final figures, flags and report files to that MLflow run (a new run when training did
-    not stream), writes `goodput.json` / `goodput.html` again with the comparison, and
-    records the run id in `run_dir/mlflow_run.json` so that registration continues the same
-    MLflow run. The training task runs it in its own process (`GoodputFinisher`).
+    Closes the metrics stream (its run becomes the run's MLflow run; a new run when training
+    did not stream or the stream could not create one), compares `run_dir/goodput.json` with
+    its workload's baseline (and adds the run to it), logs the final figures, flags and report
+    files to that MLflow run, writes `goodput.json` / `goodput.html` again with the comparison,
+    and records the run id in `run_dir/mlflow_run.json` so that registration continues the
+    same MLflow run (with the stream's error, if any, and `finish_goodput_s`).
 
     Args:
-        run_dir: the run folder (`goodput.json`, `telemetry/`, `mlflow_run.json`).
+        run_dir: the run folder (`goodput.json`, `telemetry/`).
         config: the run's TrainConfig (`metrics.baseline_tolerance`).
+        dataset_hash: the dataset's hash (part of the workload key).
+        stream: the metrics stream training logged to, if any.
         tolerance: overrides the config's baseline tolerance (a fraction, 0.05 = 5 %).
-        hand_off: the hand-off record already read (`read_hand_off`); read here when None.
 
     Returns:
         The report, with its "baseline" section filled in.
 
     Raises:
-        FileNotFoundError: `goodput.json` or `mlflow_run.json` is missing (training or
-            `hand_off_run` did not finish).
+        FileNotFoundError: `goodput.json` is missing (training did not finish).
     """
     started = time.perf_counter()
     run_dir = Path(run_dir)
+    run_id = stream.close() if stream is not None else None
     timeline, report = load_run_telemetry(run_dir)
-    handed = run_dir / MLFLOW_RUN_JSON
-    hand_off = hand_off if hand_off is not None else read_hand_off(run_dir)
-    if report is None or hand_off is None:
-        missing = handed if report is not None else run_dir / GOODPUT_JSON
-        raise FileNotFoundError(f"{missing} is missing: train() or hand_off_run() did not finish")
+    if report is None:
+        raise FileNotFoundError(f"{run_dir / GOODPUT_JSON} is missing: train() did not finish")
     client = configure_mlflow()
-    run_id = hand_off["run_id"] or start_training_run(
-        client, run_name=f"train-{run_dir.name}", tags={}
-    )
-    workload = workload_of(report, hand_off["dataset_hash"])
+    run_id = run_id or start_training_run(client, run_name=f"train-{run_dir.name}", tags={})
     report["baseline"] = compare_with_workload_baseline(
         report,
-        workload,
+        workload_of(report, dataset_hash),
         client=client,
         source_run_id=run_id,
         tolerance=config.metrics.baseline_tolerance if tolerance is None else tolerance,
     )
     write_run_report(run_dir, timeline, report)
     log_goodput(client, run_id, run_dir, report)
+    record: dict[str, Any] = {"run_id": run_id, "dataset_hash": dataset_hash}
+    if stream is not None and stream.error is not None:
+        record["stream_error"] = repr(stream.error)
     write_json_atomic(
-        handed,
-        {**hand_off, "run_id": run_id, "finish_goodput_s": time.perf_counter() - started},
+        run_dir / MLFLOW_RUN_JSON, {**record, "finish_goodput_s": time.perf_counter() - started}
     )
     return report
 
@@ -325,90 +335,3 @@ def warm_up_finish() -> None:
     if resolve_tracking_uri().split(":", 1)[0] not in ("http", "https", "databricks"):
         import alembic.command  # noqa: F401  (the store checks its schema on first use)
         import mlflow.store.tracking.sqlalchemy_store  # noqa: F401  (a database URI)
-
-
-class GoodputFinisher:
-    """Runs `finish_goodput` in the launching process as soon as rank 0 has handed off.
-
-    The elastic agent (the training task's own process) only polls its workers while they
-    train. A background thread waits until rank 0 has opened its telemetry file (warming up
-    earlier would hold this process's GIL while it spawns the workers and delay the first
-    one), imports what `finish_goodput` needs (`warm_up_finish`),
-    then waits for `run_dir/mlflow_run.json` (`hand_off_run`, rank 0's last act) and
-    finishes while the workers return their results and exit, so the post-training tail
-    pays for the slower of the two, not for both (docs/performance-history.md). `result` joins it.
-
-    Args:
-        run_dir: the run folder the workers write (None when the launcher cannot tell:
-            `result` then finishes in the calling thread).
-        config: the run's TrainConfig (baseline tolerance).
-        poll_s: how often the thread looks for the hand-off, in s.
-    """
-
-    def __init__(self, run_dir: str | Path | None, *, config: Any, poll_s: float = 0.02) -> None:
-        """Start the thread (wait for the workers, warm up, wait for the hand-off)."""
-        self.run_dir = None if run_dir is None else Path(run_dir)
-        self._config, self._poll_s = config, poll_s
-        self._started = time.time()  # a hand-off older than this is a past run's
-        self._stop = threading.Event()
-        self._finished_id: str | None = None  # hand_off_id the thread finished (or failed on)
-        self._report: dict[str, Any] | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._work, name="goodput-finisher", daemon=True)
-        self._thread.start()
-
-    def _work(self) -> None:
-        if self.run_dir is None:
-            return
-        handed = self.run_dir / MLFLOW_RUN_JSON
-        rank_0 = rank_file(self.run_dir / TELEMETRY_DIR, 0)
-        while not (handed.is_file() or rank_0.is_file()):  # the workers have started
-            if self._stop.wait(0.25):
-                return
-        try:
-            warm_up_finish()
-        except Exception:  # noqa: BLE001 - best effort: finish_goodput imports them again
-            logger.warning("warming up for the goodput report failed", exc_info=True)
-        while not self._stop.wait(self._poll_s):
-            try:
-                if handed.stat().st_mtime < self._started:
-                    continue
-            except FileNotFoundError:
-                continue
-            hand_off = read_hand_off(self.run_dir)
-            if hand_off is None:
-                continue
-            self._finished_id = hand_off.get("hand_off_id")
-            try:
-                self._report = finish_goodput(self.run_dir, config=self._config, hand_off=hand_off)
-            except BaseException as exc:  # re-raised by result()
-                self._error = exc
-            return
-
-    def stop(self) -> None:
-        """Training failed: stop waiting for a hand-off, and wait for a finish in progress."""
-        self._stop.set()
-        self._thread.join()
-
-    def result(self, run_dir: str | Path) -> dict[str, Any]:
-        """Return the finished report of `run_dir` (the folder rank 0 returned).
-
-        Finishes (again) in the calling thread when the background thread waited on another
-        folder, could not know it, or finished an earlier hand-off than the last one (an
-        elastic restart after rank 0 had handed off).
-
-        Raises:
-            Whatever `finish_goodput` raised, in either thread.
-        """
-        run_dir = Path(run_dir)
-        self._stop.set()  # rank 0 has handed off: the thread is finishing it, or exits now
-        self._thread.join()
-        same_folder = self.run_dir is not None and self.run_dir.resolve() == run_dir.resolve()
-        last = read_hand_off(run_dir) if same_folder else None
-        if last is not None and self._finished_id is not None:
-            if last.get("hand_off_id") == self._finished_id:
-                if self._error is not None:
-                    raise self._error
-                assert self._report is not None
-                return self._report
-        return finish_goodput(run_dir, config=self._config)

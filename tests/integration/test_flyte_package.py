@@ -1,5 +1,5 @@
 """`pyflyte --pkgs workflows package` run for real (what `pyflyte register` uploads): every entity
-serialises, an unknown queue is refused; the in-process serialisation tests are in
+serialises, an unknown queue is refused, `make register` checks the queue first; the in-process serialisation tests are in
 tests/unit/test_flyte_spec.py.
 """
 
@@ -122,3 +122,18 @@ def test_pyflyte_package_refuses_an_unknown_queue(tmp_path: Path) -> None:
         (result.stdout + result.stderr).split()
     )
     assert not (tmp_path / "flyte-package.tgz").exists()
+
+
+def test_make_register_checks_the_queue_before_registering() -> None:
+    dry = subprocess.run(
+        ["make", "-n", "register", "PROJECT=drivetrain", "DOMAIN=production", "VERSION=v1"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    check = next(i for i, line in enumerate(dry) if "-m tasks.placement" in line)
+    register = next(i for i, line in enumerate(dry) if "pyflyte register" in line)
+    assert check < register
+    assert "--project drivetrain --domain production" in dry[check]
+    assert "--project drivetrain --domain production --version v1" in dry[register]
