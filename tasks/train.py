@@ -1,6 +1,6 @@
 """Training tasks: resolve the config, then elastic distributed training.
 
-`train_model` runs `platform_lib.registry.train_run.train_and_publish` in `nproc_per_node`
+`train_model` runs `platform_lib.training.train_run.train_and_publish` in `nproc_per_node`
 worker processes started by torch elastic (`Elastic`): with nnodes=1 it is one pod (locally:
 one machine), with nnodes>1 Flyte submits a PyTorchJob to the training operator. The shape,
 resources, node selector/tolerations and Kueue queue label come from a `Placement`
@@ -27,12 +27,12 @@ from flytekit.types.directory import FlyteDirectory
 from flytekitplugins.kfpytorch import Elastic
 from kubernetes.client import V1PodSpec, V1Toleration
 
-from platform_lib.registry.train_run import train_and_publish
 from platform_lib.shards.manifest import load_manifest
 from platform_lib.training.checkpoint import make_run_dir
 from platform_lib.training.config import TrainConfig, hash_config
 from platform_lib.training.launch import DISABLE_SHARED_STORE
 from platform_lib.training.overrides import resolve_train_config
+from platform_lib.training.train_run import train_and_publish
 from tasks.errors import download_input, task_errors
 from tasks.image import TASK_IMAGE
 from tasks.placement import Placement, placement_from_env

@@ -61,7 +61,7 @@ def _checkpoint_step(folder: str | None) -> int | None:
 def _record_in_mlflow(verdict, evidence, tags: Mapping[str, str]) -> str | None:
     """Create a FAILED MLflow run of this attempt with the verdict; return its id (None if MLflow failed)."""
     try:
-        from platform_lib.registry.mlflow_store import configure_mlflow, start_training_run
+        from platform_lib.mlflow_store import configure_mlflow, start_training_run
         from tasks.secrets import mlflow_credentials
 
         with mlflow_credentials():

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from platform_lib.faults import ENV_VAR
-from platform_lib.registry.mlflow_store import configure_mlflow
+from platform_lib.mlflow_store import configure_mlflow
 from platform_lib.sources.synthetic import SyntheticConfig, write_synthetic_logs
 from platform_lib.training.launch import DISABLE_SHARED_STORE
 from tasks.triage import HISTORY_FILE

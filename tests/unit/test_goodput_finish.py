@@ -14,7 +14,11 @@ from concurrent.futures import Future
 import pytest
 from mlflow.tracking import MlflowClient
 
-from platform_lib.registry.goodput import MLFLOW_RUN_JSON, MlflowMetricsStream, finish_goodput
+from platform_lib.telemetry.mlflow_goodput import (
+    MLFLOW_RUN_JSON,
+    MlflowMetricsStream,
+    finish_goodput,
+)
 from platform_lib.telemetry.publish import GOODPUT_HTML, GOODPUT_JSON, write_run_report
 from platform_lib.telemetry.report import build_report
 from platform_lib.training.presets import small
@@ -78,7 +82,7 @@ def test_a_stream_that_cannot_start_is_reported_not_raised(run_dir, monkeypatch,
     with pytest.raises(Exception, match="bogus-scheme"):
         stream._run.result(timeout=60)
     stream(1, {"loss": 1.0})  # dropped and counted: there is no run
-    with caplog.at_level(logging.WARNING, logger="platform_lib.registry.goodput"):
+    with caplog.at_level(logging.WARNING, logger="platform_lib.telemetry.mlflow_goodput"):
         assert stream.close() is None
     assert "bogus-scheme" in repr(stream.error) and stream.dropped == 1
     assert "MLflow metrics stream of run None failed" in caplog.text
@@ -95,7 +99,7 @@ def test_a_stream_that_does_not_drain_does_not_fail_training(monkeypatch, caplog
         stream = MlflowMetricsStream(run_name="train-x", tags={})
         stream(1, {"loss": 1.0})
         started = time.monotonic()
-        with caplog.at_level(logging.WARNING, logger="platform_lib.registry.goodput"):
+        with caplog.at_level(logging.WARNING, logger="platform_lib.telemetry.mlflow_goodput"):
             assert stream.close(timeout_s=0.5) is None
         assert time.monotonic() - started < 2.0  # bounded by timeout_s, not by MLflow's timeout
     assert isinstance(stream.error, TimeoutError)
@@ -119,4 +123,3 @@ def test_finish_without_a_report_names_the_missing_file(run_dir):
     (run_dir / GOODPUT_JSON).unlink()
     with pytest.raises(FileNotFoundError, match=r"goodput\.json is missing"):
         finish_goodput(run_dir, config=small(), dataset_hash=DATASET_HASH)
-

@@ -15,7 +15,11 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from platform_lib.registry.goodput import MlflowMetricsStream, finish_goodput, warm_up_finish
+from platform_lib.telemetry.mlflow_goodput import (
+    MlflowMetricsStream,
+    finish_goodput,
+    warm_up_finish,
+)
 from platform_lib.telemetry.publish import GOODPUT_HTML
 from platform_lib.training.config import TrainConfig, hash_config
 from platform_lib.training.train import train

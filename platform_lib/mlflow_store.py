@@ -10,7 +10,7 @@ Storage (embedded default, nothing to start):
 URI); experiments created against a server use the server's artifact root. Open the UI with
 `mlflow ui --backend-store-uri sqlite:///$HOME/.drivetrain/mlflow.db`.
 
-Every param and tag value and every artifact written through this package is
+Every param and tag value and every artifact written through this module is
 `platform_lib.redact`ed first (`redact_values`, `log_json`, `log_redacted_file`): a config or
 lineage value may be a URL with a password.
 """

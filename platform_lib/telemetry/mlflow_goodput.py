@@ -27,13 +27,13 @@ from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 from mlflow.utils.async_logging.run_operations import RunOperations
 
-from platform_lib.redact import redact
-from platform_lib.registry.mlflow_store import (
+from platform_lib.mlflow_store import (
     configure_mlflow,
     log_redacted_file,
     resolve_tracking_uri,
     start_training_run,
 )
+from platform_lib.redact import redact
 from platform_lib.telemetry.baseline import (
     BASELINE_RUNS,
     DEFAULT_TOLERANCE,
