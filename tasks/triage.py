@@ -21,6 +21,17 @@ nothing: its failure is the plugin's message (rank, pid, exit code, signal), unc
 
 The first rank of an elastic attempt to fail records the attempt (history, MLflow); ranks
 failing after it (stopped by the agent, or broken by their peer's exit) only raise their verdict.
+
+A rank killed by a signal (SIGKILL from the OOM killer or the kubelet, a segfault) raises
+nothing, and no public hook of the kfpytorch plugin sees the agent's `ChildFailedError`, so the
+training task's own error stays torchelastic's summary (rank, pid, exit code, signal),
+unclassified. The workflow's failure node classifies it: `record_pipeline_failure` (Flyte's
+`on_failure=`) gets the failed node's error message, and `explain_pipeline_failure` classifies
+that summary and records the verdict as a FAILED MLflow run (tag `triage.recorded_by` =
+"failure node"). Limits: the verdict is in MLflow and the failure node's log, not in the task's
+error; it is recorded once the workflow has failed (after the elastic restarts and task
+retries), without the attempt history. A surviving rank stopped by the agent may have recorded
+its own verdict of the attempt before that (a cascade: a peer's exit broke its collective).
 """
 
 from __future__ import annotations
@@ -34,19 +45,36 @@ import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from flytekit import task
 from flytekit.exceptions.user import FlyteRecoverableException
+from flytekit.types.error import FlyteError
 
 from platform_lib.redact import redact
+from platform_lib.sources.synthetic import SyntheticConfig
 from platform_lib.training.checkpoint import find_latest_checkpoint
 from platform_lib.triage.attempt import assess_failure, evidence_from_child_failure, failure_message
-from platform_lib.triage.logs import ProcessExit
+from platform_lib.triage.classifier import classify
+from platform_lib.triage.logs import Evidence, ProcessExit
 from platform_lib.triage.record import record_verdict
 from tasks.errors import PipelineInputError
+from tasks.image import TASK_IMAGE
+from tasks.secrets import MLFLOW_SECRETS
 
-__all__ = ["HISTORY_FILE", "TrainingFailedError", "explain_failures", "explain_training_failure"]
+__all__ = [
+    "HISTORY_FILE",
+    "TrainingFailedError",
+    "explain_failures",
+    "explain_pipeline_failure",
+    "explain_training_failure",
+    "record_pipeline_failure",
+]
 
 #: Attempt history of a run, next to its checkpoints (object storage when they are).
 HISTORY_FILE = "triage_history.json"
+#: torchelastic's failure summary (`ChildFailedError.format_msg`): an elastic launch failed.
+ELASTIC_SUMMARY = "Root Cause (first observed failure)"
+#: A line of every rank's own verdict (`failure_message`): the failure is classified already.
+VERDICT_LINE = "restart policy:"
 
 
 class TrainingFailedError(RuntimeError):
@@ -161,3 +189,57 @@ def explain_failures(
             rank=int(os.environ.get("RANK", "0")),
             record=first,
         ) from failure
+
+
+def explain_pipeline_failure(message: str, tags: Mapping[str, str]) -> str | None:
+    """Classify an elastic launch's failure that no rank explained; record it in MLflow.
+
+    Args:
+        message: the failed node's error message (Flyte's `FlyteError.message`).
+        tags: MLflow tags of the failed run (preset, source).
+
+    Returns:
+        The verdict as printed (rank, pid, signal, root line, action), or None when the
+        message is not an elastic launch's failure (a user error's one line) or already holds
+        a rank's verdict. Never raises: a failure handler must not hide the failure it handles.
+    """
+    if ELASTIC_SUMMARY not in message or VERDICT_LINE in message:
+        return None
+    try:
+        evidence = Evidence(logs={"training task": message})
+        verdict = classify(evidence)
+        run_id = _record_in_mlflow(
+            verdict, evidence, {**tags, "triage.recorded_by": "failure node"}
+        )
+    except Exception as error:  # noqa: BLE001 - the workflow's own error is what the user sees
+        warnings.warn(
+            redact(f"failure not classified ({type(error).__name__}: {error})"), stacklevel=2
+        )
+        return None
+    text = redact(verdict.describe())
+    if run_id:
+        text += f"\n  MLflow run of this failure: {run_id} (tags triage.*, artifacts triage/)"
+    print(text, file=sys.stderr, flush=True)
+    return text
+
+
+@task(container_image=TASK_IMAGE, secret_requests=MLFLOW_SECRETS)
+def record_pipeline_failure(
+    source: str,
+    raw_logs: str,
+    preset: str,
+    overrides: str,
+    seed: int,
+    model_name: str,
+    synthetic: SyntheticConfig,
+    split: str,
+    quarantine: bool,
+    err: FlyteError | None = None,
+) -> None:
+    """The training pipeline's failure node (`on_failure=`): takes the workflow's inputs and the error.
+
+    Classifies a training failure no rank explained (a rank killed by a signal) and records it
+    in MLflow (`explain_pipeline_failure`); any other failure passes untouched.
+    """
+    if err is not None:
+        explain_pipeline_failure(err.message, tags={"preset": preset, "source": source})
