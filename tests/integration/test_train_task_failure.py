@@ -59,3 +59,27 @@ def test_a_failed_rank_leaves_its_verdict_as_the_task_error(
     assert all(run.info.status == "FAILED" for run in failed)
     (history,) = (local_flyte / "tmp").rglob(HISTORY_FILE)
     assert len(json.loads(history.read_text())) == 2
+
+
+def test_a_killed_rank_is_classified_by_the_failure_node(
+    local_flyte: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from workflows.training_pipeline import training_pipeline
+
+    raw = local_flyte / "raw"
+    write_synthetic_logs(TINY, raw, progress=False)
+    client = configure_mlflow()
+    kill = [{"kind": "kill", "rank": 1, "step": 2, "attempt": n} for n in (0, 1)]
+    monkeypatch.setenv(ENV_VAR, json.dumps(kill))
+    monkeypatch.setenv(DISABLE_SHARED_STORE, "1")
+    with pytest.raises(Exception) as info:  # noqa: PT011 - the plugin's type; the text is checked
+        training_pipeline(
+            source="synthetic", raw_logs=str(raw), preset="small", overrides=json.dumps(STEPS)
+        )
+    assert "SIGKILL" in str(info.value) and "restart policy:" not in str(info.value)
+    experiment = client.get_experiment_by_name("drivetrain")
+    (run,) = client.search_runs(
+        [experiment.experiment_id], "tags.`triage.recorded_by` = 'failure node'"
+    )
+    assert run.info.status == "FAILED" and run.data.tags["preset"] == "small"
+    assert run.data.tags["triage.rank"] == "1" and run.data.tags["triage.signal"] == "SIGKILL"
