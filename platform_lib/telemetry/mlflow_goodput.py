@@ -70,6 +70,8 @@ GOODPUT_ARTIFACTS = "goodput"
 #: File in the run folder naming the MLflow run that training streamed to (registration continues it).
 MLFLOW_RUN_JSON = "mlflow_run.json"
 REGRESSION_TAG = "goodput.regression."
+#: Bound on drawing the goodput page (six plots; a fraction of a second), in s.
+PAGE_TIMEOUT_S = 120.0
 T = TypeVar("T")
 
 
@@ -170,7 +172,9 @@ def _in_daemon_thread(fn: Callable[..., T], *args: Any) -> Future[T]:
         except BaseException as exc:  # handed to whoever asks for the result
             future.set_exception(exc)
 
-    threading.Thread(target=work, name="mlflow-metrics-stream", daemon=True).start()
+    threading.Thread(
+        target=work, name=f"goodput-{getattr(fn, '__name__', 'work')}", daemon=True
+    ).start()
     return future
 
 
@@ -217,7 +221,11 @@ def log_goodput(
     client: MlflowClient, run_id: str, run_dir: str | Path, report: dict[str, Any]
 ) -> None:
     """Log final goodput metrics, regression flags (tags) and the report files to `run_id`."""
-    run_dir = Path(run_dir)
+    _log_figures(client, run_id, report)
+    _log_report_files(client, run_id, Path(run_dir))
+
+
+def _log_figures(client: MlflowClient, run_id: str, report: dict[str, Any]) -> None:
     metrics = {
         "goodput_compatible": report["goodput"]["compatible"],
         "goodput_input_adjusted": report["goodput"]["input_adjusted"],
@@ -238,6 +246,9 @@ def log_goodput(
         metrics=[Metric(k, float(v), 0, 0) for k, v in sorted(metrics.items())],
         tags=[_tag(k, v) for k, v in sorted(tags.items())],
     )
+
+
+def _log_report_files(client: MlflowClient, run_id: str, run_dir: Path) -> None:
     for name in (GOODPUT_JSON, GOODPUT_HTML, TIMELINE_JSON):
         if (run_dir / name).is_file():
             log_redacted_file(client, run_id, run_dir / name, GOODPUT_ARTIFACTS)
@@ -284,7 +295,9 @@ def finish_goodput(
     its workload's baseline (and adds the run to it), logs the final figures, flags and report
     files to that MLflow run, writes `goodput.json` / `goodput.html` again with the comparison,
     and records the run id in `run_dir/mlflow_run.json` so that registration continues the
-    same MLflow run (with the stream's error, if any, and `finish_goodput_s`).
+    same MLflow run (with the stream's error, if any, and `finish_goodput_s`). It runs in the
+    post-training tail, so waits overlap: the stream drains while the report is read, and the
+    plots are drawn while MLflow stores the figures and flags.
 
     Args:
         run_dir: the run folder (`goodput.json`, `telemetry/`).
@@ -298,14 +311,17 @@ def finish_goodput(
 
     Raises:
         FileNotFoundError: `goodput.json` is missing (training did not finish).
+        TimeoutError: drawing the page took longer than `PAGE_TIMEOUT_S`.
     """
     started = time.perf_counter()
     run_dir = Path(run_dir)
-    run_id = stream.close() if stream is not None else None
+    # the stream drains (MLflow I/O) while the report is read
+    closed = _in_daemon_thread(stream.close) if stream is not None else None
     timeline, report = load_run_telemetry(run_dir)
     if report is None:
         raise FileNotFoundError(f"{run_dir / GOODPUT_JSON} is missing: train() did not finish")
     client = configure_mlflow()
+    run_id = closed.result() if closed is not None else None  # close() is bounded, never raises
     run_id = run_id or start_training_run(client, run_name=f"train-{run_dir.name}", tags={})
     report["baseline"] = compare_with_workload_baseline(
         report,
@@ -314,8 +330,11 @@ def finish_goodput(
         source_run_id=run_id,
         tolerance=config.metrics.baseline_tolerance if tolerance is None else tolerance,
     )
-    write_run_report(run_dir, timeline, report)
-    log_goodput(client, run_id, run_dir, report)
+    # the plots (CPU) are drawn while MLflow stores the figures and flags (I/O)
+    page = _in_daemon_thread(write_run_report, run_dir, timeline, report)
+    _log_figures(client, run_id, report)
+    page.result(timeout=PAGE_TIMEOUT_S)
+    _log_report_files(client, run_id, run_dir)
     record: dict[str, Any] = {"run_id": run_id, "dataset_hash": dataset_hash}
     if stream is not None and stream.error is not None:
         record["stream_error"] = repr(stream.error)
