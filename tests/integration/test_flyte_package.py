@@ -20,8 +20,8 @@ from tasks.placement import QUEUE_LABEL
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = "localhost/drivetrain:dev"
-#: The change probes: never cached, by design.
-PROBES = {"hash_raw_logs", "list_raw_logs"}
+#: Never cached, by design: the change probes, and the failure node (it records a failure).
+PROBES = {"hash_raw_logs", "list_raw_logs", "record_pipeline_failure"}
 
 
 def _short(name: str) -> str:
@@ -71,7 +71,7 @@ def test_pyflyte_package_serialises_every_entity(tmp_path: Path) -> None:
     with tarfile.open(tmp_path / "flyte-package.tgz") as tar:
         names = sorted(tar.getnames())
         task_files = [n for n in names if "_tasks." in n]
-        assert len(task_files) == 11
+        assert len(task_files) == 12  # 11 steps and the failure node
         assert sum("workflows.training_pipeline.training_pipeline" in n for n in names) == 2
         for name in task_files:
             spec = TaskSpec()
