@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 from platform_lib.errors import UserError, to_user_error
 from platform_lib.logs import report_user_error, setup_logging
 from platform_lib.redact import redact, redacted_output, register_uri_secrets
-from platform_lib.registry.commands import add_goodput_commands
 from platform_lib.shards.commands import add_data_commands
+from platform_lib.telemetry.commands import add_goodput_commands
 from platform_lib.triage.commands import add_triage_command
 from platform_lib.zoo.commands import add_zoo_commands
 

@@ -25,6 +25,7 @@ from tasks.data import (
 from tasks.evaluate import evaluate_model
 from tasks.register import register_model
 from tasks.train import resolve_config, train_model
+from tasks.triage import record_pipeline_failure
 
 __all__ = ["training_pipeline"]
 
@@ -40,7 +41,7 @@ warnings.filterwarnings(
 DEFAULT_SYNTHETIC = SyntheticConfig()
 
 
-@workflow
+@workflow(on_failure=record_pipeline_failure)  # classifies a rank killed by a signal
 def training_pipeline(
     source: str = "synthetic",
     raw_logs: str = "",

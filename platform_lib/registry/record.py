@@ -13,9 +13,7 @@ from typing import Any
 
 from mlflow.entities import RunTag
 
-from platform_lib.registry.goodput import MLFLOW_RUN_JSON
-from platform_lib.registry.lineage import build_lineage
-from platform_lib.registry.mlflow_store import (
+from platform_lib.mlflow_store import (
     configure_mlflow,
     log_eval_table,
     log_params,
@@ -24,8 +22,10 @@ from platform_lib.registry.mlflow_store import (
     redact_values,
     start_training_run,
 )
+from platform_lib.registry.lineage import build_lineage
 from platform_lib.registry.register import Registration, register_model_version
 from platform_lib.shards.manifest import load_manifest
+from platform_lib.telemetry.mlflow_goodput import MLFLOW_RUN_JSON
 
 __all__ = ["record_training_run"]
 

@@ -22,8 +22,8 @@ import mlflow
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from platform_lib.mlflow_store import configure_mlflow, log_json, redact_values
 from platform_lib.registry.lineage import Lineage
-from platform_lib.registry.mlflow_store import configure_mlflow, log_json, redact_values
 
 __all__ = [
     "MODEL_FORMAT",

@@ -1,5 +1,5 @@
 """`pyflyte --pkgs workflows package` run for real (what `pyflyte register` uploads): every entity
-serialises, an unknown queue is refused; the in-process serialisation tests are in
+serialises, an unknown queue is refused, `make register` checks the queue first; the in-process serialisation tests are in
 tests/unit/test_flyte_spec.py.
 """
 
@@ -20,8 +20,8 @@ from tasks.placement import QUEUE_LABEL
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = "localhost/drivetrain:dev"
-#: The change probes: never cached, by design.
-PROBES = {"hash_raw_logs", "list_raw_logs"}
+#: Never cached, by design: the change probes, and the failure node (it records a failure).
+PROBES = {"hash_raw_logs", "list_raw_logs", "record_pipeline_failure"}
 
 
 def _short(name: str) -> str:
@@ -71,7 +71,7 @@ def test_pyflyte_package_serialises_every_entity(tmp_path: Path) -> None:
     with tarfile.open(tmp_path / "flyte-package.tgz") as tar:
         names = sorted(tar.getnames())
         task_files = [n for n in names if "_tasks." in n]
-        assert len(task_files) == 11
+        assert len(task_files) == 12  # 11 steps and the failure node
         assert sum("workflows.training_pipeline.training_pipeline" in n for n in names) == 2
         for name in task_files:
             spec = TaskSpec()
@@ -122,3 +122,18 @@ def test_pyflyte_package_refuses_an_unknown_queue(tmp_path: Path) -> None:
         (result.stdout + result.stderr).split()
     )
     assert not (tmp_path / "flyte-package.tgz").exists()
+
+
+def test_make_register_checks_the_queue_before_registering() -> None:
+    dry = subprocess.run(
+        ["make", "-n", "register", "PROJECT=drivetrain", "DOMAIN=production", "VERSION=v1"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    check = next(i for i, line in enumerate(dry) if "-m tasks.placement" in line)
+    register = next(i for i, line in enumerate(dry) if "pyflyte register" in line)
+    assert check < register
+    assert "--project drivetrain --domain production" in dry[check]
+    assert "--project drivetrain --domain production --version v1" in dry[register]

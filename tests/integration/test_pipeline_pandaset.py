@@ -42,7 +42,7 @@ def test_pandaset_pipeline_registers_reproducible_champion(
     assert log.count("Cache hit") == CACHED_TASKS and "Cache miss" not in log, log[-5000:]
     assert again.stdout.strip().splitlines()[-1] == "models:/drivetrain-bev-pandaset/1"
 
-    from platform_lib.registry.mlflow_store import configure_mlflow
+    from platform_lib.mlflow_store import configure_mlflow
     from platform_lib.registry.register import load_champion, load_model_version
     from platform_lib.shards.build import BuildConfig, build_dataset
     from platform_lib.sources.catalog import DEFAULT_SPLITS

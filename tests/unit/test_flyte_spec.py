@@ -14,9 +14,11 @@ import pytest
 from flytekit.configuration import Image, ImageConfig, SerializationSettings
 from flytekit.tools.translator import get_serializable
 
+from platform_lib.training.launch import DISABLE_SHARED_STORE
 from tasks.data import build_log_part, hash_raw_logs, list_raw_logs
 from tasks.image import PINNED, TASK_IMAGE
 from tasks.placement import QUEUE_LABEL, Placement, PlacementError, placement_from_env
+from tasks.placement import main as check_placement
 from tasks.train import build_train_task
 from workflows.training_pipeline import training_pipeline
 
@@ -118,6 +120,7 @@ def test_multi_node_training_becomes_an_elastic_pytorch_job() -> None:
     # the pod rebuilds the same task from its environment
     env = {e["name"]: e["value"] for e in container["env"]}
     assert placement_from_env(env) == placement
+    assert env[DISABLE_SHARED_STORE] == "1"  # the elastic agent's fresh store per restart
 
 
 def test_single_node_placement_is_one_pod_with_all_accelerators() -> None:
@@ -154,17 +157,15 @@ def test_impossible_placements_fail_naming_the_field(kwargs, field, message) -> 
     assert info.value.field == field
 
 
-def test_registration_fails_when_the_namespace_has_no_queue_for_the_team() -> None:
-    train = build_train_task(Placement(team="mapping"))  # LocalQueue in development+staging only
-    _spec(train)
-    production = SerializationSettings(
-        image_config=SETTINGS.image_config,
-        project="drivetrain",
-        domain="production",
-        version="t",
-    )
-    with pytest.raises(PlacementError, match="does not exist in namespace 'drivetrain-production'"):
-        get_serializable(OrderedDict(), production, train)
+def test_registration_check_refuses_a_namespace_without_the_teams_queue(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DRIVETRAIN_TEAM", "mapping")  # LocalQueue in development+staging only
+    assert check_placement(["--project", "drivetrain", "--domain", "development"]) == 0
+    assert check_placement(["--project", "drivetrain", "--domain", "production"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: team='mapping': unknown queue") and err.count("\n") == 1
+    assert "does not exist in namespace 'drivetrain-production'" in err
 
 
 @pytest.mark.parametrize(
