@@ -6,13 +6,16 @@ import argparse
 import json
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from platform_lib.errors import UserError, format_user_error
 from platform_lib.shards.errors import BuildError
 from platform_lib.shards.split import SPLIT_METHODS
 from platform_lib.sources.catalog import DEFAULT_SPLITS, SOURCE_NAMES
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:  # the manifest module pulls pydantic; keep the CLI import light
     from platform_lib.shards.manifest import Manifest
@@ -103,25 +106,40 @@ def _split_options(args: argparse.Namespace) -> dict[str, Any]:
     return options | {k: v for k, v in given.items() if v is not None}
 
 
+def _config_or_none(command: str, make: Callable[[], T]) -> T | None:
+    """Return `make()` (a pydantic config from the flags), or print its one-line error and None."""
+    from pydantic import ValidationError
+
+    from platform_lib.shards.build import describe_config_error
+
+    try:
+        return make()
+    except ValidationError as exc:
+        print(
+            f"error: {describe_config_error(exc)} (data {command}): "
+            f"see `drivetrain data {command} --help`",
+            file=sys.stderr,
+        )
+        return None
+
+
 def _run_build(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from platform_lib.shards.build import BuildConfig, build_dataset, describe_config_error
 
-    try:
-        config = BuildConfig(
+    config = _config_or_none(
+        "build",
+        lambda: BuildConfig(
             shard_size_mb=args.shard_size_mb,
             **_split_options(args),
             val_logs=[v for v in (args.val_logs or "").split(",") if v],
             quarantine=args.quarantine,
             overwrite=args.overwrite,
             workers=args.workers,
-        )
-    except ValidationError as exc:
-        print(
-            f"error: {describe_config_error(exc)} (data build): see `drivetrain data build --help`",
-            file=sys.stderr,
-        )
+        ),
+    )
+    if config is None:
         return 2
     input_path = Path(args.input)
     if args.source == "synthetic":
@@ -232,9 +250,6 @@ def parse_camera_size(text: str) -> tuple[int, int]:
 
 
 def _run_view(args: argparse.Namespace) -> int:
-    from pydantic import ValidationError
-
-    from platform_lib.shards.build import describe_config_error
     from platform_lib.shards.check import explain_dataset_error
     from platform_lib.shards.training_view import ViewConfig, build_view
 
@@ -243,19 +258,17 @@ def _run_view(args: argparse.Namespace) -> int:
     except UserError as exc:  # a bad argument: exit status 2, like argparse's
         print(format_user_error(exc), file=sys.stderr)
         return 2
-    try:
-        config = ViewConfig(
+    config = _config_or_none(
+        "view",
+        lambda: ViewConfig(
             camera_width=width,
             camera_height=height,
             quality=args.quality,
             overwrite=args.overwrite,
             workers=args.workers,
-        )
-    except ValidationError as exc:
-        print(
-            f"error: {describe_config_error(exc)} (data view): see `drivetrain data view --help`",
-            file=sys.stderr,
-        )
+        ),
+    )
+    if config is None:
         return 2
     _check_dataset_folder(args.dataset)
     try:
