@@ -484,8 +484,9 @@ def config_error(
     """Return the one-line error of a TrainConfig built from user input (`model_validate`).
 
     One problem is reported, the first of: a section given a value that is not an object,
-    unknown fields (all of them, with the closest valid name), a value of the wrong type or
-    out of range, a broken cross-field rule. Within a kind, the field that comes first in
+    unknown fields (all of them, with the closest valid name), a bad value inside a list field
+    (`data.mix[0].weight`), a value of the wrong type or out of range, a broken cross-field
+    rule. Within a kind, the field that comes first in
     `order` (the dotted paths as the user gave them) wins.
 
     Args:
@@ -515,7 +516,12 @@ def config_error(
                 f"fields: {', '.join(f'{path}.{n}' for n in names)}",
                 fields=(path,),
             )
-    unknown = [path for path, e in errors if e["type"] == "extra_forbidden"]
+
+    def inside(path: str) -> str | None:
+        """Return the list field (`data.mix`) that `path` lies inside, None for other paths."""
+        return next((p for p in fields if path.startswith(p + ".")), None)
+
+    unknown = [p for p, e in errors if e["type"] == "extra_forbidden" and inside(p) is None]
     if unknown:
         names = [*fields, *dict.fromkeys(p.rsplit(".", 1)[-1] for p in fields)]
         hints = [m for k in unknown for m in difflib.get_close_matches(k, names, n=1)]
@@ -527,7 +533,7 @@ def config_error(
             fields=tuple(unknown),
         )
     for path, e in errors:
-        field = next((p for p in fields if path.startswith(p + ".")), None)
+        field = inside(path)
         if field is not None:  # inside a list field: data.mix.0.weight
             where = field + "".join(
                 f"[{part}]" if part.isdigit() else f".{part}"
