@@ -244,11 +244,11 @@ class DataConfig(_Section):
     shuffle_buffer: Int = Field(default=2048, ge=1)
     """window of the loader's block shuffle, in samples"""
     window_frames: Int = Field(default=1, ge=1, le=64)
-    """frames per training sample: k consecutive frames of one log; equals the model's temporal_frames"""
+    """frames per training sample: k consecutive frames of one log (the model's temporal_frames)"""
     window_stride: Int = Field(default=1, ge=1)
     """frames between the first frames of consecutive windows of one log, in frames"""
     dataset_weight: Float = Field(default=1.0, gt=0.0)
-    """relative share of the training samples drawn from the run's own dataset when mixing, unitless"""
+    """relative share of the samples drawn from the run's own dataset when mixing, unitless"""
     mix: Annotated[tuple[DatasetMix, ...], BeforeValidator(_list_to_tuple)] = Field(
         default=(), max_length=64
     )

@@ -23,7 +23,7 @@ from typing import Any, Literal
 import torch
 
 from platform_lib.loading.config import LoaderConfig
-from platform_lib.loading.loader import StreamingLoader, build_loader
+from platform_lib.loading.loader import DatasetSpec, StreamingLoader, build_loader
 from platform_lib.shards.reader import DatasetReader, open_dataset
 from platform_lib.training.config import ConfigError, DataConfig, normalise_dataset
 
@@ -149,9 +149,7 @@ def loader_config(data: DataConfig, transform: Transform) -> LoaderConfig:
     )
 
 
-def dataset_sources(
-    dataset_dir: str | os.PathLike[str], data: DataConfig
-) -> str | list[tuple[str, float]]:
+def dataset_sources(dataset_dir: str | os.PathLike[str], data: DataConfig) -> DatasetSpec:
     """Return the `build_loader` dataset argument: the run's dataset alone, or with `data.mix`.
 
     Mixed: [(dataset_dir, data.dataset_weight), (mix[0].dataset, mix[0].weight), ...]; the
@@ -171,7 +169,8 @@ def dataset_sources(
                 "leave it out of data.mix and set its share with data.dataset_weight",
                 fields=("data.mix",),
             )
-    return [(own, data.dataset_weight), *((m.dataset, m.weight) for m in data.mix)]
+    sources: list[tuple[str | os.PathLike, float]] = [(own, data.dataset_weight)]
+    return sources + [(m.dataset, m.weight) for m in data.mix]
 
 
 def build_train_loader(

@@ -159,7 +159,7 @@ class BEVFusion(nn.Module):
         camera_images: torch.Tensor,
         camera_index: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Return one frame's LiDAR features (B, c_l, H, W) and branch features (B, c_l + c_c + c_r, H, W)."""
+        """Return one frame's LiDAR features (B, c_l, H, W) and branch features (B, c_l+c_c+c_r, H, W)."""
         lidar = self.lidar_encoder(lidar_bev)
         fused = torch.cat(
             [
@@ -179,7 +179,7 @@ class BEVFusion(nn.Module):
         camera_index: torch.Tensor,
         ego_motion: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Encode a (B, T, ...) window; return the current frame's LiDAR features and the fused history."""
+        """Encode a (B, T, ...) window: the current frame's LiDAR features and the fused history."""
         b, t = lidar_bev.shape[:2]
         if t != self.cfg.temporal_frames or ego_motion.shape[:2] != (b, t):
             raise ValueError(

@@ -1,18 +1,11 @@
-"""Temporal BEV fusion: windows of frames as model inputs, and previous BEV features warped into the current ego frame.
+"""Temporal BEV fusion: frame windows as inputs, earlier BEV features warped to the current ego frame.
 
-Frames (docs/format.md): each frame's `pose.ego_pose` is world_from_ego (4, 4), ego frame x
-forward, y left, z up, in m. The relative pose of frame t seen from the current (last) frame
-is `t_from_current = inv(world_from_t) @ world_from_current` (computed in float64: world
-coordinates may be large), so a point p in current ego coordinates is at
-`t_from_current @ p` in frame t. The BEV warp uses its ground-plane part (yaw about z and the
-x/y translation; pitch, roll and z are ignored) as an affine map of cell centres, and reads
-frame t's feature map there by bilinear `grid_sample` (zeros outside its grid), as in
-BEVDet4D (Huang & Huang, 2022, "BEVDet4D: Exploit Temporal Cues in Multi-camera 3D Object
-Detection", sec. 3.3) with the grid conventions of `platform_lib.models.targets`.
+The warp is BEVDet4D's alignment (Huang & Huang 2022, sec. 3.3) with the grid conventions of
+`platform_lib.models.targets`; frame conventions and the formulas: `compute_ego_motion`,
+`build_warp_grid` and the package README.md, "Temporal fusion".
 
-Shape legend (T frames of a window, B batch, C channels, H x W BEV cells; per-frame shapes in
-`prepare.py`):
-    lidar_bev, radar_bev, camera_images, camera_index   (B, T, ...) the frames, oldest first
+Shape legend (T frames of a window, oldest first; B batch; H x W cells; per frame: prepare.py):
+    lidar_bev, radar_bev, camera_images, camera_index   (B, T, ...) the frames
     ego_motion      (B, T, 4, 4) float32   t_from_current per frame; the last is the identity
     target          (B, 3, H, W)           the current (last) frame's occupancy
 """
@@ -38,6 +31,11 @@ FRAME_KEYS = ("lidar_bev", "radar_bev", "camera_images", "camera_index")
 
 def compute_ego_motion(world_from_ego: np.ndarray) -> np.ndarray:
     """Return each frame's pose relative to the last frame of the window.
+
+    Poses are `pose.ego_pose` of each frame (docs/format.md): world_from_ego, ego frame x
+    forward, y left, z up, in m. `t_from_current = inv(world_from_t) @ world_from_current`
+    maps a point in current ego coordinates to frame t's; computed in float64 (world
+    coordinates may be large, e.g. UTM), then cast.
 
     Args:
         world_from_ego: (T, 4, 4) float64 ego poses of the window, oldest first.
