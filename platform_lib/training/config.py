@@ -243,7 +243,7 @@ class DataConfig(_Section):
     """batches each loader worker prepares ahead of the training loop, in batches"""
     shuffle_buffer: Int = Field(default=2048, ge=1)
     """window of the loader's block shuffle, in samples"""
-    window_frames: Int = Field(default=1, ge=1, le=64)
+    window_frames: Int = Field(default=1, ge=1)
     """frames per training sample: k consecutive frames of one log (the model's temporal_frames)"""
     window_stride: Int = Field(default=1, ge=1)
     """frames between the first frames of consecutive windows of one log, in frames"""
