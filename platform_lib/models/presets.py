@@ -36,10 +36,16 @@ def _bev_fusion_large() -> BEVFusionConfig:
     )
 
 
+def _bev_fusion_temporal() -> BEVFusionConfig:
+    """bev_fusion_small fusing the previous frame's BEV features, ego-motion aligned: windows of 2 frames."""
+    return BEVFusionConfig(name="bev_fusion_temporal", temporal_frames=2)
+
+
 #: name -> zero-argument function returning the model config.
 MODEL_PRESETS: dict[str, Callable[[], BEVFusionConfig]] = {
     "bev_fusion_small": _bev_fusion_small,
     "bev_fusion_large": _bev_fusion_large,
+    "bev_fusion_temporal": _bev_fusion_temporal,
 }
 
 

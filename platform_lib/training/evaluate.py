@@ -101,6 +101,10 @@ def evaluate(
 ) -> EvalResult:
     """Evaluate safetensors weights of `cfg.model.name` on `split` and write the metrics table.
 
+    One dataset, single frames; a temporal model (`temporal_frames` T > 1) reads windows of T
+    frames (stride 1) and scores each window's last frame, so the first T - 1 frames of each
+    log are not scored (`num_samples` counts the scored frames). `data.mix` is not used.
+
     Args:
         weights_path: safetensors file written by `train()` (loaded without unpickling).
         cfg: the training config (model preset, train split for the prior, threads).
@@ -127,7 +131,11 @@ def evaluate(
     count = 0
     try:
         loader = build_eval_loader(
-            dataset_dir, split, build_model_transform(model_cfg), batch_size=cfg.data.batch_size
+            dataset_dir,
+            split,
+            build_model_transform(model_cfg),
+            batch_size=cfg.data.batch_size,
+            window_frames=model_cfg.temporal_frames,
         )
         seen: set[str] = set()
         with torch.no_grad():

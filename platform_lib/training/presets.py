@@ -27,6 +27,7 @@ __all__ = [
     "pandaset_smoke",
     "small",
     "synthetic_default",
+    "temporal",
 ]
 
 
@@ -88,12 +89,24 @@ def large() -> TrainConfig:
     )
 
 
+def temporal() -> TrainConfig:
+    """`small` with the temporal model: each sample a window of 2 consecutive frames of one log."""
+    base = small()
+    return replace(
+        base,
+        preset="temporal",
+        model=replace(base.model, name="bev_fusion_temporal"),
+        data=replace(base.data, window_frames=2),
+    )
+
+
 #: preset name -> zero-argument function returning the config.
 PRESETS: dict[str, Callable[[], TrainConfig]] = {
     "small": small,
     "synthetic_default": synthetic_default,
     "pandaset_smoke": pandaset_smoke,
     "large": large,
+    "temporal": temporal,
 }
 
 

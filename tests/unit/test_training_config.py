@@ -37,7 +37,9 @@ def test_presets_derive_from_the_base_changing_only_their_fields():
 def test_unknown_preset_lists_the_known_ones():
     with pytest.raises(KeyError, match="synthetic_default"):
         get_preset("huge")
-    assert list_presets() == sorted(["small", "synthetic_default", "pandaset_smoke", "large"])
+    assert list_presets() == sorted(
+        ["small", "synthetic_default", "pandaset_smoke", "large", "temporal"]
+    )
 
 
 @pytest.mark.parametrize(
@@ -129,6 +131,8 @@ def test_hashes_of_the_presets_are_those_of_the_dataclass_configs():
         "pandaset_smoke": "96344341a72ec33925ed1d71ffd445d773d55d4273746845494ade5ab8c6ea32",
         "small": "d3968486e3a06f17c7dcae41caf41fb1290e457b924e147a7c42b448ca7e896d",
         "synthetic_default": "367112aec4ef9f5ad6918d79bf1e803f048ff79b415406821e78191b21c5b4a3",
+        # pinned when it was added (the others hash as before data.window_frames/mix existed)
+        "temporal": "b37f536a332c8cb3239e4c35f75837d3d0702a5330bdd461082873deb51b14f8",
     }
     small_lr1 = "211a0f9b6d99f2dea6cb8a47514f279a13b68a607543fe2c2a3f34798d2d81ce"
     assert hash_config(apply_overrides(get_preset("small"), {"lr": 1})) == small_lr1

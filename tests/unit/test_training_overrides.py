@@ -139,11 +139,11 @@ OLD_LINES = [
     ({"lr": INF}, "optimizer.lr=inf is out of range (overrides): give a number > 0.0"),
     (
         {"name": "resnet"},
-        "model.name='resnet' is not one of the allowed values (overrides): give one of 'bev_fusion_large', 'bev_fusion_small'",
+        "model.name='resnet' is not one of the allowed values (overrides): give one of 'bev_fusion_large', 'bev_fusion_small', 'bev_fusion_temporal'",
     ),
     (
         {"name": 5},
-        "model.name=5 is of the wrong type (overrides): give one of 'bev_fusion_large', 'bev_fusion_small'",
+        "model.name=5 is of the wrong type (overrides): give one of 'bev_fusion_large', 'bev_fusion_small', 'bev_fusion_temporal'",
     ),
     ({"folder": 5}, "checkpoint.folder=5 is of the wrong type (overrides): give a string"),
     (
@@ -220,7 +220,7 @@ OLD_LINES = [
     ),
     (
         {"model": {"name": "x"}},
-        "model.name='x' is not one of the allowed values (overrides): give one of 'bev_fusion_large', 'bev_fusion_small'",
+        "model.name='x' is not one of the allowed values (overrides): give one of 'bev_fusion_large', 'bev_fusion_small', 'bev_fusion_temporal'",
     ),
     (
         {"model": None},
@@ -289,7 +289,7 @@ OLD_LINES = [
     ),
     (
         {"name": None},
-        "model.name=None is of the wrong type (overrides): give one of 'bev_fusion_large', 'bev_fusion_small'",
+        "model.name=None is of the wrong type (overrides): give one of 'bev_fusion_large', 'bev_fusion_small', 'bev_fusion_temporal'",
     ),
     (
         {"Max_steps": 1},

@@ -64,6 +64,9 @@ class BEVFusionConfig:
     """channels of the fused BEV trunk"""
     num_classes: int = 3
     """occupancy heads: vehicle, pedestrian, cyclist"""
+    temporal_frames: int = 1
+    """frames per sample: 1 = single frame; T > 1 fuses the BEV features of the T - 1 previous
+    frames, warped into the current ego frame by the relative ego pose (`temporal.py`)"""
 
     def __post_init__(self) -> None:
         self.grid  # validates extent and resolution  # noqa: B018
@@ -81,6 +84,7 @@ class BEVFusionConfig:
                 "radar_channels",
                 "fusion_channels",
                 "num_classes",
+                "temporal_frames",
             )
             if getattr(self, name) < 1
         ]

@@ -7,6 +7,8 @@ K = camera_columns * lift_depth_bins lift slots per camera):
     camera_images  (B, N, 3, h, w)  float
     camera_index   (B, N, H, W)     int64, -1 = not seen
     logits         (B, 3, H, W)     float, one occupancy logit per class group and cell
+With temporal_frames T > 1 the four inputs gain a time axis after B (oldest frame first) and
+`ego_motion` (B, T, 4, 4) joins them (`temporal.py`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from platform_lib.models.bev_fusion.config import BEVFusionConfig
+from platform_lib.models.bev_fusion.temporal import warp_bev
 
 __all__ = ["BEVFusion", "CameraEncoder", "ConvBlock"]
 
@@ -83,6 +86,11 @@ class BEVFusion(nn.Module):
     Trunk: the concatenated branch features are fused at half resolution (stride-2 block,
     two blocks at H/2 x W/2), upsampled and joined with the full-resolution LiDAR features
     for the per-cell heads, so small objects keep full-resolution evidence.
+
+    Temporal (`cfg.temporal_frames` T > 1): every frame of the window goes through the same
+    branches; the concatenated branch features of the T - 1 previous frames are warped into
+    the current ego frame (`temporal.warp_bev`), joined with the current frame's and reduced
+    back to the trunk's width by one more block (`temporal_fusion`) before the trunk.
     """
 
     #: batch keys `forward` consumes, in argument order: the train loop reads them from here,
@@ -110,6 +118,10 @@ class BEVFusion(nn.Module):
         self.head = nn.Conv2d(c_l, cfg.num_classes, 1)
         if self.head.bias is not None:
             nn.init.constant_(self.head.bias, -2.0)  # start near the (sparse) occupancy prior
+        if cfg.temporal_frames > 1:
+            self.input_keys = (*BEVFusion.input_keys, "ego_motion")
+            c_b = c_l + c_c + c_r
+            self.temporal_fusion = ConvBlock(cfg.temporal_frames * c_b, c_b)
 
     def forward(
         self,
@@ -117,8 +129,37 @@ class BEVFusion(nn.Module):
         radar_bev: torch.Tensor,
         camera_images: torch.Tensor,
         camera_index: torch.Tensor,
+        ego_motion: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Return (B, num_classes, H, W) occupancy logits; shapes in the module docstring."""
+        """Return (B, num_classes, H, W) occupancy logits; shapes in the module docstring.
+
+        Raises:
+            ValueError: `ego_motion` given to a single-frame model, missing for a temporal
+                one, or a window of another length than `temporal_frames`.
+        """
+        frames = self.cfg.temporal_frames
+        if (ego_motion is None) != (frames == 1):
+            raise ValueError(
+                f"model {self.cfg.name} has temporal_frames={frames}: ego_motion must be "
+                f"{'given' if frames > 1 else 'left out'}"
+            )
+        if ego_motion is None:
+            lidar, fused = self._encode(lidar_bev, radar_bev, camera_images, camera_index)
+        else:
+            lidar, fused = self._encode_window(
+                lidar_bev, radar_bev, camera_images, camera_index, ego_motion
+            )
+        coarse = F.interpolate(self.fusion_down(fused), size=lidar.shape[-2:], mode="nearest")
+        return self.head(self.fusion_up(torch.cat([coarse, lidar], dim=1)))
+
+    def _encode(
+        self,
+        lidar_bev: torch.Tensor,
+        radar_bev: torch.Tensor,
+        camera_images: torch.Tensor,
+        camera_index: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Return one frame's LiDAR features (B, c_l, H, W) and branch features (B, c_l+c_c+c_r, H, W)."""
         lidar = self.lidar_encoder(lidar_bev)
         fused = torch.cat(
             [
@@ -128,5 +169,27 @@ class BEVFusion(nn.Module):
             ],
             dim=1,
         )
-        coarse = F.interpolate(self.fusion_down(fused), size=lidar.shape[-2:], mode="nearest")
-        return self.head(self.fusion_up(torch.cat([coarse, lidar], dim=1)))
+        return lidar, fused
+
+    def _encode_window(
+        self,
+        lidar_bev: torch.Tensor,
+        radar_bev: torch.Tensor,
+        camera_images: torch.Tensor,
+        camera_index: torch.Tensor,
+        ego_motion: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Encode a (B, T, ...) window: the current frame's LiDAR features and the fused history."""
+        b, t = lidar_bev.shape[:2]
+        if t != self.cfg.temporal_frames or ego_motion.shape[:2] != (b, t):
+            raise ValueError(
+                f"model {self.cfg.name} fuses windows of {self.cfg.temporal_frames} frames, got "
+                f"inputs of {t} and ego_motion of shape {tuple(ego_motion.shape)}"
+            )
+        inputs = (lidar_bev, radar_bev, camera_images, camera_index)
+        lidar, fused = self._encode(*(x.flatten(0, 1) for x in inputs))
+        fused = fused.unflatten(0, (b, t))
+        grid = self.cfg.grid
+        history = [warp_bev(fused[:, i], ego_motion[:, i], grid) for i in range(t - 1)]
+        fused = self.temporal_fusion(torch.cat([*history, fused[:, -1]], dim=1))
+        return lidar.unflatten(0, (b, t))[:, -1], fused
