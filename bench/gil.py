@@ -1,16 +1,11 @@
 """Does each step of the camera decode path release the GIL? The same work in 1 and in N threads.
 
-For every step a loader worker runs on a camera JPEG (simplejpeg full-size decode, simplejpeg
-DCT-scaled decode, Pillow's antialiased resize of the crop, the whole `decode_jpeg_cpu` at WxH,
-and Pillow's own JPEG decode as the alternative decoder), it times one pass over the PandaSet
-sample's camera JPEGs in one thread and the same pass split over `--threads` threads, and
-reports the speed-up, the cores the process used meanwhile (process CPU time / wall time) and
-the overlap: the share of the threaded run's wall time during which two threads were inside the
-step at once. The threaded run sets a 1 s switch interval (`sys.setswitchinterval`), so a
-thread gives the GIL up only where C code releases it: a step that holds the GIL then never
-overlaps, whatever the machine's load; one that releases it overlaps even on a single free core
-(the kernel interleaves the threads), while speed-up and cores depend on free CPUs: on a busy
-machine only the overlap decides (a control step that holds the GIL shows the floor).
+For every step a loader worker runs on a camera JPEG (simplejpeg decode at full size and
+DCT-scaled, Pillow's resize, all of `decode_jpeg_cpu` at WxH, Pillow's own decode) and a
+GIL-holding control, it times the PandaSet sample's JPEGs in 1 and `--threads` threads and
+prints the speed-up, the cores used and the overlap (share of the threaded run during which two
+threads were inside the step, under a 1 s switch interval: only a step that releases the GIL
+overlaps, whatever the machine's load). Method: `overlap_share`, bench/README.md.
 
 Usage: python bench/gil.py [--pandaset-root DIR] [--frames 4] [--threads 2] [--repeat 3]
        [--size 704x256] [--json OUT]
@@ -109,7 +104,13 @@ def _run_part(fn: Callable, part: list, intervals: list) -> None:
 
 
 def overlap_share(intervals: list[list[tuple[float, float]]], wall: float) -> float:
-    """Share of `wall` during which at least two threads' intervals overlap."""
+    """Share of `wall` during which at least two threads' intervals overlap.
+
+    The threaded run sets a 1 s switch interval (`sys.setswitchinterval`), so a thread hands
+    the GIL over only where C code releases it: calls of a step that holds the GIL never
+    overlap, whatever the load; a step that releases it overlaps even on one free core (the
+    kernel interleaves the threads). Speed-up and cores used depend on free CPUs as well.
+    """
     events = sorted(
         (t, step) for part in intervals for a, b in part for t, step in ((a, 1), (b, -1))
     )
