@@ -1,16 +1,15 @@
 """Loader cold start and steady state against peers and limits, at equal workers, on synthetic and full-size PandaSet frames.
 
 Every reader (this loader per verify and decode mode, webdataset, mosaicml-streaming with
-.bench-venv, one file per member, SPDL's thread pipeline when `spdl` is importable, the
-training view with --view) at each batch size: time to first batch of a fresh reader, the rest
-of its first pass and its second pass on the same (persistent) workers, in samples/s, with the
-/dev/shm peak and the load average; then the sequential-read and in-memory decode limits,
-loader worker memory (USS/PSS) for large indexes, and the targets of issues 7 and 17 with
-verdicts. Readers: bench/readers.py; rows and fairness rules: bench/README.md.
+.bench-venv, one file per member, SPDL's thread pipeline where `spdl` imports, the training
+view with --view) at each batch size: time to first batch, the rest of its first pass and its
+second pass on the same workers (samples/s), /dev/shm peak and load average per row; then the
+read and decode limits, worker memory (USS/PSS) and the issue-7 and -17 targets with verdicts.
+Readers: bench/readers.py; rows and fairness rules: bench/README.md.
 
 Usage: python bench/loader.py [--datasets synthetic pandaset] [--work DIR] [--workers 2]
-       [--batch-sizes 16 1] [--peers all|webdataset] [--memory-rows 10000 100000 1000000] [--json OUT]
-       [--view 704x256] [--decode-threads N]
+       [--batch-sizes 16 1] [--peers all | webdataset spdl ...] [--memory-rows 10000 100000]
+       [--json OUT] [--view 704x256] [--decode-threads N]
 """
 
 from __future__ import annotations
