@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,7 @@ __all__ = [
 ]
 
 #: A reader: `passes(extras)` -> its first pass, then its second (see the module doc).
-Passes = Callable[[dict], Iterator[Iterable]]
+Passes = Callable[[dict], Generator[Iterable, None, None]]
 #: Longest wait for one item of the SPDL pipeline, in s (the loader's worker timeout).
 _SPDL_TIMEOUT_S = 300.0
 
@@ -96,7 +96,7 @@ def _stop_workers(loader: DataLoader) -> None:
         shutdown()
 
 
-def _persistent(loader: DataLoader) -> Iterator[Iterable]:
+def _persistent(loader: DataLoader) -> Generator[Iterable, None, None]:
     """Two passes over a DataLoader with persistent workers, then stop them."""
     try:
         yield loader
@@ -139,7 +139,7 @@ def ours(
     if decode_threads is not None:
         options["decode_threads"] = decode_threads
 
-    def passes(extras: dict) -> Iterator[Iterable]:
+    def passes(extras: dict) -> Generator[Iterable, None, None]:
         loader = build_loader(
             str(dataset),
             rank=0,
@@ -168,7 +168,7 @@ def ours(
 def webdataset_peer(dataset: Path, mode: str, batch_size: int, workers: int) -> Passes:
     """WebDataset(shardshuffle).shuffle(1000).map(decode).batched(B) in a WebLoader: its docs' setup."""
 
-    def passes(extras: dict) -> Iterator[Iterable]:
+    def passes(extras: dict) -> Generator[Iterable, None, None]:
         import webdataset as wds
 
         urls = sorted(str(p) for p in (dataset / "shards").glob("*.tar"))
@@ -241,7 +241,7 @@ def unpack(dataset: Path) -> tuple[Path, dict[str, list[str]]]:
 def files_peer(dataset: Path, mode: str, batch_size: int, workers: int) -> Passes:
     """One file per member, map-style Dataset, shuffled DataLoader with persistent workers."""
 
-    def passes(extras: dict) -> Iterator[Iterable]:
+    def passes(extras: dict) -> Generator[Iterable, None, None]:
         folder, members = unpack(dataset)
         loader = DataLoader(
             _MemberFiles(folder, members, mode),
@@ -275,7 +275,7 @@ def write_mds(dataset: Path) -> Path:
 def mds_peer(dataset: Path, mode: str, batch_size: int, workers: int) -> Passes:
     """StreamingDataset(local, shuffle, batch_size) in a DataLoader(batch_size), persistent workers."""
 
-    def passes(extras: dict) -> Iterator[Iterable]:
+    def passes(extras: dict) -> Generator[Iterable, None, None]:
         from streaming import StreamingDataset
         from streaming.base.util import clean_stale_shared_memory
 
@@ -288,7 +288,7 @@ def mds_peer(dataset: Path, mode: str, batch_size: int, workers: int) -> Passes:
         local = write_mds(dataset)
         clean_stale_shared_memory()
         ds = Decoded(local=str(local), batch_size=batch_size, shuffle=True, shuffle_seed=0)
-        loader = DataLoader(
+        loader: DataLoader = DataLoader(
             ds,
             batch_size=batch_size,
             num_workers=workers,
@@ -329,7 +329,7 @@ def spdl_peer(dataset: Path, mode: str, batch_size: int, workers: int, limit: in
     decoding row) the passes run on across epoch boundaries; without it, a pass is an epoch.
     """
 
-    def passes(extras: dict) -> Iterator[Iterable]:
+    def passes(extras: dict) -> Generator[Iterable, None, None]:
         from spdl.pipeline import PipelineBuilder
         from spdl.source import DistributedRandomSampler
         from spdl.source.utils import embed_shuffle
