@@ -92,5 +92,5 @@ bench-env:
 	$(PYTHON3) -m venv .bench-venv
 	.bench-venv/bin/pip install 'torch==2.14.1' 'torchvision==0.29.1' 'transformers<5' mosaicml-streaming
 	.bench-venv/bin/pip install pyarrow pandas numpy 'webdataset>=1.0,<2' pandera pillow simplejpeg \
-		fsspec s3fs filelock tqdm tenacity safetensors
+		fsspec s3fs filelock tqdm tenacity safetensors 'spdl==0.8.0'
 	.bench-venv/bin/pip install --no-deps -e .

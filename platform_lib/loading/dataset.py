@@ -4,7 +4,8 @@ Worker w of n produces its rank's batches w, w + n, ... of the epoch plan (see
 `partition.py`), for the epoch and start step the main process wrote into the ring's control
 words before starting the iteration. Each batch: take a free ring slot, `preadv` the units'
 byte ranges into its raw area in shard-offset order (sequential I/O), verify, parse members as
-views (npy header parse, JPEG bytes as memoryviews), decode, apply `sample_transform`, collate
+views (npy header parse, JPEG bytes as memoryviews), decode (a sample's cameras in
+`decode_threads` threads), apply `sample_transform`, collate
 (tensors stacked straight into the slot's output area), then send the small skeleton
 (`ring.SlotWriter.pack`). Counters (skipped samples, object-store requests, downloads, ring
 fallbacks) ride along in `batch["__stats__"]` as deltas; the loader removes them.
@@ -12,6 +13,7 @@ fallbacks) ride along in `batch["__stats__"]` as deltas; the loader removes them
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from typing import Any
@@ -36,7 +38,7 @@ from platform_lib.shards.codec import decode_sample
 from platform_lib.shards.errors import DatasetError
 from platform_lib.shards.view import DatasetView
 
-__all__ = ["STATS_KEY", "BatchStream"]
+__all__ = ["STATS_KEY", "BatchStream", "resolve_decode_threads"]
 
 #: Batch entry carrying worker counters; popped by the loader.
 STATS_KEY = "__stats__"
@@ -45,14 +47,41 @@ STATS_KEY = "__stats__"
 _SKIPPABLE = (ShardFormatError, SampleDecodeError)
 #: Ring control words: [0] generation (ring.py), [1] epoch, [2] start step.
 _EPOCH, _START = 1, 2
+#: Most decode threads per worker by default: the cameras of one sample.
+_MAX_DECODE_THREADS = 6
+
+
+def resolve_decode_threads(config: LoaderConfig, num_workers: int) -> int:
+    """Return the camera-decode threads of each loader process (`LoaderConfig.decode_threads`).
+
+    Args:
+        config: loader options; an explicit `decode_threads` is returned as is.
+        num_workers: worker processes of this loader (0: the main process reads).
+
+    Returns:
+        with `decode_threads=None`: the CPUs this process may use (`os.sched_getaffinity`)
+        divided by the loader processes on the node (max(1, num_workers) x LOCAL_WORLD_SIZE,
+        the ranks torchrun starts per node), clamped to 1..6.
+    """
+    if config.decode_threads is not None:
+        return config.decode_threads
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    local = os.environ.get("LOCAL_WORLD_SIZE", "1")
+    ranks = int(local) if local.isdigit() and int(local) > 0 else 1
+    return max(1, min(_MAX_DECODE_THREADS, (cpus or 1) // (max(1, num_workers) * ranks)))
 
 
 def _decode(
-    members: dict[str, Any], decode: str, key: str, where: str, resize: CameraResize | None
+    members: dict[str, Any],
+    decode: str,
+    key: str,
+    where: str,
+    resize: CameraResize | None,
+    pool: ThreadPoolExecutor | None = None,
 ) -> dict[str, Any]:
     try:
         sample = decode_sample(members, decode="none")  # JPEGs: below, at the configured size
-        return decode_sample_cameras(sample, resize) if decode == "cpu" else sample
+        return decode_sample_cameras(sample, resize, pool=pool) if decode == "cpu" else sample
     except Exception as exc:  # any decoder failure becomes a named, skippable error
         raise SampleDecodeError(
             f"{where}: sample {key} could not be decoded ({type(exc).__name__}: {exc}); "
@@ -130,7 +159,13 @@ class BatchStream(IterableDataset):
             files.append(ShardFiles(view, cache=cache, verify=cfg.verify, cache_dir=cfg.cache_dir))
         return files
 
-    def _load_frame(self, files: ShardFiles, row: int, writer: SlotWriter) -> dict[str, Any]:
+    def _load_frame(
+        self,
+        files: ShardFiles,
+        row: int,
+        writer: SlotWriter,
+        decoders: ThreadPoolExecutor | None = None,
+    ) -> dict[str, Any]:
         view = files.view
         key, shard = view.key(row), view.shard_path(row)
         size, lo = int(view.sample_size[row]), int(view.sample_offset[row])
@@ -142,15 +177,24 @@ class BatchStream(IterableDataset):
             begin = int(view.member_offset[m]) - lo
             members[view.member_name(m)] = data[begin : begin + int(view.member_size[m])]
         sample = _decode(
-            members, self.decode, key, f"{view.url}/{shard}", self.config.camera_resize
+            members,
+            self.decode,
+            key,
+            f"{view.url}/{shard}",
+            self.config.camera_resize,
+            decoders,
         )
         sample["__key__"], sample["__shard__"] = key, shard
         return sample
 
     def _load_unit(
-        self, files: ShardFiles, rows: np.ndarray, writer: SlotWriter
+        self,
+        files: ShardFiles,
+        rows: np.ndarray,
+        writer: SlotWriter,
+        decoders: ThreadPoolExecutor | None = None,
     ) -> tuple[str, Any]:
-        frames = [self._load_frame(files, int(r), writer) for r in rows]
+        frames = [self._load_frame(files, int(r), writer, decoders) for r in rows]
         if len(frames) == 1:
             sample = frames[0]
         else:
@@ -203,6 +247,12 @@ class BatchStream(IterableDataset):
         files = self._open_files()
         remote = any(f.cache is not None for f in files)
         prefetcher = ThreadPoolExecutor(1) if remote and self.config.shards_ahead else None
+        threads = resolve_decode_threads(self.config, num_workers if info is not None else 0)
+        decoders = (
+            ThreadPoolExecutor(threads, thread_name_prefix="decode")
+            if self.decode == "cpu" and threads > 1
+            else None
+        )
         sent: dict[str, int] = {}
         try:
             for step in steps_for_worker(
@@ -233,7 +283,9 @@ class BatchStream(IterableDataset):
                 for i in np.lexsort((offsets, shards, sources)):  # sequential reads
                     s, u = int(sources[i]), int(unit_ids[i])
                     try:
-                        loaded[int(i)] = self._load_unit(files[s], self.units[s][u], writer)
+                        loaded[int(i)] = self._load_unit(
+                            files[s], self.units[s][u], writer, decoders
+                        )
                     except _SKIPPABLE as exc:
                         if self.config.error_policy == "raise":
                             raise
@@ -257,6 +309,8 @@ class BatchStream(IterableDataset):
         finally:
             if prefetcher is not None:
                 prefetcher.shutdown(wait=True, cancel_futures=True)
+            if decoders is not None:
+                decoders.shutdown(wait=True, cancel_futures=True)
             for f in files:
                 f.close()
 
