@@ -28,6 +28,7 @@ from platform_lib.errors import UserError
 from platform_lib.models.presets import MODEL_PRESETS
 
 __all__ = [
+    "ADDED_FIELDS",
     "INT64_MAX",
     "INT64_MIN",
     "SECTIONS",
@@ -152,6 +153,8 @@ class ParallelConfig(_Section):
     """intra-op CPU threads per rank (torch.set_num_threads), in threads"""
     collective_timeout_s: Float = Field(default=600.0, gt=0.0)
     """a collective not complete after this long is a hang (process group timeout), in s"""
+    activation_checkpointing: bool = False
+    """recompute each model block's activations in backward instead of keeping them (less memory, ~1/3 more compute)"""
 
 
 #: Fields that left `DataConfig`, with the value every config had: `data.batch_delay_s` (an
@@ -159,6 +162,26 @@ class ParallelConfig(_Section):
 #: still hashes them, so that hashes recorded before (lineage, run folders) stay the same, and
 #: records that carry them at that value still load.
 RETIRED_DATA_FIELDS: dict[str, float] = {"batch_delay_s": 0.0}
+
+
+#: Fields added after configs were hashed and recorded, with the value every earlier config
+#: had: `TrainConfig.to_dict` and `hash_config` leave a field out while it holds that value,
+#: so earlier hashes (lineage, run folders) and recorded configs (golden files) stay valid;
+#: `from_dict` fills it in.
+ADDED_FIELDS: dict[str, dict[str, Any]] = {"parallel": {"activation_checkpointing": False}}
+
+
+def _drop_added_defaults(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Return a nested config dict without the `ADDED_FIELDS` that hold their old value."""
+    out = dict(config)
+    for section, added in ADDED_FIELDS.items():
+        if isinstance(out.get(section), Mapping):
+            out[section] = {
+                k: v
+                for k, v in out[section].items()
+                if not (k in added and v == added[k] and type(v) is type(added[k]))
+            }
+    return out
 
 
 class DataConfig(_Section):
@@ -260,6 +283,10 @@ class TrainConfig(_Section):
     """distributed checkpoints"""
     metrics: MetricsConfig = MetricsConfig()
     """metrics lines"""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the nested JSON-serialisable dict, without `ADDED_FIELDS` at their old value."""
+        return _drop_added_defaults(self.model_dump())
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any], *, culprit: str = "config") -> TrainConfig:
@@ -421,10 +448,13 @@ def canonical_json(config: Any) -> str:
 
     Keys sorted at every level, no whitespace, and every integral float written as an int,
     so the same values give the same text whatever their spelling (`1` vs `1.0`) or key order.
-    A training config's `data` section also holds `RETIRED_DATA_FIELDS` (hashes stay the same).
+    A training config's `data` section also holds `RETIRED_DATA_FIELDS`, and `ADDED_FIELDS`
+    at their old value are left out (hashes stay the same).
     """
     if isinstance(config, BaseModel):
         config = config.model_dump()
+    if isinstance(config, Mapping):
+        config = _drop_added_defaults(config)
     if isinstance(config, Mapping) and isinstance(config.get("data"), Mapping):
         config = {**config, "data": {**RETIRED_DATA_FIELDS, **config["data"]}}
     return json.dumps(_canonical(config), sort_keys=True, separators=(",", ":"), allow_nan=False)

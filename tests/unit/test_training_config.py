@@ -37,7 +37,7 @@ def test_presets_derive_from_the_base_changing_only_their_fields():
 def test_unknown_preset_lists_the_known_ones():
     with pytest.raises(KeyError, match="synthetic_default"):
         get_preset("huge")
-    assert list_presets() == sorted(["small", "synthetic_default", "pandaset_smoke", "large"])
+    assert list_presets() == sorted(["small", "synthetic_default", "pandaset_smoke", "large", "base"])
 
 
 @pytest.mark.parametrize(
@@ -125,6 +125,7 @@ def test_hashes_of_the_presets_are_those_of_the_dataclass_configs():
     from platform_lib.training.overrides import apply_overrides
 
     assert {name: hash_config(get_preset(name)) for name in list_presets()} == {
+        "base": "805a782d8a68f34a5cf27e50a40058eecbb14da7f25488a14df3a584222da6d6",
         "large": "dd33ddcd93ca03001bb53307976c3015be827e9af1929f9f4b5a937638c85273",
         "pandaset_smoke": "96344341a72ec33925ed1d71ffd445d773d55d4273746845494ade5ab8c6ea32",
         "small": "d3968486e3a06f17c7dcae41caf41fb1290e457b924e147a7c42b448ca7e896d",
