@@ -1,19 +1,10 @@
 """Parallelism applied from outside the model: FSDP2 (`fully_shard`), mixed precision, activation checkpointing.
 
-Every block of the model becomes one FSDP unit (its parameters are all-gathered just before
-it runs and freed after), then the root is wrapped for the rest. The blocks are those the
-model names (`model.blocks()`: dotted names of disjoint submodules, e.g. each ResNet stage),
-else its top-level children that hold parameters. Master weights, gradients and optimizer
-state stay fp32 and sharded across ranks (DTensors on a 1-D mesh over all ranks).
-
-Activation checkpointing (`ParallelConfig.activation_checkpointing`) wraps the same blocks
-with `checkpoint_wrapper` (torch.utils.checkpoint, non-reentrant) before sharding, as
-torchtitan does: a block keeps only its input in forward and recomputes the rest in
-backward. State-dict keys do not change (DCP's state-dict helpers drop the wrapper's prefix).
-
-Mixed precision: `MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)`:
-forward and backward compute in bf16, gradients are reduce-scattered in fp32, under gloo on
-CPU and nccl on CUDA alike. `TrainConfig.mixed_precision=False` keeps everything fp32.
+Each block of the model (`list_blocks`) is one FSDP unit and the root takes the rest; master
+weights, gradients and optimizer state stay fp32, sharded over a 1-D mesh of all ranks. Mixed
+precision: `MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)` under gloo and
+nccl alike (`mixed_precision=False`: fp32 throughout). Activation checkpointing wraps the same
+blocks in `checkpoint_wrapper` before sharding, as torchtitan does.
 """
 
 from __future__ import annotations
@@ -48,7 +39,11 @@ def build_mp_policy(enabled: bool) -> MixedPrecisionPolicy:
 
 
 def list_blocks(model: nn.Module) -> list[str]:
-    """Return the dotted names of `model`'s parallelism units (see the module docstring)."""
+    """Return the dotted names of `model`'s parallelism units.
+
+    Those the model names (`model.blocks()`: disjoint submodules, e.g. each ResNet stage),
+    else its top-level children that hold parameters.
+    """
     blocks = getattr(model, "blocks", None)
     if callable(blocks):
         return list(blocks())
@@ -58,7 +53,9 @@ def list_blocks(model: nn.Module) -> list[str]:
 def apply_activation_checkpointing(model: nn.Module) -> nn.Module:
     """Wrap each block of `model` (`list_blocks`) in place with `checkpoint_wrapper`; return `model`.
 
-    Call before `apply_fsdp`. The loss and gradients are those without it (the recomputed
+    Call before `apply_fsdp`. Non-reentrant torch.utils.checkpoint: a block keeps only its
+    input in forward and recomputes its activations in backward. State-dict keys do not
+    change (DCP's state-dict helpers drop the wrapper's prefix). The loss and gradients are those without it (the recomputed
     forward is the same computation); it trades ~1/3 more compute for keeping only each
     block's input activation.
     """

@@ -149,3 +149,13 @@ def test_activation_checkpointing_is_off_by_default_and_keeps_old_config_hashes(
     assert on.to_dict()["parallel"]["activation_checkpointing"] is True
     assert hash_config(on) != SMALL_HASH
     assert TrainConfig.from_dict(on.to_dict()) == on and TrainConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_activation_checkpointing_override_of_the_wrong_type_is_one_line():
+    from platform_lib.training.config import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        apply_overrides(small(), {"parallel.activation_checkpointing": "yes"})
+    assert str(info.value) == (
+        "parallel.activation_checkpointing='yes' is of the wrong type (overrides): give true or false"
+    )

@@ -1,23 +1,12 @@
 """PointPillars LiDAR encoder: points -> pillars (loader side) -> pillar feature net -> BEV.
 
-After Lang et al., "PointPillars: Fast Encoders for Object Detection from Point Clouds"
-(CVPR 2019), Sec. 2.1: points are grouped into vertical columns (pillars) on the BEV grid,
-each point is decorated to 9 features (x, y, z, r; x_c, y_c, z_c its offset from the mean
-of its pillar's points; x_p, y_p its offset from the pillar centre), a shared linear layer +
-norm + ReLU maps each point to C channels, a max over the pillar's points gives one feature
-per pillar, and the pillars are scattered back to a (C, H, W) BEV canvas.
-
-Simplifications (documented in the models README): a pillar is one BEV cell of the model's
-grid (the paper: 0.16 m pillars and a strided 2-D backbone); LayerNorm instead of BatchNorm
-(batch-size independent, like the rest of the model); when a sample has more than
-`max_pillars` pillars the ones with most points are kept, and in each pillar its first
-`max_points_per_pillar` points in sensor order (the paper samples both at random). Both caps
-are sizes of the model's input, as in the paper, not data errors.
+After Lang et al., "PointPillars: Fast Encoders for Object Detection from Point Clouds" (CVPR
+2019), Sec. 2.1; what is simplified is listed in the models README ("LiDAR pillars").
 
 Shape legend (P = max_pillars, M = max_points_per_pillar, C = lidar_channels, H x W cells):
-    lidar_pillars       (P, M, 9) float32  decorated points, zero padded (batched: (B, P, M, 9))
+    lidar_pillars       (P, M, 9) float32  x, y, z, r, x_c, y_c, z_c, x_p, y_p; zero padded
     lidar_pillar_index  (P, 2)    int64    [flat cell row * W + col or -1, number of points]
-    BEV features        (B, C, H, W)
+    BEV features        (B, C, H, W)       (batched inputs gain a leading B)
 """
 
 from __future__ import annotations

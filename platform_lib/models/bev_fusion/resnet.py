@@ -1,21 +1,13 @@
 """ResNet-18/34 image backbone and an FPN-lite neck: the camera CNN of the larger BEV fusion presets.
 
-The backbone is the ResNet of He et al., "Deep Residual Learning for Image Recognition"
-(CVPR 2016), Table 1, in the layout of torchvision's `torchvision/models/resnet.py` (stem
-7x7/2 conv + 3x3/2 max pool; four stages of BasicBlocks at 64, 128, 256, 512 channels and
-strides 4, 8, 16, 32; [2, 2, 2, 2] blocks for ResNet-18, [3, 4, 6, 3] for ResNet-34; a 1x1
-projection shortcut where the shape changes; Kaiming-normal fan-out init). Two deliberate
-differences: GroupNorm (32 groups, Wu & He, ECCV 2018) instead of BatchNorm, so that results
-do not depend on the per-rank batch size, and no classifier (avg pool + fc). Weights are
-randomly initialised, never downloaded.
-
-The neck is the top-down path of a feature pyramid (Lin et al., "Feature Pyramid Networks
-for Object Detection", CVPR 2017) cut to one output level: 1x1 lateral convolutions from the
-output stride up to stride 32, nearest upsampling and addition, one 3x3 conv block.
+He et al., "Deep Residual Learning for Image Recognition" (CVPR 2016, Table 1) in the layout of
+torchvision's `resnet.py`, GroupNorm instead of BatchNorm, no classifier, random init (never
+downloaded weights); the neck is the top-down path of Lin et al., "Feature Pyramid Networks
+for Object Detection" (CVPR 2017) cut to one output level.
 
 Shape legend (b images, h x w pixels, s = output stride in {8, 16, 32}):
-    images    (b, 3, h, w)             float
-    features  (b, neck_channels, h/s, w/s) float
+    images    (b, 3, h, w)                  float
+    features  (b, neck_channels, h/s, w/s)  float
 """
 
 from __future__ import annotations
@@ -62,7 +54,14 @@ class BasicBlock(nn.Module):
 
 
 class ResNet(nn.Module):
-    """ResNet stem and four stages; `forward` returns the features of every stage."""
+    """ResNet stem and four stages; `forward` returns the features of every stage.
+
+    torchvision's layout: 7x7/2 conv + 3x3/2 max pool, then BasicBlock stages at 64, 128, 256,
+    512 channels and strides 4, 8, 16, 32 ([2, 2, 2, 2] blocks: ResNet-18, [3, 4, 6, 3]:
+    ResNet-34), 1x1 projection shortcuts where the shape changes, Kaiming-normal fan-out init.
+    GroupNorm (32 groups, Wu & He, ECCV 2018) replaces BatchNorm so that results do not depend
+    on the per-rank batch size.
+    """
 
     def __init__(self, layers: tuple[int, int, int, int]) -> None:
         super().__init__()
