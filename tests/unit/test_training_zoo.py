@@ -60,3 +60,17 @@ def test_base_is_a_cpu_preset_cut_to_three_steps_of_one_sample():
 def test_a_preset_without_golden_file_says_how_to_make_one(zoo_dataset, tmp_path):
     with pytest.raises(FileNotFoundError, match="drivetrain zoo check --write"):
         check_zoo_preset("small", zoo_dataset, tmp_path / "runs", golden_dir=tmp_path / "none")
+
+
+def test_small_with_activation_checkpointing_matches_the_golden_losses(zoo_dataset, tmp_path):
+    """Same losses with activation checkpointing as the golden run without it; DCP save and export work."""
+    from platform_lib.training.overrides import apply_overrides
+    from platform_lib.training.train import train
+
+    cfg = apply_overrides(zoo_config("small"), {"activation_checkpointing": True})
+    result = train(cfg, str(zoo_dataset), str(tmp_path / "run"))
+    with open(result.metrics_path) as metrics:
+        losses = [json.loads(line)["loss"] for line in metrics]
+    golden = json.loads(golden_path("small").read_text())["losses"]
+    assert losses == pytest.approx(golden, rel=1e-4)
+    assert result.weights_path and (tmp_path / "run" / "checkpoints" / "step-000006").is_dir()
