@@ -37,7 +37,9 @@ def test_presets_derive_from_the_base_changing_only_their_fields():
 def test_unknown_preset_lists_the_known_ones():
     with pytest.raises(KeyError, match="synthetic_default"):
         get_preset("huge")
-    assert list_presets() == sorted(["small", "synthetic_default", "pandaset_smoke", "large", "base"])
+    assert list_presets() == sorted(
+        ["small", "synthetic_default", "pandaset_smoke", "large", "base"]
+    )
 
 
 @pytest.mark.parametrize(
@@ -83,7 +85,7 @@ def test_unknown_preset_lists_the_known_ones():
             ModelConfig,
             {"name": "resnet50"},
             "model.name='resnet50' is not one of the allowed values (config): give one of "
-            "'bev_fusion_large', 'bev_fusion_small'",
+            "'bev_fusion_base', 'bev_fusion_large', 'bev_fusion_small'",
         ),
         (DataConfig, {"batch_size": "4"}, "data.batch_size='4' is of the wrong type (config)"),
         (TrainConfig, {"seed": -1}, "seed=-1 is out of range (config): give an int >= 0 and"),

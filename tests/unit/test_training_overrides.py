@@ -82,7 +82,9 @@ def test_overrides_text_must_be_a_json_object():
 
 
 def test_preset_and_seed_errors_name_their_input():
-    with pytest.raises(ConfigError, match=r"^unknown preset 'tiny' \(preset\): use one of base, large, "):
+    with pytest.raises(
+        ConfigError, match=r"^unknown preset 'tiny' \(preset\): use one of base, large, "
+    ):
         resolve_train_config("tiny", "", 0)
     with pytest.raises(ConfigError, match=r"^seed=-1 is out of range \(seed\)"):
         resolve_train_config("small", "", -1)
