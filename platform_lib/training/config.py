@@ -178,6 +178,10 @@ class ParallelConfig(_Section):
     """intra-op CPU threads per rank (torch.set_num_threads), in threads"""
     collective_timeout_s: Float = Field(default=600.0, gt=0.0)
     """a collective not complete after this long is a hang (process group timeout), in s"""
+    activation_checkpointing: bool = False
+    """recompute each model block's activations in backward instead of keeping them (less memory, ~1/3 more compute)"""
+
+    ADDED_FIELDS = frozenset({"activation_checkpointing"})
 
 
 #: Fields that left `DataConfig`, with the value every config had: `data.batch_delay_s` (an
@@ -568,13 +572,34 @@ def canonical_json(config: Any) -> str:
     Keys sorted at every level, no whitespace, and every integral float written as an int,
     so the same values give the same text whatever their spelling (`1` vs `1.0`) or key order.
     A training config's `data` section also holds `RETIRED_DATA_FIELDS`, and a section's
-    `ADDED_FIELDS` at their default are left out (`to_dict`): hashes recorded before stay the same.
+    `ADDED_FIELDS` at their default are left out (`to_dict`; a mapping: `_drop_added_defaults`),
+    so hashes recorded before stay the same.
     """
     if isinstance(config, BaseModel):
         config = config.to_dict() if isinstance(config, _Section) else config.model_dump()
+    elif isinstance(config, Mapping):
+        config = _drop_added_defaults(config)
     if isinstance(config, Mapping) and isinstance(config.get("data"), Mapping):
         config = {**config, "data": {**RETIRED_DATA_FIELDS, **config["data"]}}
     return json.dumps(_canonical(config), sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def _drop_added_defaults(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Return a nested config mapping without the sections' `ADDED_FIELDS` at their default."""
+    out = dict(config)
+    for name, section in SECTIONS.items():
+        if isinstance(out.get(name), Mapping):
+            fields = section.model_fields
+            out[name] = {
+                k: v
+                for k, v in out[name].items()
+                if not (
+                    k in section.ADDED_FIELDS
+                    and v == fields[k].get_default(call_default_factory=True)
+                    and type(v) is type(fields[k].get_default(call_default_factory=True))
+                )
+            }
+    return out
 
 
 def _canonical(value: Any) -> Any:

@@ -21,6 +21,7 @@ from platform_lib.training.config import (
 
 __all__ = [
     "PRESETS",
+    "base",
     "get_preset",
     "large",
     "list_presets",
@@ -100,6 +101,17 @@ def temporal() -> TrainConfig:
     )
 
 
+def base() -> TrainConfig:
+    """GPU runs of the real-size model (`bev_fusion_base`, ~25 M parameters): the large schedule, 4 samples per rank."""
+    cfg = large()
+    return replace(
+        cfg,
+        preset="base",
+        model=replace(cfg.model, name="bev_fusion_base"),
+        data=replace(cfg.data, batch_size=4),
+    )
+
+
 #: preset name -> zero-argument function returning the config.
 PRESETS: dict[str, Callable[[], TrainConfig]] = {
     "small": small,
@@ -107,6 +119,7 @@ PRESETS: dict[str, Callable[[], TrainConfig]] = {
     "pandaset_smoke": pandaset_smoke,
     "large": large,
     "temporal": temporal,
+    "base": base,
 }
 
 

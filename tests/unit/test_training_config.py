@@ -38,7 +38,7 @@ def test_unknown_preset_lists_the_known_ones():
     with pytest.raises(KeyError, match="synthetic_default"):
         get_preset("huge")
     assert list_presets() == sorted(
-        ["small", "synthetic_default", "pandaset_smoke", "large", "temporal"]
+        ["small", "synthetic_default", "pandaset_smoke", "large", "temporal", "base"]
     )
 
 
@@ -85,7 +85,7 @@ def test_unknown_preset_lists_the_known_ones():
             ModelConfig,
             {"name": "resnet50"},
             "model.name='resnet50' is not one of the allowed values (config): give one of "
-            "'bev_fusion_large', 'bev_fusion_small'",
+            "'bev_fusion_base', 'bev_fusion_large', 'bev_fusion_small'",
         ),
         (DataConfig, {"batch_size": "4"}, "data.batch_size='4' is of the wrong type (config)"),
         (TrainConfig, {"seed": -1}, "seed=-1 is out of range (config): give an int >= 0 and"),
@@ -127,6 +127,7 @@ def test_hashes_of_the_presets_are_those_of_the_dataclass_configs():
     from platform_lib.training.overrides import apply_overrides
 
     assert {name: hash_config(get_preset(name)) for name in list_presets()} == {
+        "base": "805a782d8a68f34a5cf27e50a40058eecbb14da7f25488a14df3a584222da6d6",
         "large": "dd33ddcd93ca03001bb53307976c3015be827e9af1929f9f4b5a937638c85273",
         "pandaset_smoke": "96344341a72ec33925ed1d71ffd445d773d55d4273746845494ade5ab8c6ea32",
         "small": "d3968486e3a06f17c7dcae41caf41fb1290e457b924e147a7c42b448ca7e896d",
