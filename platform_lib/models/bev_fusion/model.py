@@ -225,8 +225,10 @@ class BEVFusion(nn.Module):
                 f"model {self.cfg.name} fuses windows of {self.cfg.temporal_frames} frames, got "
                 f"inputs of {t} and ego_motion of shape {tuple(ego_motion.shape)}"
             )
-        inputs = (lidar, radar_bev, camera_images, camera_index, pillar_index)
-        lidar, fused = self._encode(*(None if x is None else x.flatten(0, 1) for x in inputs))
+        frames = (x.flatten(0, 1) for x in (lidar, radar_bev, camera_images, camera_index))
+        lidar, fused = self._encode(
+            *frames, None if pillar_index is None else pillar_index.flatten(0, 1)
+        )
         fused = fused.unflatten(0, (b, t))
         grid = self.cfg.grid
         history = [warp_bev(fused[:, i], ego_motion[:, i], grid) for i in range(t - 1)]
