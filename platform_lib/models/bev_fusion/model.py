@@ -225,9 +225,12 @@ class BEVFusion(nn.Module):
                 f"model {self.cfg.name} fuses windows of {self.cfg.temporal_frames} frames, got "
                 f"inputs of {t} and ego_motion of shape {tuple(ego_motion.shape)}"
             )
-        frames = (x.flatten(0, 1) for x in (lidar, radar_bev, camera_images, camera_index))
         lidar, fused = self._encode(
-            *frames, None if pillar_index is None else pillar_index.flatten(0, 1)
+            lidar.flatten(0, 1),
+            radar_bev.flatten(0, 1),
+            camera_images.flatten(0, 1),
+            camera_index.flatten(0, 1),
+            None if pillar_index is None else pillar_index.flatten(0, 1),
         )
         fused = fused.unflatten(0, (b, t))
         grid = self.cfg.grid
