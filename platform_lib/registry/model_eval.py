@@ -115,13 +115,15 @@ def evaluate_model_version(
     Args:
         model_version: `models:/<name>/<version>` (`resolve_model_version`).
         dataset_dir: local published dataset folder.
-        spec_json: canonical slice spec (`read_slice_spec`); its slices are strict.
+        spec_json: canonical slice spec (`read_slice_spec`); a user's slices are strict, a
+            built-in slice that selects no frame is left out (listed as `skipped_slices`).
         split: the dataset split to evaluate.
         bootstrap: interval settings; None: the defaults.
 
     Returns:
         Plain data: model, dataset hash, split, spec and its hash, the per-slice table rows
-        ({"slice", "metric", **Interval}) and the per-frame counts (`FrameCounts.to_dict`).
+        ({"slice", "metric", **Interval}), built-in slices left out, and the per-frame counts
+        (`FrameCounts.to_dict`).
 
     Raises:
         SliceSpecError: a slice needs an attribute the dataset lacks or selects no frame.
@@ -133,7 +135,8 @@ def evaluate_model_version(
     spec = parse_slice_spec(json.loads(spec_json))
     _, cfg, local = load_model_version(model_version)
     counts = count_model_frames(str(local / "model.safetensors"), cfg, str(dataset_dir), split)
-    masks, _ = compute_masks(dataset_dir, counts, spec)
+    built_in = spec_json == read_slice_spec("")
+    masks, skipped = compute_masks(dataset_dir, counts, None if built_in else spec)
     rows = summarize_slices(
         counts, masks, _metrics(counts.bands, counts.classes), bootstrap or BootstrapConfig()
     )
@@ -144,6 +147,7 @@ def evaluate_model_version(
         "spec": json.loads(spec_json),
         "spec_hash": spec_hash(spec_json),
         "num_frames": len(counts.keys),
+        "skipped_slices": skipped,
         "rows": rows,
         "frame_counts": counts.to_dict(),
     }
