@@ -58,6 +58,8 @@ def resolve_model_version(model_uri: str, client: MlflowClient | None = None) ->
         raise UserError(f"malformed model URI {model_uri!r}", "model_uri", fix)
     client = client or configure_mlflow()
     name = match["name"]
+    # named apart, not as "models:/<name>@<alias>": redaction reads "<x>@<y>" as a credential
+    wanted = f"version {match['version']}" if match["version"] else f"alias {match['alias']!r}"
     try:
         if match["version"]:
             version = client.get_model_version(name, match["version"]).version
@@ -66,7 +68,9 @@ def resolve_model_version(model_uri: str, client: MlflowClient | None = None) ->
     except MlflowException as exc:
         reason = " ".join(str(exc).split())[:200]
         raise UserError(
-            f"model URI {model_uri!r} does not resolve ({reason})", "model_uri", fix
+            f"model URI does not resolve: registered model {name!r} has no {wanted} ({reason})",
+            "model_uri",
+            fix,
         ) from None
     return f"models:/{name}/{version}"
 
@@ -142,7 +146,7 @@ def evaluate_model_version(
     )
     return {
         "model": model_version,
-        "dataset_hash": load_manifest(dataset_dir).dataset_hash,
+        "dataset_hash": load_manifest(os.fspath(dataset_dir)).dataset_hash,
         "split": split,
         "spec": json.loads(spec_json),
         "spec_hash": spec_hash(spec_json),

@@ -130,7 +130,8 @@ def test_rerun_hits_the_cache_and_a_changed_spec_does_not(
         (
             f"models:/{NAME}/9",
             None,
-            rf"^error: model URI 'models:/{NAME}/9' does not resolve \(.*\) \(model_uri\): use "
+            rf"^error: model URI does not resolve: registered model '{NAME}' has no version 9 \(.*\) "
+            r"\(model_uri\): use "
             r"models:/<name>/<version>",
             0,
         ),
