@@ -21,7 +21,20 @@ from tasks.placement import QUEUE_LABEL
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = "localhost/drivetrain:dev"
 #: Never cached, by design: the change probes, and the failure node (it records a failure).
-PROBES = {"hash_raw_logs", "list_raw_logs", "record_pipeline_failure"}
+PROBES = {
+    "hash_raw_logs",
+    "list_raw_logs",
+    "record_pipeline_failure",
+    "resolve_model",  # the evaluation workflow's probes: an alias, a dataset, a spec file
+    "hash_dataset",
+    "resolve_slice_spec",
+}
+#: The launch plans' workflows.
+PLAN_WORKFLOWS = {
+    "drivetrain_scheduled_retrain": "workflows.training_pipeline.training_pipeline",
+    "drivetrain_on_demand": "workflows.training_pipeline.training_pipeline",
+    "drivetrain_champion_eval": "workflows.evaluation.evaluate_champion_on_raw_logs",
+}
 
 
 def _short(name: str) -> str:
@@ -71,7 +84,8 @@ def test_pyflyte_package_serialises_every_entity(tmp_path: Path) -> None:
     with tarfile.open(tmp_path / "flyte-package.tgz") as tar:
         names = sorted(tar.getnames())
         task_files = [n for n in names if "_tasks." in n]
-        assert len(task_files) == 12  # 11 steps and the failure node
+        # 11 steps and the failure node; the evaluation workflows: 6 tasks and their own map task
+        assert len(task_files) == 19
         assert sum("workflows.training_pipeline.training_pipeline" in n for n in names) == 2
         for name in task_files:
             spec = TaskSpec()
@@ -108,9 +122,9 @@ def test_pyflyte_package_serialises_every_entity(tmp_path: Path) -> None:
     assert image.startswith(f"{TASK_IMAGE.registry}/drivetrain:") and image != IMAGE
     assert {n for n, t in specs.items() if t.metadata.discoverable} == set(specs) - PROBES
     # the launch plans run the same workflow; the scheduled one carries its cron schedule
-    assert {"drivetrain_scheduled_retrain", "drivetrain_on_demand"} <= set(plans)
-    for plan in plans.values():
-        assert plan.spec.workflow_id.name == "workflows.training_pipeline.training_pipeline"
+    assert set(PLAN_WORKFLOWS) <= set(plans)
+    for name, workflow in PLAN_WORKFLOWS.items():
+        assert plans[name].spec.workflow_id.name == workflow
     schedule = plans["drivetrain_scheduled_retrain"].spec.entity_metadata.schedule
     assert schedule.cron_schedule.schedule == "0 3 * * *"
 

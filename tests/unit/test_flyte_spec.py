@@ -43,7 +43,9 @@ IO_TASKS = {
     "register_model",
 }
 #: Cache versions bumped when a task's output type changed (older cached literals no longer load).
-CACHE_VERSIONS = {"resolve_config": "2"}
+#: evaluate_model returns the evaluation folder (with per-frame counts) and register_model
+#: takes it: both keys changed with the champion gate.
+CACHE_VERSIONS = {"resolve_config": "2", "evaluate_model": "2", "register_model": "2"}
 
 
 def _short(name: str) -> str:
@@ -78,6 +80,22 @@ def test_dataset_build_cache_key_excludes_raw_location() -> None:
     assert set(build_log_part.python_interface.inputs) == {"source", "log", "log_hash", "config"}
     mapped = _spec(_tasks()["map_build_log_part"]).template
     assert mapped.metadata.discoverable and list(mapped.metadata.cache_ignore_input_vars) == ["log"]
+
+
+def test_evaluation_cache_key_is_model_version_dataset_hash_and_spec() -> None:
+    from tasks.evaluation import evaluate_version, hash_dataset, resolve_model, resolve_slice_spec
+
+    meta = _spec(evaluate_version).template.metadata
+    assert meta.discoverable and list(meta.cache_ignore_input_vars) == ["dataset"]
+    assert set(evaluate_version.python_interface.inputs) == {
+        "model_version",
+        "dataset",
+        "dataset_hash",
+        "spec",
+        "split",
+    }
+    for probe in (resolve_model, hash_dataset, resolve_slice_spec):  # alias, location, file
+        assert not _spec(probe).template.metadata.discoverable, probe.name
 
 
 def test_single_node_training_is_a_plain_pod() -> None:
