@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -110,6 +111,7 @@ def _run_build(args: argparse.Namespace) -> int:
             quarantine=args.quarantine,
             overwrite=args.overwrite,
             workers=args.workers,
+            key_prefixes=args.key_prefixes,
         )
     except ValidationError as exc:
         print(
@@ -202,10 +204,18 @@ def _run_validate(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
-def add_data_commands(groups: argparse._SubParsersAction) -> None:
-    """Add `data build`, `data inspect` and `data validate` to the top-level subparsers."""
-    data = groups.add_parser("data", help="build, inspect and validate datasets")
+def add_data_commands(
+    groups: argparse._SubParsersAction,
+    more: Sequence[Callable[[argparse._SubParsersAction], None]] = (),
+) -> None:
+    """Add `data build`, `data inspect` and `data validate` to the top-level subparsers.
+
+    `more`: functions adding further `data` commands from layers above this one (`data plan`).
+    """
+    data = groups.add_parser("data", help="build, inspect, validate and plan datasets")
     commands = data.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for add_command in more:
+        add_command(commands)
 
     build = commands.add_parser("build", help="build a dataset from raw logs")
     build.add_argument("--source", choices=SOURCE_NAMES, required=True)
@@ -236,6 +246,12 @@ def add_data_commands(groups: argparse._SubParsersAction) -> None:
         type=int,
         default=1,
         help="processes reading/encoding raw logs (same output bytes)",
+    )
+    build.add_argument(
+        "--key-prefixes",
+        type=int,
+        default=1,
+        help="spread shards over N key prefixes shards/pNN/ (default 1; see `data plan`)",
     )
     build.add_argument(
         "--split",
