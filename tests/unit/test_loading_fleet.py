@@ -131,3 +131,28 @@ def test_plan_prints_one_row_per_nodes_and_shard_size(capsys):
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
     assert len(rows) == 1 + 4  # header + 2 shard sizes x 2 node counts
     assert [r.split("|")[1].strip() for r in rows[1:]] == ["2", "4", "2", "4"]
+
+
+def test_key_prefixes_move_shards_but_keep_bytes_hash_and_what_the_loader_reads(tmp_path):
+    from platform_lib.loading.loader import build_loader
+    from platform_lib.shards.manifest import load_manifest
+    from tests.support.datasets import write_test_dataset
+
+    logs = {"loga": 6, "logb": 5}
+    flat = write_test_dataset(tmp_path / "flat", logs)
+    spread = write_test_dataset(tmp_path / "spread", logs, key_prefixes=3)
+    a, b = load_manifest(flat), load_manifest(spread)
+    assert a.dataset_hash == b.dataset_hash and a.num_shards == b.num_shards > 3
+    for i, (x, y) in enumerate(zip(a.shards, b.shards, strict=True)):
+        assert (x.path, x.sha256, x.location) == (y.path, y.sha256, None)
+        assert y.location == f"shards/p{i % 3:02d}/{x.path.removeprefix('shards/')}"
+        assert (spread / y.location).read_bytes() == (flat / x.path).read_bytes()
+    assert not list((spread / "shards").glob("*.tar"))  # every shard moved under a prefix
+
+    def read(root):
+        loader = build_loader(
+            root, rank=0, world_size=1, batch_size=3, num_workers=0, seed=5, decode="none"
+        )
+        return [(k, b["lidar"][i].tobytes()) for b in loader for i, k in enumerate(b["__key__"])]
+
+    assert read(spread) == read(flat)
