@@ -32,6 +32,7 @@ Decode and local reads take no time in the model.
 
 from __future__ import annotations
 
+import functools
 import gc
 import heapq
 import itertools
@@ -267,7 +268,8 @@ class _Signal:
     __slots__ = ("fired", "waiters")
 
     def __init__(self) -> None:
-        self.fired, self.waiters = False, []
+        self.fired: bool = False
+        self.waiters: list[Generator] = []
 
 
 @dataclass(eq=False)
@@ -318,14 +320,15 @@ class _Simulation:
         self.unit_bytes = data.row_bytes[data.units].sum(axis=1)
         self._orders: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.rng = random.Random(spec.seed)
-        self.now, self._heap, self._seq = 0.0, [], itertools.count()
+        self.now, self._seq = 0.0, itertools.count()
+        self._heap: list[tuple[float, int, Any, tuple]] = []
         self.nodes = [_Node(n) for n in range(spec.nodes)]
         self.ranks = [_Rank(r, self.nodes[r // spec.ranks_per_node]) for r in range(world)]
         rate = spec.prefix_gets_per_s
         self.tokens = [rate] * len(data.prefixes)
         self.token_clock = [0.0] * len(data.prefixes)
         self.gets_per_shard = [0] * len(self.shard_bytes)
-        self.gets_per_second = [Counter() for _ in data.prefixes]
+        self.gets_per_second: list[Counter[int]] = [Counter() for _ in data.prefixes]
         self.gets = self.throttled = self.exhausted = self.opens = self.hits = 0
         self.evictions = 0
         self.first_exhausted: float | None = None
@@ -505,8 +508,9 @@ class _Simulation:
             ahead = epoch == spec.epochs  # nobody consumes it: the DataLoader's first tasks only
             opened: OrderedDict[int, None] = OrderedDict()  # ShardFiles: per iteration
             queue: deque[int] = deque()
-            helper = {"busy": False, "idle": _Signal()}
-            helper["idle"].fired = True
+            idle = _Signal()
+            idle.fired = True
+            helper: dict[str, Any] = {"busy": False, "idle": idle}
             steps = steps_for_worker(
                 self.plan, start_step=0, worker_id=worker, num_workers=spec.workers
             )
@@ -523,7 +527,7 @@ class _Simulation:
                         units,
                         sources,
                         unit_ids,
-                        skip=lambda s, shard, opened=opened: shard in opened,
+                        skip=functools.partial(_is_open, opened),
                         shards_ahead=cfg.shards_ahead,
                     ):
                         queue.append(shard)
@@ -605,6 +609,11 @@ class _Simulation:
             end_s=self.end,
             consumed_bytes=self.consumed_bytes,
         )
+
+
+def _is_open(opened: OrderedDict[int, None], source: int, shard: int) -> bool:
+    """Whether the worker holds the shard open (its fetch-ahead skips it, as `ShardFiles.is_open`)."""
+    return shard in opened
 
 
 def _retry_layers(cfg: LoaderConfig) -> tuple[int, int, float]:
