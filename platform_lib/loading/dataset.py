@@ -14,6 +14,7 @@ fallbacks) ride along in `batch["__stats__"]` as deltas; the loader removes them
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from typing import Any
@@ -38,7 +39,7 @@ from platform_lib.shards.codec import decode_sample
 from platform_lib.shards.errors import DatasetError
 from platform_lib.shards.view import DatasetView
 
-__all__ = ["STATS_KEY", "BatchStream", "resolve_decode_threads"]
+__all__ = ["STATS_KEY", "BatchStream", "read_order", "resolve_decode_threads", "shards_to_prefetch"]
 
 #: Batch entry carrying worker counters; popped by the loader.
 STATS_KEY = "__stats__"
@@ -69,6 +70,59 @@ def resolve_decode_threads(config: LoaderConfig, num_workers: int) -> int:
     local = os.environ.get("LOCAL_WORLD_SIZE", "1")
     ranks = int(local) if local.isdigit() and int(local) > 0 else 1
     return max(1, min(_MAX_DECODE_THREADS, (cpus or 1) // (max(1, num_workers) * ranks)))
+
+
+def read_order(
+    row_shard: list[np.ndarray],
+    row_offset: list[np.ndarray],
+    units: list[np.ndarray],
+    sources: np.ndarray,
+    unit_ids: np.ndarray,
+) -> np.ndarray:
+    """Return the order in which a worker reads a batch's units: by (source, shard, offset).
+
+    Args:
+        row_shard: per source, (rows,) int64 shard id of each index row.
+        row_offset: per source, (rows,) int64 byte offset of each row in its shard.
+        units: per source, (U, k) int64 rows of each unit.
+        sources: (B,) int64 source of each unit of the batch.
+        unit_ids: (B,) int64 unit id (of its source) of each unit of the batch.
+
+    Returns:
+        (B,) int64 batch indices, sequential within each shard.
+    """
+    if len(units) == 1:  # one dataset: no per-source gather
+        first_rows = units[0][unit_ids, 0]
+        return np.lexsort((row_offset[0][first_rows], row_shard[0][first_rows], sources))
+    first_rows = np.empty(len(sources), dtype=np.int64)
+    offsets, shards = np.empty_like(first_rows), np.empty_like(first_rows)
+    for s in np.unique(sources).tolist():
+        mine = sources == s
+        first_rows[mine] = units[s][unit_ids[mine], 0]
+        offsets[mine] = row_offset[s][first_rows[mine]]
+        shards[mine] = row_shard[s][first_rows[mine]]
+    return np.lexsort((offsets, shards, sources))
+
+
+def shards_to_prefetch(
+    row_shard: list[np.ndarray],
+    units: list[np.ndarray],
+    sources: np.ndarray,
+    unit_ids: np.ndarray,
+    *,
+    skip: Callable[[int, int], bool],
+    shards_ahead: int,
+) -> list[tuple[int, int]]:
+    """Return the (source, shard) pairs a worker fetches ahead for a coming batch.
+
+    The first `shards_ahead` shards the batch's units read, in batch order, that `skip` does
+    not rule out (a local dataset, a shard already open in the worker).
+    """
+    wanted: dict[tuple[int, int], None] = {}
+    for s, u in zip(sources.tolist(), unit_ids.tolist(), strict=True):
+        for shard in row_shard[s][units[s][u]].tolist():
+            wanted[(s, shard)] = None
+    return [pair for pair in wanted if not skip(*pair)][:shards_ahead]
 
 
 def _decode(
@@ -266,21 +320,15 @@ class BatchStream(IterableDataset):
                 sources, unit_ids = order_source[positions], order_unit[positions]
                 slot = self.ring.acquire(worker_id) if self.ring is not None else None
                 writer = SlotWriter(self.ring, slot)
-                first_rows = np.array(
-                    [self.units[s][u, 0] for s, u in zip(sources, unit_ids, strict=True)]
-                )
-                offsets = np.array(
-                    [
-                        self.views[s].sample_offset[r]
-                        for s, r in zip(sources, first_rows, strict=True)
-                    ]
-                )
-                shards = np.array(
-                    [self.views[s].shard_id[r] for s, r in zip(sources, first_rows, strict=True)]
-                )
                 loaded: dict[int, tuple[str, Any]] = {}
                 skipped: list[tuple[str, str]] = []
-                for i in np.lexsort((offsets, shards, sources)):  # sequential reads
+                for i in read_order(
+                    [v.shard_id for v in self.views],
+                    [v.sample_offset for v in self.views],
+                    self.units,
+                    sources,
+                    unit_ids,
+                ):
                     s, u = int(sources[i]), int(unit_ids[i])
                     try:
                         loaded[int(i)] = self._load_unit(
@@ -328,16 +376,15 @@ class BatchStream(IterableDataset):
         positions, _ = positions_for_batch(
             self.plan, step=step, rank=self.rank, batch_size=self.batch_size
         )
-        wanted: dict[tuple[int, int], None] = {}
-        for s, u in zip(order_source[positions], order_unit[positions], strict=True):
-            for row in self.units[s][u]:
-                wanted[(int(s), int(self.views[s].shard_id[row]))] = None
-        fresh = [
-            (s, shard)
-            for s, shard in wanted
-            if files[s].cache is not None and not files[s].is_open(shard)
-        ]
-        for s, shard in fresh[: self.config.shards_ahead]:
+        fresh = shards_to_prefetch(
+            [v.shard_id for v in self.views],
+            self.units,
+            order_source[positions],
+            order_unit[positions],
+            skip=lambda s, shard: files[s].cache is None or files[s].is_open(shard),
+            shards_ahead=self.config.shards_ahead,
+        )
+        for s, shard in fresh:
             entry = self.views[s].manifest.shards[shard]
             cache = files[s].cache
             assert cache is not None  # `fresh` holds shard files with a cache only

@@ -6,7 +6,7 @@ import argparse
 import json
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -137,6 +137,7 @@ def _run_build(args: argparse.Namespace) -> int:
             quarantine=args.quarantine,
             overwrite=args.overwrite,
             workers=args.workers,
+            key_prefixes=args.key_prefixes,
         ),
     )
     if config is None:
@@ -283,10 +284,18 @@ def _run_view(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_data_commands(groups: argparse._SubParsersAction) -> None:
-    """Add `data build`, `inspect`, `validate` and `view` to the top-level subparsers."""
-    data = groups.add_parser("data", help="build, inspect, validate and view datasets")
+def add_data_commands(
+    groups: argparse._SubParsersAction,
+    more: Sequence[Callable[[argparse._SubParsersAction], None]] = (),
+) -> None:
+    """Add `data build`, `inspect`, `validate` and `view` to the top-level subparsers.
+
+    `more`: functions adding further `data` commands from layers above this one (`data plan`).
+    """
+    data = groups.add_parser("data", help="build, inspect, validate, view and plan datasets")
     commands = data.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for add_command in more:
+        add_command(commands)
 
     build = commands.add_parser("build", help="build a dataset from raw logs")
     build.add_argument("--source", choices=SOURCE_NAMES, required=True)
@@ -317,6 +326,12 @@ def add_data_commands(groups: argparse._SubParsersAction) -> None:
         type=int,
         default=1,
         help="processes reading/encoding raw logs (same output bytes)",
+    )
+    build.add_argument(
+        "--key-prefixes",
+        type=int,
+        default=1,
+        help="spread shards over N key prefixes shards/pNN/ (default 1; see `data plan`)",
     )
     build.add_argument(
         "--split",
