@@ -26,6 +26,7 @@ from platform_lib.registry.lineage import build_lineage
 from platform_lib.registry.register import Registration, register_model_version
 from platform_lib.shards.manifest import load_manifest
 from platform_lib.telemetry.mlflow_goodput import MLFLOW_RUN_JSON
+from platform_lib.training.trained_on import load_trained_on
 
 __all__ = ["record_training_run"]
 
@@ -61,8 +62,9 @@ def record_training_run(
     Args:
         model_name: registered model name.
         run_dir: output folder of `platform_lib.training.train` (model.safetensors,
-            metrics.jsonl).
-        dataset_dir: the dataset trained and evaluated on (manifest.json, index.parquet).
+            metrics.jsonl; trained_on.json: the dataset training read, a view or this one).
+        dataset_dir: the dataset evaluated on (manifest.json, index.parquet): the one trained
+            on, or the parent of the training view it read.
         eval_json: eval_metrics.json written by `platform_lib.training.evaluate`.
         config: the TrainConfig of the run.
         raw_logs_hash: content hash of the raw logs the dataset was built from.
@@ -74,7 +76,8 @@ def record_training_run(
 
     Raises:
         FileNotFoundError: a required file is missing (named).
-        ValueError: the evaluation has no mean IoU (empty validation split).
+        ValueError: the evaluation has no mean IoU (empty validation split); the run trained
+            on a dataset that is neither `dataset_dir` nor a view of it.
     """
     run_dir, dataset_dir, eval_json = Path(run_dir), Path(dataset_dir), Path(eval_json)
     for path in (run_dir / "model.safetensors", run_dir / "metrics.jsonl", eval_json):
@@ -94,6 +97,7 @@ def record_training_run(
         raw_logs_hash=raw_logs_hash,
         execution_id=execution_id,
         code_version=code_version,
+        trained_on=load_trained_on(run_dir),
     )
     client = configure_mlflow()
     tags = redact_values(lineage.to_tags() | {"model_name": model_name, "source": manifest.source})
