@@ -38,6 +38,8 @@ IO_TASKS = {
     "list_raw_logs",
     "map_build_log_part",
     "merge_dataset",
+    "choose_training_view",
+    "build_training_view",
     "train_model",
     "evaluate_model",
     "register_model",
@@ -78,6 +80,34 @@ def test_dataset_build_cache_key_excludes_raw_location() -> None:
     assert set(build_log_part.python_interface.inputs) == {"source", "log", "log_hash", "config"}
     mapped = _spec(_tasks()["map_build_log_part"]).template
     assert mapped.metadata.discoverable and list(mapped.metadata.cache_ignore_input_vars) == ["log"]
+
+
+def test_training_view_is_keyed_by_the_dataset_and_the_view_and_feeds_training_only() -> None:
+    tasks = _tasks()
+    build = _spec(tasks["build_training_view"]).template.metadata
+    assert build.discoverable and not list(build.cache_ignore_input_vars)
+    # no TrainConfig and no path in the key: the dataset's hash and the view's parameters
+    assert set(tasks["build_training_view"].python_interface.inputs) == {"dataset", "view"}
+    by_id = {node.id: _short(node.flyte_entity.name) for node in training_pipeline.nodes}
+    sources = {  # task -> {input: the task whose output it is}
+        _short(node.flyte_entity.name): {
+            b.var: by_id[b.binding.promise.node_id]
+            for b in node.bindings
+            if b.binding.promise and b.binding.promise.node_id in by_id
+        }
+        for node in training_pipeline.nodes
+    }
+    assert sources["build_training_view"] == {
+        "dataset": "merge_dataset",
+        "view": "choose_training_view",
+    }
+    assert sources["train_model"]["dataset"] == "build_training_view"
+    # evaluation and registration read the full-size dataset, the source of truth
+    assert (
+        sources["evaluate_model"]["dataset"]
+        == sources["register_model"]["dataset"]
+        == ("merge_dataset")
+    )
 
 
 def test_single_node_training_is_a_plain_pod() -> None:
