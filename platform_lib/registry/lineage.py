@@ -23,6 +23,7 @@ from typing import Any
 
 import pyarrow.compute as pc
 
+from platform_lib.errors import UserError
 from platform_lib.redact import redact
 from platform_lib.shards.manifest import Manifest
 from platform_lib.shards.reader import open_dataset
@@ -163,7 +164,7 @@ def build_lineage(
             dataset or a training view of it; None when unknown.
 
     Raises:
-        ValueError: `trained_on` is neither this dataset nor a view of it (names both hashes).
+        UserError: `trained_on` is neither this dataset nor a view of it (names both hashes).
     """
     logs = {log.log_id: log.content_hash for log in manifest.source_logs}
     train_view = _train_view(manifest, trained_on)
@@ -188,10 +189,11 @@ def _train_view(manifest: Manifest, trained_on: TrainedOn | None) -> str:
     ):
         return "none"
     if trained_on.view is None or trained_on.view.parent_dataset_hash != manifest.dataset_hash:
-        raise ValueError(
+        raise UserError(
             f"the run trained on dataset {trained_on.dataset_hash[:16]}..., which is neither "
-            f"dataset {manifest.dataset_hash[:16]}... nor a training view of it: register the "
-            "run with the dataset its training read was built from"
+            f"dataset {manifest.dataset_hash[:16]}... nor a training view of it",
+            "run",
+            "register the run with the dataset its training read was built from",
         )
     return json.dumps(
         trained_on.view.model_dump(mode="json"), sort_keys=True, separators=(",", ":")

@@ -76,8 +76,9 @@ def record_training_run(
 
     Raises:
         FileNotFoundError: a required file is missing (named).
-        ValueError: the evaluation has no mean IoU (empty validation split); the run trained
-            on a dataset that is neither `dataset_dir` nor a view of it.
+        ValueError: the evaluation has no mean IoU (empty validation split).
+        UserError: the run trained on a dataset that is neither `dataset_dir` nor a view of
+            it, or its trained_on.json is malformed.
     """
     run_dir, dataset_dir, eval_json = Path(run_dir), Path(dataset_dir), Path(eval_json)
     for path in (run_dir / "model.safetensors", run_dir / "metrics.jsonl", eval_json):

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from platform_lib.errors import UserError
 from platform_lib.fsguard import read_regular
 from platform_lib.models.presets import get_model_config
 from platform_lib.shards.manifest import ViewLineage, load_manifest
@@ -109,8 +110,8 @@ def load_trained_on(run_dir: str | Path) -> TrainedOn | None:
     """Return the record `record_trained_on` left in `run_dir`, None when it wrote none.
 
     Raises:
-        ValueError: the record is not JSON or its fields are malformed (names the file).
-        NotRegularFileError, UserError: it is no regular file, or larger than 64 KiB.
+        UserError: the record is not JSON, its fields are malformed, or it is larger than
+            64 KiB (names the file). NotRegularFileError: it is no regular file.
     """
     path = Path(run_dir) / TRAINED_ON_JSON
     if not path.exists():
@@ -126,4 +127,8 @@ def load_trained_on(run_dir: str | Path) -> TrainedOn | None:
             None if view is None else ViewLineage.model_validate(view),
         )
     except (ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"{path} is not a trained-on record ({exc}); re-run the training") from exc
+        raise UserError(
+            f"not a trained-on record ({type(exc).__name__}: {str(exc).splitlines()[0]})",
+            str(path),
+            "re-run the training: its rank 0 writes the record (`record_trained_on`)",
+        ) from None

@@ -175,5 +175,5 @@ def test_lineage_refuses_a_run_that_read_another_dataset(tmp_path: Path) -> None
         TrainedOn(load_manifest(other).dataset_hash, None),
         TrainedOn(view_of_other.dataset_hash, view_of_other.view),
     ):
-        with pytest.raises(ValueError, match=r"neither dataset [0-9a-f]{16}\.\.\. nor a training"):
+        with pytest.raises(UserError, match=r"neither dataset [0-9a-f]{16}\.\.\. nor a training"):
             build_lineage(**common, trained_on=trained_on)

@@ -126,7 +126,9 @@ def test_the_run_folder_records_the_dataset_training_read(tmp_path: Path) -> Non
 )
 def test_a_malformed_record_is_refused_naming_it(tmp_path: Path, text: str) -> None:
     (tmp_path / TRAINED_ON_JSON).write_text(text)
-    with pytest.raises(ValueError, match=rf"{TRAINED_ON_JSON} is not a trained-on record"):
+    with pytest.raises(
+        UserError, match=rf"^not a trained-on record \(.*\) \(.*/{TRAINED_ON_JSON}\)"
+    ):
         load_trained_on(tmp_path)
 
 
