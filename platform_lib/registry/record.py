@@ -46,6 +46,7 @@ from platform_lib.registry.register import (
 from platform_lib.shards.manifest import load_manifest
 from platform_lib.telemetry.mlflow_goodput import MLFLOW_RUN_JSON
 from platform_lib.training.evaluate import FRAME_COUNTS_JSON, count_model_frames
+from platform_lib.training.trained_on import load_trained_on
 
 __all__ = ["record_training_run"]
 
@@ -84,8 +85,9 @@ def record_training_run(
     Args:
         model_name: registered model name.
         run_dir: output folder of `platform_lib.training.train` (model.safetensors,
-            metrics.jsonl).
-        dataset_dir: the dataset trained and evaluated on (manifest.json, index.parquet).
+            metrics.jsonl; trained_on.json: the dataset training read, a view or this one).
+        dataset_dir: the dataset evaluated on (manifest.json, index.parquet): the one trained
+            on, or the parent of the training view it read.
         eval_json: eval_metrics.json written by `platform_lib.training.evaluate`, with
             frame_counts.json beside it.
         config: the TrainConfig of the run.
@@ -105,6 +107,8 @@ def record_training_run(
         ValueError: the evaluation has no mean IoU (empty validation split).
         EvaluationError: the gate cannot pair the champion's frames with the new model's, or
             a slice needs an attribute the dataset lacks (one line each).
+        UserError: the run trained on a dataset that is neither `dataset_dir` nor a view of
+            it, or its trained_on.json is malformed.
     """
     run_dir, dataset_dir, eval_json = Path(run_dir), Path(dataset_dir), Path(eval_json)
     frame_counts = eval_json.parent / FRAME_COUNTS_JSON
@@ -125,6 +129,7 @@ def record_training_run(
         raw_logs_hash=raw_logs_hash,
         execution_id=execution_id,
         code_version=code_version,
+        trained_on=load_trained_on(run_dir),
     )
     client = configure_mlflow()
     tags = redact_values(lineage.to_tags() | {"model_name": model_name, "source": manifest.source})

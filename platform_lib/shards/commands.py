@@ -83,7 +83,8 @@ def ensure_synthetic_logs(
 
 
 def summarize_manifest(manifest: Manifest) -> dict[str, Any]:
-    """Return the `data inspect` summary of a manifest."""
+    """Return the `data inspect` summary of a manifest (a training view's: with its lineage)."""
+    view = {"view": manifest.view.model_dump(mode="json")} if manifest.view else {}
     return {
         "dataset_hash": manifest.dataset_hash,
         "source": manifest.source,
@@ -96,6 +97,7 @@ def summarize_manifest(manifest: Manifest) -> dict[str, Any]:
         "num_logs": len(manifest.source_logs),
         "num_quarantined": len(manifest.quarantine),
         "builder_version": manifest.builder_version,
+        **view,
     }
 
 

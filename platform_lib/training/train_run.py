@@ -23,6 +23,7 @@ from platform_lib.telemetry.mlflow_goodput import (
 from platform_lib.telemetry.publish import GOODPUT_HTML
 from platform_lib.training.config import TrainConfig, hash_config
 from platform_lib.training.train import train
+from platform_lib.training.trained_on import record_trained_on
 
 __all__ = ["TrainedRun", "train_and_publish"]
 
@@ -49,7 +50,8 @@ def train_and_publish(
         dataset_hash: the dataset's hash (MLflow tags, the baseline's workload key).
 
     Returns:
-        The run folder, and on rank 0 its `goodput.html`.
+        The run folder (rank 0 adds `trained_on.json`: the dataset's hash, its view lineage),
+        and on rank 0 its `goodput.html`.
 
     Raises:
         Whatever `train()` raises; `finish_goodput`'s errors on rank 0 (a missing report).
@@ -58,6 +60,7 @@ def train_and_publish(
     main = int(os.environ.get("RANK", "0")) == 0  # set by torch elastic
     stream = None
     if main:
+        record_trained_on(run_dir, dataset_dir)  # registration names the view and its parent
         threading.Thread(target=_warm_up, name="goodput-warm-up", daemon=True).start()
         if config.metrics.mlflow_interval:
             stream = MlflowMetricsStream(

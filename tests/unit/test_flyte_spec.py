@@ -38,6 +38,8 @@ IO_TASKS = {
     "list_raw_logs",
     "map_build_log_part",
     "merge_dataset",
+    "choose_training_view",
+    "build_training_view",
     "train_model",
     "evaluate_model",
     "register_model",
@@ -96,6 +98,34 @@ def test_evaluation_cache_key_is_model_version_dataset_hash_and_spec() -> None:
     }
     for probe in (resolve_model, hash_dataset, resolve_slice_spec):  # alias, location, file
         assert not _spec(probe).template.metadata.discoverable, probe.name
+
+
+def test_training_view_is_keyed_by_the_dataset_and_the_view_and_feeds_training_only() -> None:
+    tasks = _tasks()
+    build = _spec(tasks["build_training_view"]).template.metadata
+    assert build.discoverable and not list(build.cache_ignore_input_vars)
+    # no TrainConfig and no path in the key: the dataset's hash and the view's parameters
+    assert set(tasks["build_training_view"].python_interface.inputs) == {"dataset", "view"}
+    by_id = {node.id: _short(node.flyte_entity.name) for node in training_pipeline.nodes}
+    sources = {  # task -> {input: the task whose output it is}
+        _short(node.flyte_entity.name): {
+            b.var: by_id[b.binding.promise.node_id]
+            for b in node.bindings
+            if b.binding.promise and b.binding.promise.node_id in by_id
+        }
+        for node in training_pipeline.nodes
+    }
+    assert sources["build_training_view"] == {
+        "dataset": "merge_dataset",
+        "view": "choose_training_view",
+    }
+    assert sources["train_model"]["dataset"] == "build_training_view"
+    # evaluation and registration read the full-size dataset, the source of truth
+    assert (
+        sources["evaluate_model"]["dataset"]
+        == sources["register_model"]["dataset"]
+        == ("merge_dataset")
+    )
 
 
 def test_single_node_training_is_a_plain_pod() -> None:
