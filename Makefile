@@ -12,8 +12,11 @@ OUT      ?= build
 
 # Where MLflow (mlflow.db, mlartifacts/) and the elastic run folders go; see README.md.
 export DRIVETRAIN_HOME ?= $(HOME)/.drivetrain
+# A local `pyflyte run` is the elastic agent: a fresh rendezvous store per in-place restart
+# (pytorch#135712, still needed by torch 2.13); pods get it from the task's environment.
+export TORCH_DISABLE_SHARE_RDZV_TCP_STORE ?= 1
 
-.PHONY: install dev run run-pandaset test test-unit test-all lint package deploy-check mlflow-ui clean-cache bench-env
+.PHONY: install dev run run-pandaset test test-unit test-all lint package register deploy-check mlflow-ui clean-cache bench-env
 
 $(BIN)/python:
 	$(PYTHON3) -m venv $(VENV)
@@ -61,6 +64,15 @@ package: install
 	mkdir -p $(OUT)
 	$(BIN)/pyflyte --pkgs workflows package --image $(IMAGE) --output $(OUT)/flyte-package.tgz --force
 
+# Register on a cluster (deploy/README.md): the team's LocalQueue must exist in the target
+# namespace (tasks/placement.py), checked before anything is uploaded.
+PROJECT ?= drivetrain
+DOMAIN ?= development
+VERSION ?= $(shell git rev-parse --short HEAD)
+register: install
+	$(BIN)/python -m tasks.placement --project $(PROJECT) --domain $(DOMAIN)
+	$(BIN)/pyflyte register --project $(PROJECT) --domain $(DOMAIN) --version $(VERSION) workflows
+
 # Validate deploy/ offline: CRD schemas + CEL rules, Kubernetes schemas, cross-references with
 # tasks/placement.py (see deploy/README.md).
 deploy-check: dev
@@ -80,5 +92,5 @@ bench-env:
 	$(PYTHON3) -m venv .bench-venv
 	.bench-venv/bin/pip install 'torch==2.14.1' 'torchvision==0.29.1' 'transformers<5' mosaicml-streaming
 	.bench-venv/bin/pip install pyarrow pandas numpy 'webdataset>=1.0,<2' pandera pillow simplejpeg \
-		fsspec s3fs filelock tqdm tenacity safetensors
+		fsspec s3fs filelock tqdm tenacity safetensors 'spdl==0.8.0'
 	.bench-venv/bin/pip install --no-deps -e .

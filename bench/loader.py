@@ -1,14 +1,15 @@
-"""Loader throughput against peers and limits, at equal workers, on synthetic and full-size PandaSet frames.
+"""Loader cold start and steady state against peers and limits, at equal workers, on synthetic and full-size PandaSet frames.
 
-Rows (samples/s, same workers, collate and decode functions for every pipeline): this loader
-per verify and decode mode, webdataset, mosaicml-streaming (with .bench-venv), one file per
-member, the training view (--view WxH), and the sequential-read and in-memory decode limits; then loader worker memory
-(USS/PSS) for large indexes and the issue-7 targets with verdicts. Datasets, rows and
-fairness rules: bench/README.md.
+Every reader (this loader per verify and decode mode, webdataset, mosaicml-streaming with
+.bench-venv, one file per member, SPDL's thread pipeline where `spdl` imports, the training
+view with --view) at each batch size: time to first batch, the rest of its first pass and its
+second pass on the same workers (samples/s), /dev/shm peak and load average per row; then the
+read and decode limits, worker memory (USS/PSS) and the issue-7 and -17 targets with verdicts.
+Readers: bench/readers.py; rows and fairness rules: bench/README.md.
 
 Usage: python bench/loader.py [--datasets synthetic pandaset] [--work DIR] [--workers 2]
-       [--batch-sizes 16 1] [--peers all|webdataset] [--memory-rows 10000 100000 1000000] [--json OUT]
-       [--view 704x256]
+       [--batch-sizes 16 1] [--peers all | webdataset spdl ...] [--memory-rows 10000 100000]
+       [--json OUT] [--view 704x256] [--decode-threads N]
 """
 
 from __future__ import annotations
@@ -22,20 +23,34 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from torch.utils.data import DataLoader, Dataset
+from readers import (
+    Passes,
+    SampleDecoder,
+    files_peer,
+    index_rows,
+    mds_peer,
+    ours,
+    read_indexed_sample,
+    resize_of,
+    spdl_peer,
+    unpack,
+    verify_option,
+    webdataset_peer,
+    write_mds,
+)
 
-from platform_lib.imaging.decode import CameraResize, decode_sample_cameras, gpu_decode_available
+from platform_lib.imaging.decode import gpu_decode_available
 from platform_lib.loading.config import LoaderConfig
 from platform_lib.loading.loader import build_loader
 from platform_lib.shards.build import BuildConfig, build_dataset, write_dataset
-from platform_lib.shards.codec import decode_sample
 from platform_lib.shards.commands import parse_camera_size
 from platform_lib.shards.manifest import compute_dataset_hash, load_manifest
 from platform_lib.shards.training_view import ViewConfig, build_view
@@ -45,25 +60,77 @@ from platform_lib.sources.synthetic import SyntheticConfig, write_synthetic_logs
 _CHUNK = 8 * 2**20
 PANDASET = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "pandaset"
 VERIFY_POLICIES = ("shard", "member", "none")
+#: /dev/shm sampling period of `ShmSampler`, in s
+_SHM_PERIOD_S = 0.01
+#: LoaderStats fields a row keeps (the ring's /dev/shm figures, when the loader has them)
+_SHM_WORDS = ("shm", "flight", "arena", "ring")
 
 
 @dataclasses.dataclass
 class Row:
+    """One reader at one decode mode and batch size (a limit: batch 0, steady figures only)."""
+
     dataset: str
     name: str
     decode: str
     batch_size: int
-    samples: int
-    seconds: float
     bytes_per_sample: float
+    first_batch_s: float | None = None
+    """fresh reader -> its first batch (pipeline, workers and ring set-up included), in s"""
+    first_samples: int = 0
+    """samples of the first pass after its first batch"""
+    first_seconds: float = 0.0
+    """their time, in s"""
+    samples: int = 0
+    """samples of the second pass (steady state: the same workers, threads or pipeline)"""
+    seconds: float = 0.0
+    """its time, in s"""
+    shm_peak_bytes: int | None = None
+    """most bytes in use on /dev/shm during the row above the idle level before it, in bytes"""
+    batch_bytes: int | None = None
+    """largest batch: raw sample bytes + decoded camera arrays, in bytes (this loader's rows)"""
+    in_flight_batches: int | None = None
+    """batches the loader may hold at once: workers x prefetch + prefetch + 1 (this loader)"""
+    loader_shm: dict = dataclasses.field(default_factory=dict)
+    """this loader's LoaderStats fields about its ring / shared memory, when it has them"""
+    load_average: float = 0.0
+    """1-minute load average at the end of the row"""
 
     @property
     def samples_s(self) -> float:
-        return self.samples / self.seconds
+        """Steady state (second pass), in samples/s."""
+        return self.samples / self.seconds if self.seconds else 0.0
+
+    @property
+    def first_pass_s(self) -> float | None:
+        """The first pass after its first batch, in samples/s (None: it had one batch)."""
+        return self.first_samples / self.first_seconds if self.first_samples else None
 
     @property
     def mb_s(self) -> float:
-        return self.samples * self.bytes_per_sample / self.seconds / 1e6
+        """Steady state, in MB/s of sample bytes."""
+        return self.samples_s * self.bytes_per_sample / 1e6
+
+    @property
+    def bytes_in_flight(self) -> int | None:
+        """The loader's own figure when it reports one, else batch bytes x batches in flight."""
+        own = [v for k, v in self.loader_shm.items() if "flight" in k and "peak" in k]
+        own = own or [v for k, v in self.loader_shm.items() if "flight" in k]
+        if own:
+            return int(max(own))
+        if self.batch_bytes is None or self.in_flight_batches is None:
+            return None
+        return self.batch_bytes * self.in_flight_batches
+
+    def record(self) -> dict:
+        """The JSON record of this row."""
+        return {
+            **dataclasses.asdict(self),
+            "samples_s": self.samples_s,
+            "first_pass_samples_s": self.first_pass_s,
+            "mb_s": self.mb_s,
+            "bytes_in_flight": self.bytes_in_flight,
+        }
 
 
 # ---------------------------------------------------------------- datasets
@@ -211,220 +278,137 @@ def prepare_view(dataset: Path, args: argparse.Namespace) -> Path:
     return folder
 
 
-def run_view(view: Path, args: argparse.Namespace) -> list[Row]:
-    """This loader over the training view, decode cpu at the view's size (no resize)."""
-    manifest = load_manifest(view)
-    size = f"{manifest.view.camera_width}x{manifest.view.camera_height}"
-    per_sample = (manifest.total_bytes - manifest.index.bytes) / manifest.num_samples
-    _read_files(sorted(str(p) for p in (view / "shards").glob("*.tar")))  # warm the page cache
-    rows = []
-    for b in args.batch_sizes:
-        samples, seconds = bench_ours(view, f"cpu@{size}", b, args)
-        row = Row("pandaset", f"ours view {size}", f"cpu@{size}", b, samples, seconds, per_sample)
-        rows.append(row)
-        print(
-            f"  {row.name:<24} {row.decode:<13} b={b:<3} {row.samples_s:9.1f} samples/s "
-            f"{row.mb_s:9.1f} MB/s (load average {os.getloadavg()[0]:.1f})",
-            flush=True,
-        )
-    return rows
+# ---------------------------------------------------------------- measuring a reader
 
 
-def _index(dataset: Path) -> list[dict]:
-    return pq.read_table(dataset / "index.parquet", columns=["key", "shard", "members"]).to_pylist()
+def shm_used(path: str = "/dev/shm") -> int:
+    """Bytes in use on the filesystem at `path` (statvfs), in bytes."""
+    st = os.statvfs(path)
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
 
 
-def read_indexed_sample(dataset: Path, row: dict) -> dict:
-    """Return {"__key__", member name: bytes} of one index row, read by byte range."""
-    with open(dataset / row["shard"], "rb") as f:
-        sample = {"__key__": row["key"]}
-        for m in row["members"]:
-            f.seek(m["offset"])
-            sample[m["name"]] = f.read(m["size"])
-    return sample
+class ShmSampler:
+    """Peak of `shm_used()` above its level at start, sampled every 10 ms by a thread.
+
+    Counts every process's /dev/shm files: other jobs on the machine show up too.
+    """
+
+    def __init__(self, path: str = "/dev/shm") -> None:
+        self.path, self.baseline, self.peak = path, 0, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="shm-sampler", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(_SHM_PERIOD_S):
+            self.peak = max(self.peak, shm_used(self.path))
+
+    def __enter__(self) -> ShmSampler:
+        self.baseline = self.peak = shm_used(self.path)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5.0)
+        self.peak = max(self.peak, shm_used(self.path))
+
+    @property
+    def peak_above_baseline(self) -> int:
+        return max(0, self.peak - self.baseline)
 
 
-# ---------------------------------------------------------------- decode modes
+def _count(batch) -> int:
+    return len(batch["__key__"]) if isinstance(batch, dict) else len(batch)
 
 
-def _resize_of(mode: str) -> CameraResize | None:
-    """ "cpu@704x256" -> CameraResize(704, 256); "cpu"/"none" -> None."""
-    if "@" not in mode:
-        return None
-    width, height = mode.split("@", 1)[1].split("x")
-    return CameraResize(width=int(width), height=int(height))
+def _batch_bytes(batch, bytes_per_sample: float) -> int:
+    """Raw sample bytes of a batch plus its decoded camera arrays, in bytes."""
+    decoded = 0
+    if isinstance(batch, dict):
+        for cameras in batch.get("cameras", []):
+            decoded += sum(getattr(im, "nbytes", 0) for im in cameras.values())
+    return int(_count(batch) * bytes_per_sample) + decoded
 
 
-class SampleDecoder:
-    """The decode every pipeline runs on a sample's member bytes (picklable)."""
-
-    def __init__(self, mode: str) -> None:
-        self.mode, self.resize = mode, _resize_of(mode)
-
-    def __call__(self, members: dict) -> dict:
-        sample = decode_sample(members, decode="none")
-        return sample if self.mode == "none" else decode_sample_cameras(sample, self.resize)
-
-
-def _list_collate(batch: list) -> list:
-    return batch
-
-
-def _time_batches(
-    loader: Iterable, count: Callable[[object], int], limit: int | None = None
-) -> tuple[int, float]:
-    """Samples and seconds of one pass over `loader` (worker start included), stopping after
-    the batch that reaches `limit` samples."""
-    start, samples = time.perf_counter(), 0
-    for batch in loader:
-        samples += count(batch)
-        if limit is not None and samples >= limit:
+def _time_rest(batches: Iterable, limit: int | None, taken: int = 0) -> tuple[int, float]:
+    """Samples and seconds of the rest of a pass: until the batch that brings `taken` to
+    `limit` samples (None: the end of the pass)."""
+    begin, samples = time.perf_counter(), 0
+    for batch in batches:
+        samples += _count(batch)
+        if limit is not None and taken + samples >= limit:
             break
-    return samples, time.perf_counter() - start
+    return samples, time.perf_counter() - begin
 
 
-def _limit(mode: str, args) -> int | None:
-    """Samples per row: decoding rows stop after --decode-samples (decode is the slow part)."""
-    return None if mode == "none" else args.decode_samples
+def measure(
+    dataset: str,
+    name: str,
+    mode: str,
+    batch_size: int,
+    reader: Passes,
+    limit: int | None,
+    bytes_per_sample: float,
+    workers: int,
+) -> Row:
+    """Time a reader: fresh -> first batch, the rest of its first pass, its second pass.
+
+    Both passes stop after the batch that reaches `limit` samples (None: a whole epoch).
+    """
+    extras: dict = {}
+    row = Row(dataset, name, mode, batch_size, bytes_per_sample)
+    with ShmSampler() as shm:
+        start = time.perf_counter()
+        passes = reader(extras)
+        try:
+            batches = iter(next(passes))  # builds the reader
+            batch = next(batches)
+            row.first_batch_s = time.perf_counter() - start
+            taken, row.batch_bytes = _count(batch), _batch_bytes(batch, bytes_per_sample)
+            del batch  # this loader: its ring slot is free again
+            if limit is None or taken < limit:
+                row.first_samples, row.first_seconds = _time_rest(batches, limit, taken)
+            del batches
+            row.samples, row.seconds = _time_rest(next(passes), limit)
+        finally:
+            passes.close()  # stops the workers, threads or pipeline
+    row.shm_peak_bytes = shm.peak_above_baseline
+    stats = extras.get("loader_stats") or {}
+    row.loader_shm = {
+        k: v
+        for k, v in stats.items()
+        if isinstance(v, int | float) and any(w in k for w in _SHM_WORDS)
+    }
+    if "prefetch_depth" in extras:  # this loader: each worker's, the receiver's, the loop's
+        depth = extras["prefetch_depth"]
+        row.in_flight_batches = max(1, workers) * depth + depth + 1
+    else:
+        row.batch_bytes = None
+    row.load_average = os.getloadavg()[0]
+    print_row(row)
+    return row
 
 
-# ---------------------------------------------------------------- pipelines
+def _fmt(value: float | None, spec: str, width: int) -> str:
+    return f"{value:{width}{spec}}" if value is not None else f"{'-':>{width}}"
 
 
-def _verify_option(verify: str | None) -> dict:
-    """LoaderConfig verify option for a policy name (a bool before the verify policies existed)."""
-    if verify is None:
-        return {}
-    fields = getattr(LoaderConfig, "model_fields", None)  # pydantic since issue 16
-    kind = (
-        fields["verify"].annotation
-        if fields is not None
-        else next(f for f in dataclasses.fields(LoaderConfig) if f.name == "verify").type
+def print_row(row: Row) -> None:
+    shm = row.shm_peak_bytes / 1e6 if row.shm_peak_bytes is not None else None
+    print(
+        f"  {row.name:<24} {row.decode:<13} b={row.batch_size:<3} first batch "
+        f"{_fmt(row.first_batch_s, '.2f', 6)} s, first pass {_fmt(row.first_pass_s, '.1f', 8)}, "
+        f"steady {row.samples_s:8.1f} samples/s {row.mb_s:8.1f} MB/s, /dev/shm peak "
+        f"{_fmt(shm, '.0f', 6)} MB (load average {row.load_average:.1f})",
+        flush=True,
     )
-    if kind in (bool, "bool"):
-        if verify == "shard":
-            raise NotImplementedError("verify='shard' needs the verify policies of issue 7")
-        return {"verify": verify == "member"}
-    return {"verify": verify}
 
 
-def bench_ours(
-    dataset: Path, mode: str, batch_size: int, args, verify: str | None = None
-) -> tuple[int, float]:
-    decode = mode.split("@")[0]
-    config = LoaderConfig(camera_resize=_resize_of(mode), **_verify_option(verify))
-    loader = build_loader(
-        str(dataset),
-        rank=0,
-        world_size=1,
-        batch_size=batch_size,
-        num_workers=args.workers,
-        seed=0,
-        decode=decode,
-        config=config,
-    )
-    return _time_batches(loader, lambda b: len(b["__key__"]), _limit(mode, args))
-
-
-def bench_webdataset(dataset: Path, mode: str, batch_size: int, args) -> tuple[int, float]:
-    import webdataset as wds
-
-    urls = sorted(str(p) for p in (dataset / "shards").glob("*.tar"))
-    pipeline = (
-        wds.WebDataset(
-            urls,
-            shardshuffle=len(urls),
-            nodesplitter=wds.single_node_only,
-            workersplitter=wds.split_by_worker,
-            empty_check=False,
-        )
-        .shuffle(1000)
-        .map(SampleDecoder(mode))
-        .batched(batch_size, collation_fn=_list_collate)
-    )
-    # batch_size=None + the identity collate: without it torch would convert every array to a
-    # tensor and pass each through its own file descriptor (default_convert)
-    loader = wds.WebLoader(
-        pipeline, batch_size=None, num_workers=args.workers, collate_fn=_list_collate
-    )
-    return _time_batches(loader, len, _limit(mode, args))
-
-
-class _MemberFiles(Dataset):
-    """One file per member: <folder>/<key>.<member>."""
-
-    def __init__(self, folder: Path, members: dict[str, list[str]], mode: str) -> None:
-        self.folder, self.keys, self.members = folder, sorted(members), members
-        self.decode = SampleDecoder(mode)
-
-    def __len__(self) -> int:
-        return len(self.keys)
-
-    def __getitem__(self, i: int) -> dict:
-        key = self.keys[i]
-        raw = {name: (self.folder / f"{key}.{name}").read_bytes() for name in self.members[key]}
-        return self.decode({**raw, "__key__": key})
-
-
-def _unpack(dataset: Path) -> tuple[Path, dict[str, list[str]]]:
-    folder = dataset.parent / "unpacked"
-    index = _index(dataset)
-    members = {row["key"]: [m["name"] for m in row["members"]] for row in index}
-    if not (folder / ".done").exists():
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
-        for row in index:
-            for name, data in read_indexed_sample(dataset, row).items():
-                if name != "__key__":
-                    (folder / f"{row['key']}.{name}").write_bytes(data)
-        (folder / ".done").touch()
-    return folder, members
-
-
-def bench_files(dataset: Path, mode: str, batch_size: int, args) -> tuple[int, float]:
-    folder, members = _unpack(dataset)
-    loader = DataLoader(
-        _MemberFiles(folder, members, mode),
-        batch_size=batch_size,
-        shuffle=True,
-        num_workers=args.workers,
-        collate_fn=_list_collate,
-    )
-    return _time_batches(loader, len, _limit(mode, args))
-
-
-def _write_mds(dataset: Path) -> Path:
-    from streaming import MDSWriter
-
-    out = dataset.parent / "mds"
-    if (out / "index.json").exists():
-        return out
-    index = _index(dataset)
-    columns = {"__key__": "str", **{m["name"]: "bytes" for m in index[0]["members"]}}
-    shard_bytes = int(json.loads((dataset / "manifest.json").read_text())["shards"][0]["bytes"])
-    with MDSWriter(out=str(out), columns=columns, size_limit=shard_bytes) as writer:
-        for row in index:
-            writer.write(read_indexed_sample(dataset, row))
-    return out
-
-
-def bench_mds(dataset: Path, mode: str, batch_size: int, args) -> tuple[int, float]:
-    from streaming import StreamingDataset
-    from streaming.base.util import clean_stale_shared_memory
-
-    decoder = SampleDecoder(mode)
-
-    class Decoded(StreamingDataset):
-        def get_item(self, idx: int) -> dict:
-            return decoder(super().get_item(idx))
-
-    local = _write_mds(dataset)
-    clean_stale_shared_memory()
-    ds = Decoded(local=str(local), batch_size=batch_size, shuffle=True, shuffle_seed=0)
-    loader = DataLoader(
-        ds, batch_size=batch_size, num_workers=args.workers, collate_fn=_list_collate
-    )
-    return _time_batches(loader, len, _limit(mode, args))
+def _limit_row(dataset: str, name: str, mode: str, samples: int, seconds: float, per: float) -> Row:
+    row = Row(dataset, name, mode, 0, per, samples=samples, seconds=seconds)
+    row.load_average = os.getloadavg()[0]
+    print_row(row)
+    return row
 
 
 # ---------------------------------------------------------------- limits
@@ -462,7 +446,7 @@ def _decode_range(bounds: tuple[int, int, str]) -> int:
 
 def limit_memory_decode(dataset: Path, mode: str, args, limit: int) -> tuple[int, float]:
     _SAMPLES.clear()
-    _SAMPLES.extend(read_indexed_sample(dataset, row) for row in _index(dataset)[:limit])
+    _SAMPLES.extend(read_indexed_sample(dataset, row) for row in index_rows(dataset)[:limit])
     edges = np.linspace(0, len(_SAMPLES), args.workers + 1).astype(int)
     with mp.get_context("fork").Pool(args.workers) as pool:
         pool.map(len, [[0]] * args.workers)
@@ -548,7 +532,7 @@ def _measure_worker_memory(dataset: str, workers: int, batches: int, queue) -> N
         num_workers=workers,
         seed=0,
         decode="none",
-        config=LoaderConfig(**_verify_option("none")),
+        config=LoaderConfig(**verify_option("none")),
     )
     found: dict[int, tuple[int, int, int]] = {}
     for i, _ in enumerate(loader):
@@ -608,101 +592,106 @@ def _decode_modes(args) -> list[str]:
     return modes
 
 
+def _limit(mode: str, args, num: int) -> int | None:
+    """Samples per pass: an epoch; decoding rows stop after --decode-samples (decode is the slow
+    part), at most an epoch's worth (None: the whole epoch)."""
+    return None if mode == "none" or args.decode_samples >= num else args.decode_samples
+
+
+def _per_sample(dataset: Path) -> float:
+    sizes = pq.read_table(dataset / "index.parquet", columns=["sample_size"])["sample_size"]
+    return float(sizes.to_numpy().sum()) / len(sizes)
+
+
 def run_dataset(label: str, dataset: Path, args) -> list[Row]:
+    """Every reader at every decode mode and batch size, then the limits, on one dataset."""
     manifest = json.loads((dataset / "manifest.json").read_text())
-    num = manifest["num_samples"]
-    per_sample = (
-        float(
-            pq.read_table(dataset / "index.parquet", columns=["sample_size"])["sample_size"]
-            .to_numpy()
-            .sum()
-        )
-        / num
-    )
+    num, per_sample = manifest["num_samples"], _per_sample(dataset)
     print(
         f"\n== {label}: {dataset}: {num} samples, {manifest['num_shards']} shards, "
         f"{per_sample / 1e6:.2f} MB/sample, workers={args.workers}, batch sizes {args.batch_sizes}, "
         f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}",
         flush=True,
     )
-    has_streaming = args.peers == "all" and _importable("streaming")
+    peers = (
+        {"webdataset", "mosaicml-streaming", "files", "spdl"}
+        if "all" in args.peers
+        else set(args.peers)
+    )
+    has_streaming = "mosaicml-streaming" in peers and _importable("streaming")
+    has_spdl = "spdl" in peers and _importable("spdl.pipeline")
     if has_streaming:
-        _write_mds(dataset)
-    if args.peers == "all":
-        _unpack(dataset)
+        write_mds(dataset)
+    if "files" in peers:
+        unpack(dataset)
     _read_files(sorted(str(p) for p in (dataset / "shards").glob("*.tar")))  # warm the page cache
-    limit = min(num, args.decode_limit_samples)
-    first = args.batch_sizes[0]
-    jobs: list[tuple[str, str, int, Callable[[], tuple[int, float]]]] = []
+    first, w = args.batch_sizes[0], args.workers
+    readers: list[tuple[str, str, int, Passes]] = []
     for verify in VERIFY_POLICIES:
-        jobs.append(
-            (
-                f"ours verify={verify}",
-                "none",
-                first,
-                lambda v=verify: bench_ours(dataset, "none", first, args, verify=v),
+        for b in args.batch_sizes if verify == "shard" else [first]:
+            readers.append(
+                (f"ours verify={verify}", "none", b, ours(dataset, "none", b, w, verify=verify))
             )
-        )
-    for b in args.batch_sizes[1:]:
-        jobs.append(
-            (
-                "ours verify=shard",
-                "none",
-                b,
-                lambda b=b: bench_ours(dataset, "none", b, args, verify="shard"),
-            )
-        )
     for mode in _decode_modes(args):
         for b in args.batch_sizes:
             if mode != "none":
-                jobs.append(("ours", mode, b, lambda m=mode, b=b: bench_ours(dataset, m, b, args)))
-            if mode.startswith("gpu") or (b != first and mode != "none"):
-                continue  # peers at the other batch sizes: decode none only (time on 2 cores)
-            jobs.append(
-                ("webdataset", mode, b, lambda m=mode, b=b: bench_webdataset(dataset, m, b, args))
-            )
+                reader = ours(dataset, mode, b, w, decode_threads=args.decode_threads)
+                readers.append(("ours", mode, b, reader))
+            if mode.startswith("gpu"):
+                continue  # the peers have no GPU decode
+            if "webdataset" in peers:
+                readers.append(("webdataset", mode, b, webdataset_peer(dataset, mode, b, w)))
             if has_streaming:
-                jobs.append(
-                    (
-                        "mosaicml-streaming",
-                        mode,
-                        b,
-                        lambda m=mode, b=b: bench_mds(dataset, m, b, args),
-                    )
-                )
-            if args.peers == "all":
-                jobs.append(
-                    ("files", mode, b, lambda m=mode, b=b: bench_files(dataset, m, b, args))
-                )
-        if not mode.startswith("gpu"):
-            jobs.append(
-                (
-                    "limit: mem decode",
-                    mode,
-                    0,
-                    lambda m=mode: limit_memory_decode(dataset, m, args, limit),
-                )
-            )
-    jobs.append(("limit: seq read", "-", 0, lambda: (num, limit_sequential_read(dataset, args))))
+                readers.append(("mosaicml-streaming", mode, b, mds_peer(dataset, mode, b, w)))
+            if "files" in peers:
+                readers.append(("files", mode, b, files_peer(dataset, mode, b, w)))
+            if has_spdl:
+                spdl = spdl_peer(dataset, mode, b, w, _limit(mode, args, num))
+                readers.append(("spdl", mode, b, spdl))
     rows = []
-    for name, mode, b, job in jobs:
+    for name, mode, b, reader in readers:
         try:
-            samples, seconds = job()
+            limit = _limit(mode, args, num)
+            rows.append(measure(label, name, mode, b, reader, limit, per_sample, args.workers))
         except NotImplementedError as exc:
             print(f"  {name:<24} {mode:<13} skipped: {exc}", flush=True)
-            continue
-        row = Row(label, name, mode, b, samples, seconds, per_sample)
-        rows.append(row)
-        print(
-            f"  {name:<24} {mode:<13} b={b:<3} {row.samples_s:9.1f} samples/s {row.mb_s:9.1f} MB/s "
-            f"(load average {os.getloadavg()[0]:.1f})",
-            flush=True,
-        )
-    if args.peers == "all" and not has_streaming:
+    held = min(num, args.decode_limit_samples)  # samples in memory for the decode limit
+    for mode in _decode_modes(args):
+        if not mode.startswith("gpu"):
+            done, seconds = limit_memory_decode(dataset, mode, args, held)
+            rows.append(_limit_row(label, "limit: mem decode", mode, done, seconds, per_sample))
+    seconds = limit_sequential_read(dataset, args)
+    rows.append(_limit_row(label, "limit: seq read", "-", num, seconds, per_sample))
+    if "mosaicml-streaming" in peers and not has_streaming:
         print(
             "  mosaicml-streaming: not importable here; run with .bench-venv/bin/python (see bench/README.md)"
         )
+    if "spdl" in peers and not has_spdl:
+        print("  spdl: not importable here; install the bench extra (see bench/README.md)")
     return rows
+
+
+def run_view(view: Path, args: argparse.Namespace) -> list[Row]:
+    """This loader over the training view, decode cpu at the view's size (no resize)."""
+    manifest = load_manifest(view)
+    size = f"{manifest.view.camera_width}x{manifest.view.camera_height}"
+    per_sample = (manifest.total_bytes - manifest.index.bytes) / manifest.num_samples
+    _read_files(sorted(str(p) for p in (view / "shards").glob("*.tar")))  # warm the page cache
+    mode = f"cpu@{size}"
+    limit = _limit(mode, args, manifest.num_samples)
+    return [
+        measure(
+            "pandaset",
+            f"ours view {size}",
+            mode,
+            b,
+            ours(view, mode, b, args.workers, decode_threads=args.decode_threads),
+            limit,
+            per_sample,
+            args.workers,
+        )
+        for b in args.batch_sizes
+    ]
 
 
 def _find(rows: list[Row], name: str, mode: str, batch: int | None = None) -> Row | None:
@@ -712,82 +701,92 @@ def _find(rows: list[Row], name: str, mode: str, batch: int | None = None) -> Ro
     return None
 
 
+def _ours_row(rows: list[Row], mode: str, batch: int) -> Row | None:
+    """This loader's row that a peer's row at `mode` and `batch` compares with."""
+    if mode == "none":
+        return _find(rows, "ours verify=shard", mode, batch) or _find(
+            rows, "ours verify=member", mode, batch
+        )
+    return _find(rows, "ours", mode, batch)
+
+
 def print_table(rows: list[Row], args) -> None:
-    first = args.batch_sizes[0]
     print(
-        f"\n{'dataset':<10} {'pipeline':<24} {'decode':<13} {'batch':>5} {'samples/s':>10} {'MB/s':>9} "
-        f"{'ours / this':>12}"
+        f"\n{'dataset':<10} {'pipeline':<24} {'decode':<13} {'batch':>5} {'1st batch s':>11} "
+        f"{'1st pass/s':>10} {'steady/s':>9} {'MB/s':>8} {'1st/steady':>10} {'ours / this':>11} "
+        f"{'shm MB':>7} {'load':>5}"
     )
     for r in rows:
         same = [x for x in rows if x.dataset == r.dataset]
-        ours = _find(
-            same,
-            "ours verify=shard" if r.decode == "none" else "ours",
-            r.decode,
-            r.batch_size or first,
-        )
-        ours = ours or _find(same, "ours verify=member", r.decode, first)
-        ratio = f"{ours.samples_s / r.samples_s:12.2f}" if ours else f"{'':>12}"
+        ours_row = _ours_row(same, r.decode, r.batch_size or args.batch_sizes[0])
+        ratio = ours_row.samples_s / r.samples_s if ours_row and r.samples_s else None
+        cold = r.first_pass_s / r.samples_s if r.first_pass_s and r.samples_s else None
+        shm = r.shm_peak_bytes / 1e6 if r.shm_peak_bytes is not None else None
         print(
-            f"{r.dataset:<10} {r.name:<24} {r.decode:<13} {r.batch_size or '-':>5} {r.samples_s:10.1f} "
-            f"{r.mb_s:9.1f} {ratio}"
+            f"{r.dataset:<10} {r.name:<24} {r.decode:<13} {r.batch_size or '-':>5} "
+            f"{_fmt(r.first_batch_s, '.2f', 11)} {_fmt(r.first_pass_s, '.1f', 10)} "
+            f"{r.samples_s:9.1f} {r.mb_s:8.1f} {_fmt(cold, '.2f', 10)} {_fmt(ratio, '.2f', 11)} "
+            f"{_fmt(shm, '.0f', 7)} {r.load_average:5.1f}"
         )
 
 
 def print_targets(rows: list[Row], memory: list[dict], args) -> list[dict]:
-    """Print the issue-7 targets (pandaset rows when present) with verdicts; return them."""
+    """Print the targets of issues 7 and 17 (pandaset rows when present) with verdicts; return them.
+
+    Throughput ratios use the steady state (second pass) of each reader.
+    """
     label = (
         "pandaset" if not rows or any(r.dataset == "pandaset" for r in rows) else rows[0].dataset
     )
     mine = [r for r in rows if r.dataset == label]
     b = args.batch_sizes[0]
+    b16 = 16 if 16 in args.batch_sizes else max(args.batch_sizes)
     small = f"cpu@{args.camera_width}x{args.camera_height}"
+    targets: list[dict] = []
 
-    def rate(name, mode, batch=b):
+    def rate(name: str, mode: str, batch: int = b) -> float | None:
         row = _find(mine, name, mode, batch)
         return row.samples_s if row else None
 
-    targets = []
+    def ratio(num: float | None, den: float | None) -> float | None:
+        return num / den if num is not None and den else None
 
-    def target(what, num, den, need, fmt="{:.2f}x"):
-        if num is None or den is None:
+    def target(what: str, value: float | None, need: float, fmt: str = "{:.2f}x", *, most=False):
+        if value is None:
             targets.append({"target": what, "value": None, "need": need, "verdict": "not measured"})
             return
-        value = num / den
+        met = value <= need if most else value >= need
         targets.append(
             {
                 "target": what,
                 "value": value,
                 "need": need,
-                "verdict": "met" if value >= need else "MISSED",
+                "verdict": "met" if met else "MISSED",
                 "text": fmt.format(value),
             }
         )
 
+    # issue 7
     ours_none = rate("ours verify=shard", "none") or rate("ours verify=member", "none")
-    target(
-        "decode none, verify shard: >= 1.5x MDS", ours_none, rate("mosaicml-streaming", "none"), 1.5
-    )
-    target(
-        "decode none, verify shard: >= 1.5x webdataset", ours_none, rate("webdataset", "none"), 1.5
-    )
+    for peer, short in (("mosaicml-streaming", "MDS"), ("webdataset", "webdataset")):
+        target(
+            f"decode none, verify shard: >= 1.5x {short}", ratio(ours_none, rate(peer, "none")), 1.5
+        )
     target(
         "decode none, verify shard: >= 40% of seq read",
-        ours_none,
-        rate("limit: seq read", "-"),
+        ratio(ours_none, rate("limit: seq read", "-")),
         0.40,
         "{:.0%}",
     )
+    full = rate("ours", "cpu")
     target(
         "decode cpu full: >= 1.2x MDS (same decode)",
-        rate("ours", "cpu"),
-        rate("mosaicml-streaming", "cpu"),
+        ratio(full, rate("mosaicml-streaming", "cpu")),
         1.2,
     )
     target(
         "decode cpu full: >= 80% of mem decode limit",
-        rate("ours", "cpu"),
-        rate("limit: mem decode", "cpu"),
+        ratio(full, rate("limit: mem decode", "cpu")),
         0.8,
         "{:.0%}",
     )
@@ -796,39 +795,75 @@ def print_targets(rows: list[Row], memory: list[dict], args) -> list[dict]:
         big = max(args.batch_sizes)
         target(
             f"decode cpu full: batch {big} no slower than batch {one}",
-            rate("ours", "cpu", big),
-            rate("ours", "cpu", one),
+            ratio(rate("ours", "cpu", big), rate("ours", "cpu", one)),
             1.0,
         )
+    target(f"decode {small} (DCT): >= 3x full-size decode", ratio(rate("ours", small), full), 3.0)
+    # issue 17
+    none16, cpu16 = _find(mine, "ours verify=shard", "none", b16), _find(mine, "ours", "cpu", b16)
+    for what, row, need in (("decode none", none16, 0.5), ("full-size decode", cpu16, 1.0)):
+        first_at = row.first_batch_s if row else None
+        target(
+            f"first batch, {what}, batch {b16}: <= {need} s", first_at, need, "{:.2f} s", most=True
+        )
+    for mode, name in (("none", "ours verify=shard"), ("cpu", "ours")):
+        for batch in args.batch_sizes:
+            row = _find(mine, name, mode, batch)
+            target(
+                f"rest of first pass, decode {mode}, batch {batch}: >= 0.8x steady",
+                ratio(row.first_pass_s, row.samples_s) if row else None,
+                0.8,
+            )
     target(
-        f"decode {small} (DCT): >= 3x full-size decode",
-        rate("ours", small),
-        rate("ours", "cpu"),
-        3.0,
+        f"decode none, batch {b16}: >= 1.2x SPDL (steady)",
+        ratio(rate("ours verify=shard", "none", b16), rate("spdl", "none", b16)),
+        1.2,
+    )
+    target(
+        f"full-size decode, batch {b16}: >= 90% of mem decode limit",
+        ratio(rate("ours", "cpu", b16), rate("limit: mem decode", "cpu")),
+        0.9,
+        "{:.0%}",
     )
     if args.view:
         target(
-            f"training view {args.view} decode: >= 3x full-size decode",
-            rate(f"ours view {args.view}", f"cpu@{args.view}"),
-            rate("ours", "cpu"),
+            f"training view {args.view}, batch {b16}: >= 3x full-size decode",
+            ratio(
+                rate(f"ours view {args.view}", f"cpu@{args.view}", b16), rate("ours", "cpu", b16)
+            ),
             3.0,
         )
+    peak = cpu16.shm_peak_bytes if cpu16 else None
+    flight = cpu16.bytes_in_flight if cpu16 else None
+    own = bool(cpu16 and any("flight" in k for k in cpu16.loader_shm))
+    target(
+        f"/dev/shm peak, full-size decode, batch {b16}: <= 1.25x bytes in flight"
+        + ("" if own else " (estimated)"),
+        ratio(peak, flight),
+        1.25,
+        most=True,
+    )
+    target(
+        f"/dev/shm peak, full-size decode, batch {b16}: <= 3 GB",
+        peak / 1e9 if peak is not None else None,
+        3.0,
+        "{:.2f} GB",
+        most=True,
+    )
     if len(memory) >= 2:
         lo, hi = memory[0], memory[-1]
         for field, what in (("uss", "USS"), ("uss_outside_shm", "USS outside /dev/shm")):
             growth = (max(hi[field]) - max(lo[field])) / 2**20
-            targets.append(
-                {
-                    "target": f"worker {what} growth {lo['rows']} -> {hi['rows']} rows <= 20 MiB",
-                    "value": growth,
-                    "need": 20.0,
-                    "verdict": "met" if growth <= 20 else "MISSED",
-                    "text": f"{growth:.1f} MiB",
-                }
+            target(
+                f"worker {what} growth {lo['rows']} -> {hi['rows']} rows <= 20 MiB",
+                growth,
+                20.0,
+                "{:.1f} MiB",
+                most=True,
             )
-    print(f"\nTargets ({label}, {args.workers} workers, batch {b}; ratios from this run):")
+    print(f"\nTargets ({label}, {args.workers} workers; ratios from this run, steady state):")
     for t in targets:
-        print(f"  {t['target']:<52} {t.get('text', '-'):>10}  {t['verdict']}")
+        print(f"  {t['target']:<78} {t.get('text', '-'):>10}  {t['verdict']}")
     return targets
 
 
@@ -837,7 +872,7 @@ def profile_ours(dataset: Path, mode: str, args) -> None:
     import cProfile
     import pstats
 
-    config = LoaderConfig(camera_resize=_resize_of(mode))
+    config = LoaderConfig(camera_resize=resize_of(mode))
     loader = build_loader(
         str(dataset),
         rank=0,
@@ -851,7 +886,7 @@ def profile_ours(dataset: Path, mode: str, args) -> None:
     profiler = cProfile.Profile()
     start = time.perf_counter()
     profiler.enable()
-    samples, _ = _time_batches(loader, lambda b: len(b["__key__"]), args.profile_samples)
+    samples, _ = _time_rest(loader, args.profile_samples)
     profiler.disable()
     ms = (time.perf_counter() - start) / samples * 1e3
     print(
@@ -909,9 +944,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--decode-samples",
         type=int,
         default=160,
-        help="samples per decoding row (whole batches; decode none rows read the whole dataset)",
+        help="samples per pass of a decoding row (whole batches; decode none rows read the "
+        "whole dataset per pass)",
     )
-    parser.add_argument("--peers", choices=("all", "webdataset"), default="all")
+    parser.add_argument(
+        "--peers",
+        nargs="+",
+        choices=("all", "webdataset", "mosaicml-streaming", "files", "spdl"),
+        default=["all"],
+        help="peer readers to measure (mosaicml-streaming and spdl only where importable)",
+    )
     parser.add_argument(
         "--memory-rows",
         type=int,
@@ -937,6 +979,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--profile-samples", type=int, default=64)
     parser.add_argument("--profile-lines", type=int, default=12)
+    parser.add_argument(
+        "--decode-threads",
+        type=int,
+        default=None,
+        help="LoaderConfig.decode_threads of this loader's decoding rows (default: its default)",
+    )
     parser.add_argument("--json", help="also write the rows as JSON here")
     parser.add_argument(
         "--view",
@@ -994,10 +1042,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json).write_text(
             json.dumps(
                 {
-                    "rows": [
-                        {**dataclasses.asdict(r), "samples_s": r.samples_s, "mb_s": r.mb_s}
-                        for r in rows
-                    ],
+                    "rows": [r.record() for r in rows],
                     "memory": memory,
                     "targets": targets,
                 },

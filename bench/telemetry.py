@@ -203,7 +203,7 @@ def run_pipeline(args: argparse.Namespace) -> dict:
         "post_training_tail_s": train_end - last_step_end,
         "registration_s": spans["register_model"][1] - spans["register_model"][0],
         "registration_cold": cold,
-        # in the task's own process, overlapping the workers' exit (GoodputFinisher)
+        # on rank 0, after train() and before it returns (finish_goodput)
         "finish_goodput_s": json.loads((run_dir / "mlflow_run.json").read_text())[
             "finish_goodput_s"
         ],
@@ -231,7 +231,7 @@ def run_pipeline(args: argparse.Namespace) -> dict:
     )
     print(
         f"  of the tail: finish_goodput {result['finish_goodput_s']:.2f} s "
-        "(baseline, MLflow, plots; overlaps the workers' exit)"
+        "(baseline, MLflow, plots; on rank 0 before it returns)"
     )
     print(f"  goodput over the train task's wall time: {result['task_goodput']:.1%}")
     print(format_report(report))

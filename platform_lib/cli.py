@@ -12,14 +12,16 @@ instead); anything else is a bug and keeps its traceback. See docs/architecture.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from collections.abc import Callable, Sequence
 
 from platform_lib.errors import UserError, to_user_error
+from platform_lib.loading.commands import add_plan_command
 from platform_lib.logs import report_user_error, setup_logging
 from platform_lib.redact import redact, redacted_output, register_uri_secrets
-from platform_lib.registry.commands import add_goodput_commands
 from platform_lib.shards.commands import add_data_commands
+from platform_lib.telemetry.commands import add_goodput_commands
 from platform_lib.triage.commands import add_triage_command
 from platform_lib.zoo.commands import add_zoo_commands
 
@@ -27,7 +29,7 @@ __all__ = ["COMMAND_GROUPS", "build_parser", "explain_error", "main"]
 
 #: Functions that add one subcommand group each to the top-level subparsers.
 COMMAND_GROUPS: list[Callable[[argparse._SubParsersAction], None]] = [
-    add_data_commands,
+    functools.partial(add_data_commands, more=[add_plan_command]),
     add_triage_command,
     add_goodput_commands,
     add_zoo_commands,

@@ -41,6 +41,7 @@ __all__ = [
     "open_input",
     "read_input",
     "resolve_fs",
+    "retry_delay_s",
 ]
 
 T = TypeVar("T")
@@ -406,6 +407,19 @@ def read_input(fs: fsspec.AbstractFileSystem, path: str, *, max_bytes: int) -> b
     return data
 
 
+#: Longest delay between two attempts of a storage request, in s.
+RETRY_DELAY_CAP_S = 8.0
+
+
+def retry_delay_s(attempt: int, backoff_s: float) -> float:
+    """Return the wait after failed attempt `attempt` (1 = the first) before the next, in s.
+
+    `backoff_s * 2 ** (attempt - 1)`, capped at `RETRY_DELAY_CAP_S`: the schedule of
+    `call_with_retries` (and of `platform_lib.loading.fleet`, which models it).
+    """
+    return min(backoff_s * 2.0 ** (attempt - 1), RETRY_DELAY_CAP_S)
+
+
 def default_retries() -> int:
     """Return the retries of a storage request: `$DRIVETRAIN_STORAGE_RETRIES`, default 4."""
     return int(os.environ.get("DRIVETRAIN_STORAGE_RETRIES", "4"))
@@ -436,7 +450,7 @@ def call_with_retries(
     max_retries = default_retries() if max_retries is None else max_retries
     retrying = tenacity.Retrying(
         stop=tenacity.stop_after_attempt(max_retries + 1),
-        wait=tenacity.wait_exponential(multiplier=backoff_s, max=8.0),
+        wait=lambda state: retry_delay_s(state.attempt_number, backoff_s),
         retry=tenacity.retry_if_exception(is_transient),
         reraise=True,
     )

@@ -1,4 +1,8 @@
-"""Evaluation task: per-class BEV IoU and mean IoU on the validation split, next to the prior."""
+"""Evaluation task: per-class BEV IoU and mean IoU on the validation split, next to the prior.
+
+Its output is the evaluation folder: eval_metrics.json/.csv and frame_counts.json (per-frame
+counts by class and range band, which the champion gate of `register_model` pairs).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,6 @@ from pathlib import Path
 
 from flytekit import Cache, Resources, current_context, task
 from flytekit.types.directory import FlyteDirectory
-from flytekit.types.file import FlyteFile
 
 from platform_lib.training.config import TrainConfig
 from platform_lib.training.evaluate import evaluate
@@ -18,21 +21,23 @@ __all__ = ["evaluate_model"]
 
 @task(
     container_image=TASK_IMAGE,
-    cache=Cache(version="1"),
+    cache=Cache(version="2"),
     retries=2,
     requests=Resources(cpu="2", mem="4Gi"),
 )
-def evaluate_model(dataset: FlyteDirectory, run: FlyteDirectory, config: TrainConfig) -> FlyteFile:
-    """Evaluate the run's weights on `config.data.val_split`; return the metrics table (JSON)."""
+def evaluate_model(
+    dataset: FlyteDirectory, run: FlyteDirectory, config: TrainConfig
+) -> FlyteDirectory:
+    """Evaluate the run's weights on `config.data.val_split`; return the evaluation folder."""
     with task_errors("evaluating on the dataset", str(dataset.remote_source or dataset.path)):
         dataset_dir = download_input(dataset, "merge_dataset")
         run_dir = download_input(run, "train_model")
         out = Path(current_context().working_directory) / "eval"
-        result = evaluate(
+        evaluate(
             str(Path(run_dir) / "model.safetensors"),
             config,
             dataset_dir,
             split=config.data.val_split,
             output_dir=str(out),
         )
-    return FlyteFile(result.metrics_json)
+    return FlyteDirectory(str(out))

@@ -28,6 +28,7 @@ __all__ = [
     "PlacementError",
     "Team",
     "flyte_namespace",
+    "main",
     "placement_from_env",
 ]
 
@@ -340,3 +341,28 @@ def placement_from_env(environ: Mapping[str, str] | None = None) -> Placement:
         )
     except PlacementError as exc:
         raise PlacementError(exc.field, f"{PLACEMENT_ENV[exc.field]}: {exc}") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m tasks.placement --project P --domain D`: check the placement before registering.
+
+    Returns 0 when the placement from the environment (`placement_from_env`) may run in the
+    project-domain's namespace; else prints `error: ...` naming the field and returns 2.
+    """
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m tasks.placement", description=main.__doc__)
+    parser.add_argument("--project", required=True)
+    parser.add_argument("--domain", required=True)
+    args = parser.parse_args(argv)
+    try:
+        placement_from_env().check_namespace(args.project, args.domain)
+    except PlacementError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

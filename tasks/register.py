@@ -1,5 +1,8 @@
 """Registration task: MLflow run (params, step metrics, eval table) + model version + aliases.
 
+The champion gate (`platform_lib.registry.gate`) evaluates the champion on the same frames and
+decides; its page (decision, plots, per-slice table) is the task's "Promotion" Deck.
+
 MLflow credentials: `tasks/secrets.py` (environment or the Flyte secrets `mlflow/*`).
 """
 
@@ -7,9 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from flytekit import Cache, current_context, task
+from flytekit import Cache, Deck, current_context, task
+from flytekit.deck import DeckField
 from flytekit.types.directory import FlyteDirectory
-from flytekit.types.file import FlyteFile
 
 from platform_lib.registry.lineage import resolve_code_version
 from platform_lib.registry.record import record_training_run
@@ -26,7 +29,12 @@ CHECKOUT = Path(__file__).resolve().parents[1]
 
 
 @task(
-    container_image=TASK_IMAGE, cache=Cache(version="1"), retries=3, secret_requests=MLFLOW_SECRETS
+    container_image=TASK_IMAGE,
+    cache=Cache(version="2"),
+    retries=3,
+    secret_requests=MLFLOW_SECRETS,
+    enable_deck=True,
+    deck_fields=(DeckField.INPUT, DeckField.OUTPUT),
 )
 def register_model(
     model_name: str,
@@ -34,22 +42,26 @@ def register_model(
     raw_logs_hash: str,
     dataset: FlyteDirectory,
     run: FlyteDirectory,
-    eval_table: FlyteFile,
+    eval_table: FlyteDirectory,
     config: TrainConfig,
 ) -> str:
     """Register the run's model with lineage tags; return `models:/<name>/<version>`.
 
-    `model_name` "" registers as "drivetrain-bev-<source>".
+    `model_name` "" registers as "drivetrain-bev-<source>"; `eval_table` is the evaluation
+    folder (`evaluate_model`). The champion moves only when the gate promotes.
     """
     with task_errors("logging to MLflow"), mlflow_credentials():
         registration = record_training_run(
             model_name=model_name or f"drivetrain-bev-{source}",
             run_dir=download_input(run, "train_model"),
             dataset_dir=download_input(dataset, "merge_dataset"),
-            eval_json=download_input(eval_table, "evaluate_model"),
+            eval_json=str(Path(download_input(eval_table, "evaluate_model")) / "eval_metrics.json"),
             config=config,
             raw_logs_hash=raw_logs_hash,
             execution_id=current_context().execution_id.name or "local",
             code_version=resolve_code_version(CHECKOUT),
+            gate_dir=Path(current_context().working_directory) / "promotion",
         )
+    if registration.page is not None:
+        Deck("Promotion", Path(registration.page).read_text(encoding="utf-8"))
     return registration.model_uri

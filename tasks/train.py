@@ -1,45 +1,36 @@
 """Training tasks: resolve the config, then elastic distributed training.
 
-`train_model` runs `platform_lib.training.train.train` in `nproc_per_node` torch elastic
-workers (`Elastic`: one pod for nnodes=1, a PyTorchJob beyond), placed by `tasks.placement`.
-Rank 0 returns a handle on the run folder, never tensors; `max_restarts` restarts the worker
-group in place from the last checkpoint, task `retries` apply on a cluster only. The task's
-own process publishes the goodput Deck while the workers exit
-(`platform_lib.registry.goodput.GoodputFinisher`). See docs/pipeline.md and docs/goodput.md.
+`train_model` runs `platform_lib.training.train_run.train_and_publish` in `nproc_per_node`
+torch elastic workers (`Elastic`: one pod for nnodes=1, a PyTorchJob beyond), placed by
+`tasks.placement`. Rank 0 returns a handle on the run folder, never tensors, and its "Goodput"
+Deck; `max_restarts` restarts the worker group in place from the last checkpoint, task
+`retries` apply on a cluster only; an exception leaving a rank becomes its triage verdict
+(`tasks.triage.explain_failures`). See docs/pipeline.md and docs/goodput.md.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from flytekit import Cache, Deck, PodTemplate, Resources, task
-from flytekit.configuration import SerializationSettings
 from flytekit.core.python_function_task import PythonFunctionTask
 from flytekit.deck import DeckField
-from flytekit.exceptions.user import FlyteRecoverableException, FlyteUserRuntimeException
-from flytekit.extend import TaskPlugins
 from flytekit.types.directory import FlyteDirectory
 from flytekitplugins.kfpytorch import Elastic
-from flytekitplugins.kfpytorch.task import PytorchElasticFunctionTask
 from kubernetes.client import V1PodSpec, V1Toleration
-from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-from platform_lib.registry.goodput import GoodputFinisher, MlflowMetricsStream, hand_off_run
 from platform_lib.shards.manifest import load_manifest
-from platform_lib.telemetry.publish import GOODPUT_HTML
 from platform_lib.training.checkpoint import make_run_dir
 from platform_lib.training.config import TrainConfig, hash_config
 from platform_lib.training.launch import DISABLE_SHARED_STORE
 from platform_lib.training.overrides import resolve_train_config
-from platform_lib.training.train import train
+from platform_lib.training.train_run import train_and_publish
 from tasks.errors import download_input, task_errors
 from tasks.image import TASK_IMAGE
 from tasks.placement import Placement, placement_from_env
 from tasks.secrets import MLFLOW_SECRETS, mlflow_credentials
-from tasks.triage import explain_training_failure
+from tasks.triage import explain_failures
 
 __all__ = [
     "build_train_task",
@@ -48,17 +39,15 @@ __all__ = [
     "train_model",
 ]
 
-# The elastic agent runs in this task's process: give each restart a fresh rendezvous store
-# (pytorch#135712; see `platform_lib.training.launch.DISABLE_SHARED_STORE`, docs/faults.md).
-os.environ.setdefault(DISABLE_SHARED_STORE, "1")
-
 #: Placement of `train_model` (default: 2 CPU workers, the 2-core dev machines). Read when the
 #: module is imported (package/register time, and in the pod from the task's environment).
 PLACEMENT = placement_from_env()
-#: How often the elastic agent polls its workers, in s. The agent notices the workers'
-#: end at its next poll, so this bounds the idle tail after the last step (0.1 s is
-#: torchrun's own `--monitor-interval` default; the plugin's 5 s: docs/performance.md).
+#: How often the elastic agent polls its workers, in s: it bounds the idle tail after the
+#: last step (torchrun's own default, `--monitor-interval`; the plugin's default is 5 s).
 MONITOR_INTERVAL_S = float(os.environ.get("DRIVETRAIN_ELASTIC_MONITOR_INTERVAL_S", "0.1"))
+#: The elastic agent's environment in the pod: a fresh rendezvous store per restart
+#: (pytorch#135712; `platform_lib.training.launch.DISABLE_SHARED_STORE`, docs/faults.md).
+AGENT_ENVIRONMENT = {DISABLE_SHARED_STORE: "1"}
 
 
 @task(container_image=TASK_IMAGE, cache=Cache(version="2"), retries=1)
@@ -95,87 +84,21 @@ def train_model(dataset: FlyteDirectory, config: TrainConfig) -> FlyteDirectory:
         local = download_input(dataset, "merge_dataset")
         dataset_hash = load_manifest(local).dataset_hash
         run_dir = resolve_run_dir(dataset_hash, hash_config(config))
-        with mlflow_credentials():  # rank 0 streams metrics to MLflow
-            stream = None
-            if int(os.environ.get("RANK", "0")) == 0 and config.metrics.mlflow_interval:
-                stream = MlflowMetricsStream(
-                    run_name=f"train-{config.preset}-{hash_config(config)[:8]}",
-                    tags={"dataset_hash": dataset_hash, "preset": config.preset},
-                )
-            if train(config, local, str(run_dir), sink=stream) is not None:
-                hand_off_run(run_dir, dataset_hash=dataset_hash, stream=stream)  # rank 0
-    return FlyteDirectory(str(run_dir))
+    tags = {
+        "preset": config.preset,
+        "config_hash": hash_config(config),
+        "dataset_hash": dataset_hash,
+    }
+    folder = config.checkpoint.folder or str(run_dir / "checkpoints")
+    with explain_failures(run_dir, checkpoint_folder=folder, tags=tags):
+        with task_errors("training on the dataset", local), mlflow_credentials():
+            run = train_and_publish(config, local, run_dir, dataset_hash=dataset_hash)
+    if run.goodput_html is not None:  # rank 0: the plugin carries its Decks to the task
+        Deck("Goodput", run.goodput_html.read_text(encoding="utf-8"))
+    return FlyteDirectory(str(run.run_dir))
 
 
 _TRAIN_FUNCTION = train_model
-
-
-@dataclass
-class PlacedElastic(Elastic):
-    """`Elastic` plus the `Placement` it was derived from (checked again at registration)."""
-
-    placement: Placement | None = None
-
-
-class PlacedElasticTask(PytorchElasticFunctionTask):
-    """Elastic task that checks its team's LocalQueue exists in the target namespace.
-
-    It also publishes the goodput report of a finished launch (baseline comparison, MLflow,
-    the "Goodput" Deck), and explains a failed one (triage verdict as error message and
-    MLflow tags; retried when the restart policy says so: `tasks.triage`).
-    """
-
-    def get_config(self, settings: SerializationSettings) -> dict[str, Any] | None:
-        self.task_config.placement.check_namespace(settings.project, settings.domain)
-        return super().get_config(settings)
-
-    def _execute(self, **kwargs: Any) -> Any:
-        config, dataset = kwargs.get("config"), kwargs.get("dataset")
-        with mlflow_credentials():  # the workers inherit it; the finisher thread needs it
-            finisher = GoodputFinisher(_agent_run_dir(dataset, config)[0], config=config)
-            try:
-                run = super()._execute(**kwargs)
-            except (FlyteRecoverableException, FlyteUserRuntimeException) as error:
-                finisher.stop()
-                failure = error.__context__  # the plugin raises these handling ChildFailedError
-                if not isinstance(failure, ChildFailedError):
-                    raise
-                run_dir, tags = _agent_run_dir(dataset, config)
-                folder = config.checkpoint.folder if config is not None else None
-                raise explain_training_failure(
-                    failure,
-                    checkpoint_folder=folder or (str(run_dir / "checkpoints") if run_dir else None),
-                    tags=tags,
-                ) from failure
-            except BaseException:
-                finisher.stop()
-                raise
-            with task_errors("publishing the goodput report", run.path):
-                finisher.result(run.path)  # finished while the workers exited
-            Deck("Goodput", (Path(run.path) / GOODPUT_HTML).read_text(encoding="utf-8"))
-        return run
-
-
-def _agent_run_dir(
-    dataset: FlyteDirectory | None, config: TrainConfig | None
-) -> tuple[Path | None, dict[str, str]]:
-    """Return (the run folder of this agent's workers, MLflow tags), as the agent sees them.
-
-    Best effort: without a readable dataset manifest there is no run folder (None).
-    """
-    if config is None:
-        return None, {}
-    tags = {"preset": config.preset, "config_hash": hash_config(config)}
-    try:
-        tags["dataset_hash"] = load_manifest(
-            str(dataset.remote_source or dataset.path)
-        ).dataset_hash
-    except Exception:  # noqa: BLE001 - no dataset, no run folder: triage still runs
-        return None, tags
-    return resolve_run_dir(tags["dataset_hash"], tags["config_hash"], agent_pid=os.getpid()), tags
-
-
-TaskPlugins.register_pythontask_plugin(PlacedElastic, PlacedElasticTask)
 
 
 def build_train_task(placement: Placement) -> PythonFunctionTask:
@@ -186,9 +109,8 @@ def build_train_task(placement: Placement) -> PythonFunctionTask:
     Kueue queue label goes on the task (`labels=`), which Flyte copies onto the Pod or the
     PyTorchJob; node selector and tolerations go into the pod template.
 
-    Raises:
-        PlacementError: (at serialisation) when the team's LocalQueue is not in the Flyte
-            project-domain's namespace.
+    The team's LocalQueue is checked against the target namespace at registration
+    (`make register`: `python -m tasks.placement --project P --domain D`).
     """
     accel, res = placement.accelerator_type, placement.pod_resources
     gpus = res.get(accel.resource) if accel.resource else None
@@ -200,12 +122,11 @@ def build_train_task(placement: Placement) -> PythonFunctionTask:
     return task(
         _TRAIN_FUNCTION,
         container_image=TASK_IMAGE,
-        task_config=PlacedElastic(
+        task_config=Elastic(
             nnodes=placement.nnodes,
             nproc_per_node=placement.nproc_per_node,
             max_restarts=1,
             increase_shared_mem=False,
-            placement=placement,
             monitor_interval=MONITOR_INTERVAL_S,
         ),
         enable_deck=True,
@@ -217,9 +138,9 @@ def build_train_task(placement: Placement) -> PythonFunctionTask:
         requests=Resources(cpu=res["cpu"], mem=res["memory"], gpu=gpus),
         limits=Resources(mem=res["memory"], gpu=gpus),
         labels=placement.labels,
-        environment=placement.environment,
+        environment={**placement.environment, **AGENT_ENVIRONMENT},
         pod_template=PodTemplate(pod_spec=pod_spec),
-        secret_requests=MLFLOW_SECRETS,  # a failed launch's triage verdict goes to MLflow (tasks.triage)
+        secret_requests=MLFLOW_SECRETS,  # metrics, goodput and a failed rank's verdict go to MLflow
         shared_memory=True,  # /dev/shm for the loader workers' tensors
     )
 

@@ -25,6 +25,8 @@ from tasks.data import (
 from tasks.evaluate import evaluate_model
 from tasks.register import register_model
 from tasks.train import resolve_config, train_model
+from tasks.triage import record_pipeline_failure
+from tasks.view import build_training_view, choose_training_view
 
 __all__ = ["training_pipeline"]
 
@@ -40,7 +42,7 @@ warnings.filterwarnings(
 DEFAULT_SYNTHETIC = SyntheticConfig()
 
 
-@workflow
+@workflow(on_failure=record_pipeline_failure)  # classifies a rank killed by a signal
 def training_pipeline(
     source: str = "synthetic",
     raw_logs: str = "",
@@ -77,7 +79,11 @@ def training_pipeline(
     present = list_raw_logs(source=source, raw_logs=logs)
     parts = build_log_parts(source, present.logs, present.log_hashes, build_config)
     dataset = merge_dataset(source=source, parts=parts, config=build_config)
-    run = train_model(dataset=dataset, config=config)
+    # A model whose camera input is smaller than the cameras trains on a view at that size;
+    # evaluation and registration read the full-size dataset (the source of truth).
+    view = choose_training_view(dataset=dataset, config=config)
+    train_data = build_training_view(dataset=dataset, view=view)
+    run = train_model(dataset=train_data, config=config)
     table = evaluate_model(dataset=dataset, run=run, config=config)
     return register_model(
         model_name=model_name,

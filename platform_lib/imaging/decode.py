@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
@@ -309,13 +310,29 @@ def _camera_plan(
     return plan_camera_resize(width, height, resize)
 
 
-def decode_sample_cameras(sample: dict[str, Any], resize: CameraResize | None) -> dict[str, Any]:
+def _decode_camera(
+    data: bytes | memoryview, calib: dict[str, Any] | None, resize: CameraResize | None, where: str
+) -> tuple[np.ndarray, dict[str, Any] | None]:
+    """One camera of `decode_sample_cameras`: (image, adjusted calib entry or None)."""
+    if resize is None:
+        return simplejpeg.decode_jpeg(data, colorspace="RGB"), None
+    plan = _camera_plan(data, calib, resize, where)
+    image = decode_jpeg_cpu(data, plan=plan)
+    return image, (adjust_calib(calib, resize) if calib is not None else None)
+
+
+def decode_sample_cameras(
+    sample: dict[str, Any], resize: CameraResize | None, *, pool: Executor | None = None
+) -> dict[str, Any]:
     """Decode the JPEG bytes of a decoded sample's cameras on the CPU; calib follows the size.
 
     Args:
         sample: a decoded sample (docs/format.md) with `decode="none"`: "cameras" name -> JPEG
             bytes, "calib" {"cameras": name -> width, height, intrinsics (3, 3), extrinsics}.
         resize: output size of every camera; None decodes at full size (calib unchanged).
+        pool: threads that decode the cameras at once (simplejpeg's decode and Pillow's resize
+            release the GIL: `bench/gil.py`); None decodes them one after the other. The
+            result is the same either way, byte for byte, errors included.
 
     Returns:
         the sample with "cameras" name -> (H, W, 3) uint8 RGB and, when resized, each camera's
@@ -323,20 +340,23 @@ def decode_sample_cameras(sample: dict[str, Any], resize: CameraResize | None) -
 
     Raises:
         ValueError: a camera is not a decodable JPEG, or its size disagrees with calib.json
-            (names the sample key and the camera).
+            (names the sample key and the camera; the first such camera in sample order).
     """
     key = sample.get("__key__", "?")
     calib = (sample.get("calib") or {}).get("cameras", {})
-    cameras, adjusted = {}, {}
-    for name, data in sample["cameras"].items():
-        where = f"sample {key} camera {name}"
-        if resize is None:
-            cameras[name] = simplejpeg.decode_jpeg(data, colorspace="RGB")
-            continue
-        plan = _camera_plan(data, calib.get(name), resize, where)
-        cameras[name] = decode_jpeg_cpu(data, plan=plan)
-        if name in calib:
-            adjusted[name] = adjust_calib(calib[name], resize)
+    names = list(sample["cameras"])
+    jobs = [
+        (sample["cameras"][name], calib.get(name), resize, f"sample {key} camera {name}")
+        for name in names
+    ]
+    if pool is None or len(jobs) < 2:
+        results = [_decode_camera(*job) for job in jobs]
+    else:  # map yields in order and re-raises the first failing camera's error, as serially
+        results = list(pool.map(_decode_camera, *zip(*jobs, strict=True)))
+    cameras = {name: image for name, (image, _) in zip(names, results, strict=True)}
+    adjusted = {
+        name: entry for name, (_, entry) in zip(names, results, strict=True) if entry is not None
+    }
     out = {**sample, "cameras": cameras}
     if adjusted:
         out["calib"] = {**sample["calib"], "cameras": {**calib, **adjusted}}

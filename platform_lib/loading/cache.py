@@ -15,8 +15,10 @@ import errno
 import fcntl
 import os
 import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import filelock
 
@@ -30,7 +32,9 @@ from platform_lib.loading.errors import (
 from platform_lib.shards.manifest import check_shard_path
 from platform_lib.storage import StorageUnreachableError, call_with_retries, resolve_fs
 
-__all__ = ["CACHE_MARKER", "CacheStats", "ShardCache", "resolve_cache_dir"]
+__all__ = ["CACHE_MARKER", "CacheStats", "ShardCache", "evict_lru", "resolve_cache_dir"]
+
+K = TypeVar("K")
 
 #: File marking a folder as ours; eviction never walks a folder without it.
 CACHE_MARKER = ".drivetrain-shard-cache"
@@ -56,6 +60,52 @@ def _create_locked(path: Path) -> int:
         except FileNotFoundError:
             pass
         os.close(fd)
+
+
+def evict_lru(
+    cached: Iterable[tuple[float, int, K]],
+    *,
+    limit_bytes: int,
+    keep: K,
+    remove: Callable[[K], bool],
+) -> list[K]:
+    """Evict least-recently-used shards until the cache holds at most `limit_bytes`.
+
+    The node cache's eviction rule, free of files so that `platform_lib.loading.fleet` runs it
+    too: oldest last use first, never `keep` (the shard just opened); a shard `remove` cannot
+    delete (in use) is skipped and still counts.
+
+    Args:
+        cached: (last use, size in bytes, shard) of every cached shard; last use in any unit
+            that orders (mtime in ns, simulated s).
+        limit_bytes: most bytes the cache may hold.
+        keep: the shard never evicted.
+        remove: deletes a shard; returns False when it is in use (then it stays).
+
+    Returns:
+        The shards removed, oldest first.
+    """
+    entries = sorted(cached)
+    total = sum(size for _, size, _ in entries)
+    removed: list[K] = []
+    for _, size, shard in entries:
+        if total <= limit_bytes:
+            break
+        if shard == keep or not remove(shard):
+            continue
+        total -= size
+        removed.append(shard)
+    return removed
+
+
+def _remove_unless_locked(path: Path) -> bool:
+    """Delete a cached shard unless it is being downloaded or opened right now (its lock is held)."""
+    try:
+        with filelock.FileLock(f"{path}.lock", timeout=0):
+            path.unlink(missing_ok=True)
+    except filelock.Timeout:
+        return False
+    return True
 
 
 @dataclass
@@ -218,18 +268,9 @@ class ShardCache:
                     elif path.name.endswith(".tar") and not path.name.startswith("."):
                         st = path.stat()
                         cached.append((st.st_mtime_ns, st.st_size, path))
-            total = sum(size for _, size, _ in cached)
-            for _, size, path in sorted(cached):
-                if total <= self.limit_bytes:
-                    break
-                if path == keep:
-                    continue
-                try:  # a shard being downloaded or opened right now is skipped
-                    with filelock.FileLock(f"{path}.lock", timeout=0):
-                        path.unlink(missing_ok=True)
-                except filelock.Timeout:
-                    continue
-                total -= size
-                self.stats.evictions += 1
+            removed = evict_lru(
+                cached, limit_bytes=self.limit_bytes, keep=keep, remove=_remove_unless_locked
+            )
+            self.stats.evictions += len(removed)
         finally:
             lock.release()

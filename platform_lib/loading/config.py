@@ -58,6 +58,12 @@ class LoaderConfig(BaseModel):
     """decode cameras straight to this size (DCT-domain downscaling, aspect-preserving crop;
     calib intrinsics/width/height follow, see `imaging/decode.py`); None: full size. Used by
     decode="cpu"/"gpu"/"auto"; decode="none" hands JPEG bytes through unchanged"""
+    decode_threads: int | None = Field(default=None, ge=1)
+    """threads in each worker that decode one sample's cameras at once (decode="cpu", with or
+    without `camera_resize`: simplejpeg's decode and Pillow's resize both release the GIL,
+    measured by `bench/gil.py`); results are identical to one thread. None: the CPUs this
+    process may use, divided by the loader processes on the node (workers x LOCAL_WORLD_SIZE),
+    between 1 and 6 (the cameras of a sample); see `loading.dataset.resolve_decode_threads`"""
     window_frames: int = Field(default=1, ge=1)
     """k: frames per sample; k > 1 yields k consecutive frames of one log (never crossing logs)"""
     window_stride: int = Field(default=1, ge=1)

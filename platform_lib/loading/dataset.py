@@ -3,16 +3,18 @@
 Worker w of n produces its rank's batches w, w + n, ... of the epoch plan (see
 `partition.py`), for the epoch and start step the main process wrote into the ring's control
 words before starting the iteration. Each batch: reserve an extent of its actual bytes in the
-worker's ring region, `preadv` the units' byte ranges into its raw area in shard-offset order
-(sequential I/O), verify, parse members as views (npy header parse, JPEG bytes as
-memoryviews), decode, apply `sample_transform`, collate (tensors stacked straight into the
-extent's output area), then send the small skeleton (`ring.SlotWriter.pack`). Counters
-(skipped samples, object-store requests, downloads, ring fallbacks) ride along in
-`batch["__stats__"]` as deltas; the loader removes them.
+ring, `preadv` the units' byte ranges into its raw area in shard-offset order (sequential I/O),
+verify, parse members as views (npy header parse, JPEG bytes as memoryviews), decode (a
+sample's cameras in `decode_threads` threads), apply `sample_transform`, collate (tensors
+stacked straight into the extent's output area), then send the small skeleton
+(`ring.SlotWriter.pack`). Counters (skipped samples, object-store requests, downloads, ring
+fallbacks) ride along in `batch["__stats__"]` as deltas; the loader removes them.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from typing import Any
@@ -37,7 +39,7 @@ from platform_lib.shards.codec import decode_sample
 from platform_lib.shards.errors import DatasetError
 from platform_lib.shards.view import DatasetView
 
-__all__ = ["STATS_KEY", "BatchStream"]
+__all__ = ["STATS_KEY", "BatchStream", "read_order", "resolve_decode_threads", "shards_to_prefetch"]
 
 #: Batch entry carrying worker counters; popped by the loader.
 STATS_KEY = "__stats__"
@@ -46,14 +48,94 @@ STATS_KEY = "__stats__"
 _SKIPPABLE = (ShardFormatError, SampleDecodeError)
 #: Ring control words: [0] generation (ring.py), [1] epoch, [2] start step.
 _EPOCH, _START = 1, 2
+#: Most decode threads per worker by default: the cameras of one sample.
+_MAX_DECODE_THREADS = 6
+
+
+def resolve_decode_threads(config: LoaderConfig, num_workers: int) -> int:
+    """Return the camera-decode threads of each loader process (`LoaderConfig.decode_threads`).
+
+    Args:
+        config: loader options; an explicit `decode_threads` is returned as is.
+        num_workers: worker processes of this loader (0: the main process reads).
+
+    Returns:
+        with `decode_threads=None`: the CPUs this process may use (`os.sched_getaffinity`)
+        divided by the loader processes on the node (max(1, num_workers) x LOCAL_WORLD_SIZE,
+        the ranks torchrun starts per node), clamped to 1..6.
+    """
+    if config.decode_threads is not None:
+        return config.decode_threads
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    local = os.environ.get("LOCAL_WORLD_SIZE", "1")
+    ranks = int(local) if local.isdigit() and int(local) > 0 else 1
+    return max(1, min(_MAX_DECODE_THREADS, (cpus or 1) // (max(1, num_workers) * ranks)))
+
+
+def read_order(
+    row_shard: list[np.ndarray],
+    row_offset: list[np.ndarray],
+    units: list[np.ndarray],
+    sources: np.ndarray,
+    unit_ids: np.ndarray,
+) -> np.ndarray:
+    """Return the order in which a worker reads a batch's units: by (source, shard, offset).
+
+    Args:
+        row_shard: per source, (rows,) int64 shard id of each index row.
+        row_offset: per source, (rows,) int64 byte offset of each row in its shard.
+        units: per source, (U, k) int64 rows of each unit.
+        sources: (B,) int64 source of each unit of the batch.
+        unit_ids: (B,) int64 unit id (of its source) of each unit of the batch.
+
+    Returns:
+        (B,) int64 batch indices, sequential within each shard.
+    """
+    if len(units) == 1:  # one dataset: no per-source gather
+        first_rows = units[0][unit_ids, 0]
+        return np.lexsort((row_offset[0][first_rows], row_shard[0][first_rows], sources))
+    first_rows = np.empty(len(sources), dtype=np.int64)
+    offsets, shards = np.empty_like(first_rows), np.empty_like(first_rows)
+    for s in np.unique(sources).tolist():
+        mine = sources == s
+        first_rows[mine] = units[s][unit_ids[mine], 0]
+        offsets[mine] = row_offset[s][first_rows[mine]]
+        shards[mine] = row_shard[s][first_rows[mine]]
+    return np.lexsort((offsets, shards, sources))
+
+
+def shards_to_prefetch(
+    row_shard: list[np.ndarray],
+    units: list[np.ndarray],
+    sources: np.ndarray,
+    unit_ids: np.ndarray,
+    *,
+    skip: Callable[[int, int], bool],
+    shards_ahead: int,
+) -> list[tuple[int, int]]:
+    """Return the (source, shard) pairs a worker fetches ahead for a coming batch.
+
+    The first `shards_ahead` shards the batch's units read, in batch order, that `skip` does
+    not rule out (a local dataset, a shard already open in the worker).
+    """
+    wanted: dict[tuple[int, int], None] = {}
+    for s, u in zip(sources.tolist(), unit_ids.tolist(), strict=True):
+        for shard in row_shard[s][units[s][u]].tolist():
+            wanted[(s, shard)] = None
+    return [pair for pair in wanted if not skip(*pair)][:shards_ahead]
 
 
 def _decode(
-    members: dict[str, Any], decode: str, key: str, where: str, resize: CameraResize | None
+    members: dict[str, Any],
+    decode: str,
+    key: str,
+    where: str,
+    resize: CameraResize | None,
+    pool: ThreadPoolExecutor | None = None,
 ) -> dict[str, Any]:
     try:
         sample = decode_sample(members, decode="none")  # JPEGs: below, at the configured size
-        return decode_sample_cameras(sample, resize) if decode == "cpu" else sample
+        return decode_sample_cameras(sample, resize, pool=pool) if decode == "cpu" else sample
     except Exception as exc:  # any decoder failure becomes a named, skippable error
         raise SampleDecodeError(
             f"{where}: sample {key} could not be decoded ({type(exc).__name__}: {exc}); "
@@ -141,7 +223,13 @@ class BatchStream(IterableDataset):
             for row in self.units[s][u]
         )
 
-    def _load_frame(self, files: ShardFiles, row: int, writer: SlotWriter) -> dict[str, Any]:
+    def _load_frame(
+        self,
+        files: ShardFiles,
+        row: int,
+        writer: SlotWriter,
+        decoders: ThreadPoolExecutor | None = None,
+    ) -> dict[str, Any]:
         view = files.view
         key, shard = view.key(row), view.shard_path(row)
         size, lo = int(view.sample_size[row]), int(view.sample_offset[row])
@@ -153,15 +241,24 @@ class BatchStream(IterableDataset):
             begin = int(view.member_offset[m]) - lo
             members[view.member_name(m)] = data[begin : begin + int(view.member_size[m])]
         sample = _decode(
-            members, self.decode, key, f"{view.url}/{shard}", self.config.camera_resize
+            members,
+            self.decode,
+            key,
+            f"{view.url}/{shard}",
+            self.config.camera_resize,
+            decoders,
         )
         sample["__key__"], sample["__shard__"] = key, shard
         return sample
 
     def _load_unit(
-        self, files: ShardFiles, rows: np.ndarray, writer: SlotWriter
+        self,
+        files: ShardFiles,
+        rows: np.ndarray,
+        writer: SlotWriter,
+        decoders: ThreadPoolExecutor | None = None,
     ) -> tuple[str, Any]:
-        frames = [self._load_frame(files, int(r), writer) for r in rows]
+        frames = [self._load_frame(files, int(r), writer, decoders) for r in rows]
         if len(frames) == 1:
             sample = frames[0]
         else:
@@ -228,6 +325,12 @@ class BatchStream(IterableDataset):
         files = self._open_files()
         remote = any(f.cache is not None for f in files)
         prefetcher = ThreadPoolExecutor(1) if remote and self.config.shards_ahead else None
+        threads = resolve_decode_threads(self.config, num_workers if info is not None else 0)
+        decoders = (
+            ThreadPoolExecutor(threads, thread_name_prefix="decode")
+            if self.decode == "cpu" and threads > 1
+            else None
+        )
         sent: dict[str, int] = {}
         try:
             for step in steps_for_worker(
@@ -250,24 +353,20 @@ class BatchStream(IterableDataset):
                         timeout_s=self.config.worker_timeout_s,
                     )
                 writer = SlotWriter(self.ring, extent, raw)
-                first_rows = np.array(
-                    [self.units[s][u, 0] for s, u in zip(sources, unit_ids, strict=True)]
-                )
-                offsets = np.array(
-                    [
-                        self.views[s].sample_offset[r]
-                        for s, r in zip(sources, first_rows, strict=True)
-                    ]
-                )
-                shards = np.array(
-                    [self.views[s].shard_id[r] for s, r in zip(sources, first_rows, strict=True)]
-                )
                 loaded: dict[int, tuple[str, Any]] = {}
                 skipped: list[tuple[str, str]] = []
-                for i in np.lexsort((offsets, shards, sources)):  # sequential reads
+                for i in read_order(
+                    [v.shard_id for v in self.views],
+                    [v.sample_offset for v in self.views],
+                    self.units,
+                    sources,
+                    unit_ids,
+                ):
                     s, u = int(sources[i]), int(unit_ids[i])
                     try:
-                        loaded[int(i)] = self._load_unit(files[s], self.units[s][u], writer)
+                        loaded[int(i)] = self._load_unit(
+                            files[s], self.units[s][u], writer, decoders
+                        )
                     except _SKIPPABLE as exc:
                         if self.config.error_policy == "raise":
                             raise
@@ -291,6 +390,8 @@ class BatchStream(IterableDataset):
         finally:
             if prefetcher is not None:
                 prefetcher.shutdown(wait=True, cancel_futures=True)
+            if decoders is not None:
+                decoders.shutdown(wait=True, cancel_futures=True)
             for f in files:
                 f.close()
 
@@ -308,16 +409,15 @@ class BatchStream(IterableDataset):
         positions, _ = positions_for_batch(
             self.plan, step=step, rank=self.rank, batch_size=self.batch_size
         )
-        wanted: dict[tuple[int, int], None] = {}
-        for s, u in zip(order_source[positions], order_unit[positions], strict=True):
-            for row in self.units[s][u]:
-                wanted[(int(s), int(self.views[s].shard_id[row]))] = None
-        fresh = [
-            (s, shard)
-            for s, shard in wanted
-            if files[s].cache is not None and not files[s].is_open(shard)
-        ]
-        for s, shard in fresh[: self.config.shards_ahead]:
+        fresh = shards_to_prefetch(
+            [v.shard_id for v in self.views],
+            self.units,
+            order_source[positions],
+            order_unit[positions],
+            skip=lambda s, shard: files[s].cache is None or files[s].is_open(shard),
+            shards_ahead=self.config.shards_ahead,
+        )
+        for s, shard in fresh:
             entry = self.views[s].manifest.shards[shard]
             cache = files[s].cache
             assert cache is not None  # `fresh` holds shard files with a cache only

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -11,6 +12,7 @@ from torch import nn
 from platform_lib.models.bev_fusion.config import BEVFusionConfig
 from platform_lib.models.bev_fusion.model import BEVFusion
 from platform_lib.models.bev_fusion.prepare import build_sample_transform
+from platform_lib.models.bev_fusion.temporal import prepare_window
 from platform_lib.models.presets import get_model_config
 
 __all__ = ["build_model", "build_model_transform"]
@@ -24,5 +26,11 @@ def build_model(cfg: BEVFusionConfig | str) -> nn.Module:
 def build_model_transform(
     cfg: BEVFusionConfig | str,
 ) -> Callable[[Mapping[str, Any]], dict[str, torch.Tensor]]:
-    """Return the picklable decoded-sample -> tensors transform for the loader workers."""
-    return build_sample_transform(get_model_config(cfg) if isinstance(cfg, str) else cfg)
+    """Return the picklable decoded-sample -> tensors transform for the loader workers.
+
+    A temporal model (`temporal_frames` > 1) takes loader windows (`temporal.prepare_window`).
+    """
+    model_cfg = get_model_config(cfg) if isinstance(cfg, str) else cfg
+    if model_cfg.temporal_frames > 1:
+        return functools.partial(prepare_window, cfg=model_cfg)
+    return build_sample_transform(model_cfg)

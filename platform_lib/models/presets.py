@@ -36,10 +36,49 @@ def _bev_fusion_large() -> BEVFusionConfig:
     )
 
 
+def _bev_fusion_temporal() -> BEVFusionConfig:
+    """bev_fusion_small fusing the previous frame's BEV features, ego-motion aligned: windows of 2 frames."""
+    return BEVFusionConfig(name="bev_fusion_temporal", temporal_frames=2)
+
+
+def _bev_fusion_base() -> BEVFusionConfig:
+    """128 x 128 cells of 0.8 m (+-51.2 m), 704 x 256 cameras, ResNet-34, pillars, ~25 M params: GPU runs.
+
+    The 6 cameras share a ResNet-34 + FPN-lite neck (stride 16); the LiDAR branch is the
+    PointPillars encoder. Sizes and costs: docs/models.md.
+    """
+    return BEVFusionConfig(
+        name="bev_fusion_base",
+        x_min=-51.2,
+        x_max=51.2,
+        y_min=-51.2,
+        y_max=51.2,
+        resolution=0.8,
+        lidar_z_bins=8,
+        camera_height=256,
+        camera_width=704,
+        camera_anchor_y=0.5,
+        camera_stride=16,
+        backbone="resnet34",
+        neck_channels=256,
+        lift_depth_bins=32,
+        lift_max_depth=60.0,
+        lidar_encoder="pillars",
+        max_pillars=12000,
+        max_points_per_pillar=32,
+        lidar_channels=64,
+        camera_channels=80,
+        radar_channels=16,
+        fusion_channels=256,
+    )
+
+
 #: name -> zero-argument function returning the model config.
 MODEL_PRESETS: dict[str, Callable[[], BEVFusionConfig]] = {
     "bev_fusion_small": _bev_fusion_small,
     "bev_fusion_large": _bev_fusion_large,
+    "bev_fusion_temporal": _bev_fusion_temporal,
+    "bev_fusion_base": _bev_fusion_base,
 }
 
 

@@ -3,8 +3,10 @@
 `build_lineage` gathers the tags every registered model version carries: dataset_hash,
 val_split_hash (`hash_val_split`), raw_logs_hash (`platform_lib.sources.hashing.
 hash_raw_location`), source_log_hashes, code_version, config_hash
-(`platform_lib.training.config.hash_config`), seed and flyte_execution_id. What each tag
-holds: docs/pipeline.md, "Lineage and the registry".
+(`platform_lib.training.config.hash_config`), seed, flyte_execution_id, and what training
+read (train_dataset_hash, train_view: a training view and its parent,
+`platform_lib.training.trained_on`). What each tag holds: docs/pipeline.md, "Lineage and the
+registry".
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ from typing import Any
 
 import pyarrow.compute as pc
 
+from platform_lib.errors import UserError
 from platform_lib.redact import redact
 from platform_lib.shards.manifest import Manifest
 from platform_lib.shards.reader import open_dataset
 from platform_lib.training.config import hash_config
+from platform_lib.training.trained_on import TrainedOn
 
 __all__ = [
     "Lineage",
@@ -40,7 +44,8 @@ class Lineage:
     """What a model version was made from; every field becomes an MLflow tag."""
 
     dataset_hash: str
-    """manifest dataset_hash of the training dataset"""
+    """manifest dataset_hash of the dataset built from the raw logs (evaluated on; the parent
+    of a training view)"""
     val_split_hash: str
     """sha256 over the validation samples' content hashes; identifies the validation set"""
     raw_logs_hash: str
@@ -55,6 +60,12 @@ class Lineage:
     """training seed"""
     flyte_execution_id: str
     """Flyte execution name, "local" outside Flyte"""
+    train_dataset_hash: str = "unknown"
+    """manifest dataset_hash of the dataset training read: the training view's, else
+    dataset_hash; "unknown" when the run folder does not record it"""
+    train_view: str = "none"
+    """JSON of the training view's lineage (parent_dataset_hash, camera size, crop anchor,
+    quality, encoder); "none" when training read dataset_hash itself"""
 
     def to_tags(self) -> dict[str, str]:
         """Return the lineage as MLflow tags (all values strings, `redact`ed)."""
@@ -137,6 +148,7 @@ def build_lineage(
     raw_logs_hash: str = "",
     execution_id: str | None = None,
     code_version: str | None = None,
+    trained_on: TrainedOn | None = None,
 ) -> Lineage:
     """Collect the lineage of a model trained on `dataset_dir` with `config`.
 
@@ -148,8 +160,14 @@ def build_lineage(
         raw_logs_hash: content hash of the raw-log location ("" when unknown).
         execution_id: Flyte execution id; `resolve_flyte_execution_id()` when None.
         code_version: version of the training code; `resolve_code_version()` when None.
+        trained_on: the dataset training read (`load_trained_on` of the run folder): this
+            dataset or a training view of it; None when unknown.
+
+    Raises:
+        UserError: `trained_on` is neither this dataset nor a view of it (names both hashes).
     """
     logs = {log.log_id: log.content_hash for log in manifest.source_logs}
+    train_view = _train_view(manifest, trained_on)
     return Lineage(
         dataset_hash=manifest.dataset_hash,
         val_split_hash=hash_val_split(dataset_dir),
@@ -159,4 +177,24 @@ def build_lineage(
         config_hash=hash_config(config),
         seed=int(seed),
         flyte_execution_id=execution_id or resolve_flyte_execution_id(),
+        train_dataset_hash=trained_on.dataset_hash if trained_on else "unknown",
+        train_view=train_view,
+    )
+
+
+def _train_view(manifest: Manifest, trained_on: TrainedOn | None) -> str:
+    """Return the train_view tag: the view's lineage as JSON, "none" for the dataset itself."""
+    if trained_on is None or (
+        trained_on.view is None and trained_on.dataset_hash == manifest.dataset_hash
+    ):
+        return "none"
+    if trained_on.view is None or trained_on.view.parent_dataset_hash != manifest.dataset_hash:
+        raise UserError(
+            f"the run trained on dataset {trained_on.dataset_hash[:16]}..., which is neither "
+            f"dataset {manifest.dataset_hash[:16]}... nor a training view of it",
+            "run",
+            "register the run with the dataset its training read was built from",
+        )
+    return json.dumps(
+        trained_on.view.model_dump(mode="json"), sort_keys=True, separators=(",", ":")
     )

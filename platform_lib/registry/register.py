@@ -2,9 +2,10 @@
 
 A version's artifacts are data, never code: `model/model.safetensors` (the state dict) and
 `model/config.json` (`{"format": "drivetrain-model/1", "train_config": {...}}`). `candidate`
-moves to every new version; `champion` only to one whose validation mean IoU is strictly
-higher on the same validation set (equal `val_split_hash`), else an operator promotes it with
-`promote_champion`. The alias rules in full: docs/pipeline.md, "Lineage and the registry".
+moves to every new version; `champion` to the first version of a model, then only to one the
+champion gate promotes (`registry.gate`: the paired rule against the champion it was compared
+with, which must still be champion), else an operator promotes it with `promote_champion`.
+The alias rules in full: docs/pipeline.md, "Lineage and the registry".
 """
 
 from __future__ import annotations
@@ -16,18 +17,22 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mlflow
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from platform_lib.mlflow_store import configure_mlflow, log_json, redact_values
 from platform_lib.registry.lineage import Lineage
-from platform_lib.registry.mlflow_store import configure_mlflow, log_json, redact_values
+
+if TYPE_CHECKING:
+    from platform_lib.registry.gate import ChampionGate
 
 __all__ = [
     "MODEL_FORMAT",
     "Registration",
+    "current_champion",
     "download_model",
     "load_champion",
     "load_model_version",
@@ -53,6 +58,8 @@ class Registration:
     """version holding the `champion` alias after this registration"""
     decision: str
     """why the champion moved or stayed, e.g. "promoted:first", "kept:not_better" """
+    page: str | None = None
+    """local HTML page of the champion gate (decision, plots, per-slice table), if any"""
 
     @property
     def model_uri(self) -> str:
@@ -68,7 +75,8 @@ def _safe_tags(lineage: Lineage) -> dict[str, str]:
     return tags
 
 
-def _current_champion(client: MlflowClient, name: str):
+def current_champion(client: MlflowClient, name: str):
+    """Return the model version holding alias `champion` of `name`, or None."""
     try:
         return client.get_model_version_by_alias(name, "champion")
     except MlflowException:
@@ -83,6 +91,7 @@ def register_model_version(
     train_config: Any,
     lineage: Lineage,
     mean_iou: float,
+    gate: ChampionGate | None = None,
     client: MlflowClient | None = None,
 ) -> Registration:
     """Log the model artifacts to `run_id`, register a new version and move the aliases.
@@ -94,7 +103,10 @@ def register_model_version(
         train_config: the training config dataclass (stored as JSON, never pickled).
         lineage: tags of the version (`build_lineage`).
         mean_iou: validation mean IoU of this model on the split identified by
-            `lineage.val_split_hash`.
+            `lineage.val_split_hash` (a tag; the champion rule is the gate's).
+        gate: the champion gate's decision (`registry.gate`); its tags go on the version and
+            its files under `promotion/` of the run. None: the champion stays unless there is
+            none ("kept:not_compared").
         client: MLflow client; None: `configure_mlflow()`.
 
     Returns:
@@ -126,25 +138,33 @@ def register_model_version(
     version = client.create_model_version(name, source, run_id=run_id, tags=tags).version
     client.set_registered_model_alias(name, "candidate", version)
 
-    champion = _current_champion(client, name)
+    champion = current_champion(client, name)
     if champion is None:
         decision = "promoted:first"
-    elif champion.tags.get("val_split_hash") != lineage.val_split_hash:
-        decision = "kept:val_set_differs"
-    elif float(mean_iou) > float(champion.tags.get("mean_iou", "-inf")):
-        decision = "promoted:better"
+    elif gate is None:
+        decision = "kept:not_compared"
+    elif gate.compared_with != str(champion.version):  # another registration moved it meanwhile
+        decision = "kept:champion_changed"
     else:
-        decision = "kept:not_better"
+        decision = gate.decision
+    if gate is not None:
+        for path in gate.files:
+            client.log_artifact(run_id, str(path), "promotion")
+        gate_tags = {k: v[:_TAG_MAX] for k, v in redact_values(gate.tags).items()}
+        for key, value in sorted(gate_tags.items()):
+            client.set_model_version_tag(name, version, key, value)
     if decision.startswith("promoted"):
         client.set_registered_model_alias(name, "champion", version)
     client.set_model_version_tag(name, version, "champion_decision", decision)
     champion_version = version if decision.startswith("promoted") else champion.version
+    page = gate.page if gate is not None else None
     return Registration(
         name=name,
         version=str(version),
         run_id=run_id,
         champion_version=str(champion_version),
         decision=decision,
+        page=str(page) if page is not None else None,
     )
 
 

@@ -6,13 +6,16 @@ import argparse
 import json
 import re
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from platform_lib.errors import UserError, format_user_error
 from platform_lib.shards.errors import BuildError
 from platform_lib.shards.split import SPLIT_METHODS
 from platform_lib.sources.catalog import DEFAULT_SPLITS, SOURCE_NAMES
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:  # the manifest module pulls pydantic; keep the CLI import light
     from platform_lib.shards.manifest import Manifest
@@ -80,7 +83,8 @@ def ensure_synthetic_logs(
 
 
 def summarize_manifest(manifest: Manifest) -> dict[str, Any]:
-    """Return the `data inspect` summary of a manifest."""
+    """Return the `data inspect` summary of a manifest (a training view's: with its lineage)."""
+    view = {"view": manifest.view.model_dump(mode="json")} if manifest.view else {}
     return {
         "dataset_hash": manifest.dataset_hash,
         "source": manifest.source,
@@ -93,6 +97,7 @@ def summarize_manifest(manifest: Manifest) -> dict[str, Any]:
         "num_logs": len(manifest.source_logs),
         "num_quarantined": len(manifest.quarantine),
         "builder_version": manifest.builder_version,
+        **view,
     }
 
 
@@ -103,25 +108,41 @@ def _split_options(args: argparse.Namespace) -> dict[str, Any]:
     return options | {k: v for k, v in given.items() if v is not None}
 
 
+def _config_or_none(command: str, make: Callable[[], T]) -> T | None:
+    """Return `make()` (a pydantic config from the flags), or print its one-line error and None."""
+    from pydantic import ValidationError
+
+    from platform_lib.shards.build import describe_config_error
+
+    try:
+        return make()
+    except ValidationError as exc:
+        print(
+            f"error: {describe_config_error(exc)} (data {command}): "
+            f"see `drivetrain data {command} --help`",
+            file=sys.stderr,
+        )
+        return None
+
+
 def _run_build(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from platform_lib.shards.build import BuildConfig, build_dataset, describe_config_error
 
-    try:
-        config = BuildConfig(
+    config = _config_or_none(
+        "build",
+        lambda: BuildConfig(
             shard_size_mb=args.shard_size_mb,
             **_split_options(args),
             val_logs=[v for v in (args.val_logs or "").split(",") if v],
             quarantine=args.quarantine,
             overwrite=args.overwrite,
             workers=args.workers,
-        )
-    except ValidationError as exc:
-        print(
-            f"error: {describe_config_error(exc)} (data build): see `drivetrain data build --help`",
-            file=sys.stderr,
-        )
+            key_prefixes=args.key_prefixes,
+        ),
+    )
+    if config is None:
         return 2
     input_path = Path(args.input)
     if args.source == "synthetic":
@@ -232,9 +253,6 @@ def parse_camera_size(text: str) -> tuple[int, int]:
 
 
 def _run_view(args: argparse.Namespace) -> int:
-    from pydantic import ValidationError
-
-    from platform_lib.shards.build import describe_config_error
     from platform_lib.shards.check import explain_dataset_error
     from platform_lib.shards.training_view import ViewConfig, build_view
 
@@ -243,19 +261,17 @@ def _run_view(args: argparse.Namespace) -> int:
     except UserError as exc:  # a bad argument: exit status 2, like argparse's
         print(format_user_error(exc), file=sys.stderr)
         return 2
-    try:
-        config = ViewConfig(
+    config = _config_or_none(
+        "view",
+        lambda: ViewConfig(
             camera_width=width,
             camera_height=height,
             quality=args.quality,
             overwrite=args.overwrite,
             workers=args.workers,
-        )
-    except ValidationError as exc:
-        print(
-            f"error: {describe_config_error(exc)} (data view): see `drivetrain data view --help`",
-            file=sys.stderr,
-        )
+        ),
+    )
+    if config is None:
         return 2
     _check_dataset_folder(args.dataset)
     try:
@@ -270,10 +286,18 @@ def _run_view(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_data_commands(groups: argparse._SubParsersAction) -> None:
-    """Add `data build`, `inspect`, `validate` and `view` to the top-level subparsers."""
-    data = groups.add_parser("data", help="build, inspect, validate and view datasets")
+def add_data_commands(
+    groups: argparse._SubParsersAction,
+    more: Sequence[Callable[[argparse._SubParsersAction], None]] = (),
+) -> None:
+    """Add `data build`, `inspect`, `validate` and `view` to the top-level subparsers.
+
+    `more`: functions adding further `data` commands from layers above this one (`data plan`).
+    """
+    data = groups.add_parser("data", help="build, inspect, validate, view and plan datasets")
     commands = data.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for add_command in more:
+        add_command(commands)
 
     build = commands.add_parser("build", help="build a dataset from raw logs")
     build.add_argument("--source", choices=SOURCE_NAMES, required=True)
@@ -304,6 +328,12 @@ def add_data_commands(groups: argparse._SubParsersAction) -> None:
         type=int,
         default=1,
         help="processes reading/encoding raw logs (same output bytes)",
+    )
+    build.add_argument(
+        "--key-prefixes",
+        type=int,
+        default=1,
+        help="spread shards over N key prefixes shards/pNN/ (default 1; see `data plan`)",
     )
     build.add_argument(
         "--split",

@@ -316,7 +316,9 @@ def merge_parts(
                 {
                     **entry,
                     "path": f"shards/shard-{len(shards):06d}.tar",
-                    "location": _relative_location(f"{where}/{entry['path']}", output),
+                    "location": _relative_location(
+                        f"{where}/{entry.get('location') or entry['path']}", output
+                    ),
                 }
             )
         for row in part_rows:

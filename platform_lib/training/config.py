@@ -17,15 +17,25 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import os
+import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar, get_args, get_origin
 
-from annotated_types import Ge, Gt, Le
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from annotated_types import Ge, Gt, Le, MaxLen
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 
 from platform_lib.errors import UserError
-from platform_lib.models.presets import MODEL_PRESETS
+from platform_lib.models.presets import MODEL_PRESETS, get_model_config
 
 __all__ = [
     "INT64_MAX",
@@ -34,6 +44,7 @@ __all__ = [
     "CheckpointConfig",
     "ConfigError",
     "DataConfig",
+    "DatasetMix",
     "MetricsConfig",
     "ModelConfig",
     "OptimizerConfig",
@@ -95,9 +106,24 @@ class _Section(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
+    #: Fields added after configs were recorded (golden files, lineage hashes, MLflow params):
+    #: `to_dict`, and so `hash_config`, leaves each out while it holds its default, so every
+    #: record of a config that does not use it stays valid.
+    ADDED_FIELDS: ClassVar[frozenset[str]] = frozenset()
+
     def to_dict(self) -> dict[str, Any]:
-        """Return the config as a nested JSON-serialisable dict ({"optimizer": {"lr": ...}, ...})."""
-        return self.model_dump()
+        """Return the config as a nested JSON-serialisable dict ({"optimizer": {"lr": ...}, ...}).
+
+        Fields of `ADDED_FIELDS` at their default are left out (`from_dict` restores them).
+        """
+        values = self.model_dump()
+        for name, f in type(self).model_fields.items():
+            value = getattr(self, name)
+            if isinstance(value, _Section):
+                values[name] = value.to_dict()
+            elif name in self.ADDED_FIELDS and value == f.get_default(call_default_factory=True):
+                del values[name]
+        return values
 
 
 def _cross_field(problem: str) -> ConfigError:
@@ -152,6 +178,10 @@ class ParallelConfig(_Section):
     """intra-op CPU threads per rank (torch.set_num_threads), in threads"""
     collective_timeout_s: Float = Field(default=600.0, gt=0.0)
     """a collective not complete after this long is a hang (process group timeout), in s"""
+    activation_checkpointing: bool = False
+    """recompute each model block's activations in backward instead of keeping them (less memory, ~1/3 more compute)"""
+
+    ADDED_FIELDS = frozenset({"activation_checkpointing"})
 
 
 #: Fields that left `DataConfig`, with the value every config had: `data.batch_delay_s` (an
@@ -161,8 +191,49 @@ class ParallelConfig(_Section):
 RETIRED_DATA_FIELDS: dict[str, float] = {"batch_delay_s": 0.0}
 
 
+#: Longest dataset path or URL in a mix, in characters.
+MAX_DATASET_CHARS = 4096
+
+
+def _check_dataset(url: str) -> str:
+    """Return `url` when it can name a dataset: a local path or `scheme://...`, printable, no credentials.
+
+    Raises:
+        ValueError: naming what is wrong (pydantic reports it under the field's path).
+    """
+    if not url or url != url.strip() or len(url) > MAX_DATASET_CHARS:
+        raise ValueError(
+            f"a dataset is a local path or URL of 1 to {MAX_DATASET_CHARS} characters, "
+            "without leading or trailing spaces"
+        )
+    if any(ord(c) < 32 or ord(c) == 127 for c in url):
+        raise ValueError("a dataset path or URL holds no control characters")
+    scheme, sep, rest = url.partition("://")
+    if sep and not re.fullmatch(r"[a-z][a-z0-9+.-]*", scheme):
+        raise ValueError(f"{scheme!r} is not a URL scheme (s3, gs, file, ...)")
+    if sep and "@" in rest.split("/", 1)[0]:
+        raise ValueError("credentials in a URL are refused: they go in the environment")
+    return url
+
+
+def _list_to_tuple(value: Any) -> Any:
+    """A JSON array (list) for a tuple field is that tuple (configs arrive as JSON)."""
+    return tuple(value) if isinstance(value, list) else value
+
+
+class DatasetMix(_Section):
+    """One more dataset mixed into training: where it is and its relative weight."""
+
+    dataset: Annotated[str, AfterValidator(_check_dataset)]
+    """published dataset: local folder or fsspec URL (s3://bucket/ds), read at data.train_split"""
+    weight: Float = Field(default=1.0, gt=0.0)
+    """relative share of the training samples (data.dataset_weight is the run's own), unitless"""
+
+
 class DataConfig(_Section):
     """The batches: splits, batch size and the streaming loader's knobs (`training.data`)."""
+
+    ADDED_FIELDS = frozenset({"window_frames", "window_stride", "dataset_weight", "mix"})
 
     batch_size: Int = Field(default=4, ge=1)
     """samples per rank per optimizer step, in samples"""
@@ -176,6 +247,16 @@ class DataConfig(_Section):
     """batches each loader worker prepares ahead of the training loop, in batches"""
     shuffle_buffer: Int = Field(default=2048, ge=1)
     """window of the loader's block shuffle, in samples"""
+    window_frames: Int = Field(default=1, ge=1)
+    """frames per training sample: k consecutive frames of one log (the model's temporal_frames)"""
+    window_stride: Int = Field(default=1, ge=1)
+    """frames between the first frames of consecutive windows of one log, in frames"""
+    dataset_weight: Float = Field(default=1.0, gt=0.0)
+    """relative share of the samples drawn from the run's own dataset when mixing, unitless"""
+    mix: Annotated[tuple[DatasetMix, ...], BeforeValidator(_list_to_tuple)] = Field(
+        default=(), max_length=64
+    )
+    """more datasets mixed into training: [{"dataset": url, "weight": w}, ...]; () trains on one"""
 
     @model_validator(mode="before")
     @classmethod
@@ -194,6 +275,29 @@ class DataConfig(_Section):
                 "must be distinct, non-empty split names"
             )
         return self
+
+    @model_validator(mode="after")
+    def _mixed_datasets_are_distinct(self) -> DataConfig:
+        seen: set[str] = set()
+        for i, entry in enumerate(self.mix):
+            name = normalise_dataset(entry.dataset)
+            if name in seen:
+                raise _cross_field(
+                    f"data.mix ({entry.dataset!r} at position {i}) names a dataset twice; "
+                    "give each dataset once, with its total weight"
+                )
+            seen.add(name)
+        return self
+
+
+def normalise_dataset(url: str) -> str:
+    """Return the form of a dataset path or URL that two spellings of one dataset share.
+
+    Local paths are normalised (`a/./b/` -> `a/b`); URLs lose trailing slashes.
+    """
+    if "://" in url:
+        return url.rstrip("/")
+    return os.path.normpath(url)
 
 
 class CheckpointConfig(_Section):
@@ -261,6 +365,17 @@ class TrainConfig(_Section):
     metrics: MetricsConfig = MetricsConfig()
     """metrics lines"""
 
+    @model_validator(mode="after")
+    def _windows_fit_the_model(self) -> TrainConfig:
+        frames = get_model_config(self.model.name).temporal_frames
+        if self.data.window_frames != frames:
+            raise _cross_field(
+                f"data.window_frames ({self.data.window_frames}) must equal the temporal_frames "
+                f"({frames}) of model.name {self.model.name!r}: each sample is one window of the "
+                "frames the model fuses"
+            )
+        return self
+
     @classmethod
     def from_dict(cls, values: Mapping[str, Any], *, culprit: str = "config") -> TrainConfig:
         """Build a config from `to_dict` output (nested, every section optional).
@@ -316,6 +431,11 @@ def describe_field(f: FieldInfo) -> str:
     """Return the allowed values of field `f` in words, e.g. "an int >= 1 and <= 9223372036854775807"."""
     if _choices(f):
         return "one of " + ", ".join(repr(c) for c in _choices(f))
+    item = _item_model(f)
+    if item is not None:
+        inner = ", ".join(f'"{n}": {describe_field(g)}' for n, g in item.model_fields.items())
+        most = next((m.max_length for m in f.metadata if isinstance(m, MaxLen)), None)
+        return f"a list of {{{inner}}}" + (f", at most {most}" if most is not None else "")
     kinds = {int: "an int", float: "a number", bool: "true or false", str: "a string"}
     bounds = {type(m): m for m in f.metadata if isinstance(m, Ge | Gt | Le)}
     parts = [
@@ -328,12 +448,22 @@ def describe_field(f: FieldInfo) -> str:
 
 def _choices(f: FieldInfo) -> tuple[Any, ...]:
     """Return the choices of a `Literal` field, () for other fields."""
-    return getattr(f.annotation, "__args__", ())
+    return get_args(f.annotation) if get_origin(f.annotation) is Literal else ()
+
+
+def _item_model(f: FieldInfo) -> type[BaseModel] | None:
+    """Return the model of the items of a list field (`data.mix`), None for other fields."""
+    args = get_args(f.annotation) if get_origin(f.annotation) is tuple else ()
+    return (
+        args[0] if args and isinstance(args[0], type) and issubclass(args[0], BaseModel) else None
+    )
 
 
 def _has_kind(f: FieldInfo, value: Any) -> bool:
     """True when `value` has the kind of field `f` (so only its range or choice is off)."""
     kind = str if _choices(f) else f.annotation
+    if _item_model(f) is not None:
+        return isinstance(value, list | tuple)
     if kind is bool or isinstance(value, bool):
         return kind is bool and isinstance(value, bool)
     if kind is int:
@@ -358,8 +488,9 @@ def config_error(
     """Return the one-line error of a TrainConfig built from user input (`model_validate`).
 
     One problem is reported, the first of: a section given a value that is not an object,
-    unknown fields (all of them, with the closest valid name), a value of the wrong type or
-    out of range, a broken cross-field rule. Within a kind, the field that comes first in
+    unknown fields (all of them, with the closest valid name), a bad value inside a list field
+    (`data.mix[0].weight`), a value of the wrong type or out of range, a broken cross-field
+    rule. Within a kind, the field that comes first in
     `order` (the dotted paths as the user gave them) wins.
 
     Args:
@@ -389,7 +520,12 @@ def config_error(
                 f"fields: {', '.join(f'{path}.{n}' for n in names)}",
                 fields=(path,),
             )
-    unknown = [path for path, e in errors if e["type"] == "extra_forbidden"]
+
+    def inside(path: str) -> str | None:
+        """Return the list field (`data.mix`) that `path` lies inside, None for other paths."""
+        return next((p for p in fields if path.startswith(p + ".")), None)
+
+    unknown = [p for p, e in errors if e["type"] == "extra_forbidden" and inside(p) is None]
     if unknown:
         names = [*fields, *dict.fromkeys(p.rsplit(".", 1)[-1] for p in fields)]
         hints = [m for k in unknown for m in difflib.get_close_matches(k, names, n=1)]
@@ -400,6 +536,20 @@ def config_error(
             f"use one of {', '.join(fields)}{hint}",
             fields=tuple(unknown),
         )
+    for path, e in errors:
+        field = inside(path)
+        if field is not None:  # inside a list field: data.mix.0.weight
+            where = field + "".join(
+                f"[{part}]" if part.isdigit() else f".{part}"
+                for part in path[len(field) + 1 :].split(".")
+            )
+            reason = e["msg"].removeprefix("Value error, ")
+            return ConfigError(
+                f"{where}={show_value(e['input'])} is invalid: {reason}",
+                culprit,
+                f"give {field} as {describe_field(fields[field])}",
+                fields=(field,),
+            )
     for path, e in errors:
         if path in fields:
             f, value = fields[path], e["input"]
@@ -421,13 +571,35 @@ def canonical_json(config: Any) -> str:
 
     Keys sorted at every level, no whitespace, and every integral float written as an int,
     so the same values give the same text whatever their spelling (`1` vs `1.0`) or key order.
-    A training config's `data` section also holds `RETIRED_DATA_FIELDS` (hashes stay the same).
+    A training config's `data` section also holds `RETIRED_DATA_FIELDS`, and a section's
+    `ADDED_FIELDS` at their default are left out (`to_dict`; a mapping: `_drop_added_defaults`),
+    so hashes recorded before stay the same.
     """
     if isinstance(config, BaseModel):
-        config = config.model_dump()
+        config = config.to_dict() if isinstance(config, _Section) else config.model_dump()
+    elif isinstance(config, Mapping):
+        config = _drop_added_defaults(config)
     if isinstance(config, Mapping) and isinstance(config.get("data"), Mapping):
         config = {**config, "data": {**RETIRED_DATA_FIELDS, **config["data"]}}
     return json.dumps(_canonical(config), sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def _drop_added_defaults(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Return a nested config mapping without the sections' `ADDED_FIELDS` at their default."""
+    out = dict(config)
+    for name, section in SECTIONS.items():
+        if isinstance(out.get(name), Mapping):
+            fields = section.model_fields
+            out[name] = {
+                k: v
+                for k, v in out[name].items()
+                if not (
+                    k in section.ADDED_FIELDS
+                    and v == fields[k].get_default(call_default_factory=True)
+                    and type(v) is type(fields[k].get_default(call_default_factory=True))
+                )
+            }
+    return out
 
 
 def _canonical(value: Any) -> Any:

@@ -2,10 +2,13 @@
 
 Both go through the streaming loader (`platform_lib.loading.loader.build_loader`):
 `build_train_loader` is the one place training obtains batches and receives the data section
-(`DataConfig`) whole; `loader_config` is the one place its fields meet the loader's options.
-`build_eval_loader` reads one split in index order for evaluation.
-Batches are dicts of stacked tensors from the model's sample transform plus "__key__"
-(list of B sample keys).
+(`DataConfig`) whole: the run's dataset, mixed with `data.mix` by weight when given, in
+windows of `data.window_frames` frames; `loader_config` is the one place its fields meet the
+loader's options. `build_eval_loader` reads one split of one dataset in index order for
+evaluation (windows only for a temporal model). Batches are dicts of stacked tensors from the
+model's sample transform plus "__key__" (list of B sample keys; a window's key is its last
+frame's) and "__source__" (index of each sample's dataset: 0 the run's own, i the i-th of
+`data.mix`).
 """
 
 from __future__ import annotations
@@ -20,12 +23,13 @@ from typing import Any, Literal
 import torch
 
 from platform_lib.loading.config import LoaderConfig
-from platform_lib.loading.loader import StreamingLoader, build_loader
+from platform_lib.loading.loader import DatasetSpec, StreamingLoader, build_loader
 from platform_lib.shards.reader import DatasetReader, open_dataset
-from platform_lib.training.config import DataConfig
+from platform_lib.training.config import ConfigError, DataConfig, normalise_dataset
 
 __all__ = [
     "build_eval_loader",
+    "dataset_sources",
     "build_train_loader",
     "iterate_epochs",
     "loader_config",
@@ -59,15 +63,23 @@ def split_keys(reader: DatasetReader, split: str) -> list[str]:
 
 
 def build_eval_loader(
-    dataset_dir: str | os.PathLike[str], split: str, transform: Transform, *, batch_size: int = 4
+    dataset_dir: str | os.PathLike[str],
+    split: str,
+    transform: Transform,
+    *,
+    batch_size: int = 4,
+    window_frames: int = 1,
 ) -> StreamingLoader:
     """Return a single-rank loader over `split` in index order (no shuffling, no workers).
 
     The last batch is padded with repeats of the first samples (the loader's "pad" policy);
-    callers count each key once (see `platform_lib.training.evaluate`).
+    callers count each key once (see `platform_lib.training.evaluate`). With
+    `window_frames` k > 1 (a temporal model) each sample is the window of k consecutive
+    frames ending at its key (stride 1), so the first k - 1 frames of each log are not scored.
 
     Raises:
-        ValueError: if the split is empty; loader errors for a missing or damaged dataset.
+        ValueError: if the split is empty or (k > 1) no log has k consecutive frames; loader
+            errors for a missing or damaged dataset.
     """
     split_keys(open_dataset(Path(dataset_dir)), split)  # fail fast, naming the split
     return build_loader(
@@ -80,7 +92,7 @@ def build_eval_loader(
         shuffle=False,
         decode="none",
         split=split,
-        config=LoaderConfig(sample_transform=transform),
+        config=LoaderConfig(sample_transform=transform, window_frames=window_frames),
     )
 
 
@@ -132,7 +144,33 @@ def loader_config(data: DataConfig, transform: Transform) -> LoaderConfig:
         multiprocessing_context=_WORKER_START,
         prefetch_depth=data.prefetch_depth,
         shuffle_buffer=data.shuffle_buffer,
+        window_frames=data.window_frames,
+        window_stride=data.window_stride,
     )
+
+
+def dataset_sources(dataset_dir: str | os.PathLike[str], data: DataConfig) -> DatasetSpec:
+    """Return the `build_loader` dataset argument: the run's dataset alone, or with `data.mix`.
+
+    Mixed: [(dataset_dir, data.dataset_weight), (mix[0].dataset, mix[0].weight), ...]; the
+    loader gives each an exact share of every epoch by weight (`loading/mixing.py`).
+
+    Raises:
+        ConfigError: a `data.mix` entry names the run's own dataset (field data.mix).
+    """
+    own = os.fspath(dataset_dir)
+    if not data.mix:
+        return own
+    for i, entry in enumerate(data.mix):
+        if normalise_dataset(entry.dataset) == normalise_dataset(own):
+            raise ConfigError(
+                f"data.mix[{i}].dataset={entry.dataset!r} is the run's own dataset",
+                "data.mix",
+                "leave it out of data.mix and set its share with data.dataset_weight",
+                fields=("data.mix",),
+            )
+    sources: list[tuple[str | os.PathLike, float]] = [(own, data.dataset_weight)]
+    return sources + [(m.dataset, m.weight) for m in data.mix]
 
 
 def build_train_loader(
@@ -148,17 +186,22 @@ def build_train_loader(
 
     Shuffled by (seed, epoch), `data.batch_size` samples per rank, equal batches on every
     rank, JPEGs decoded inside `transform` (decode="none": the model decodes straight to its
-    small input size), and resumable through `state_dict` / `load_state_dict`.
+    small input size), and resumable through `state_dict` / `load_state_dict`. Each sample
+    is a window of `data.window_frames` consecutive frames of one log (first frames
+    `data.window_stride` apart); with `data.mix` the datasets are mixed by weight
+    (`dataset_sources`), each read at `data.train_split`.
 
     Raises:
-        ValueError: if the split is empty; loader errors for a missing or damaged dataset.
+        ConfigError: `data.mix` names the run's own dataset.
+        ValueError: if the split is empty, or no log has `window_frames` consecutive frames;
+            loader errors for a missing or damaged dataset.
     """
     keys = split_keys(
         open_dataset(Path(dataset_dir)), data.train_split
     )  # fail fast, naming the split
     warn_if_batch_exceeds_split(data.batch_size, world_size, data.train_split, len(keys))
     return build_loader(
-        os.fspath(dataset_dir),
+        dataset_sources(dataset_dir, data),
         rank=rank,
         world_size=world_size,
         batch_size=data.batch_size,

@@ -21,12 +21,14 @@ from platform_lib.training.config import (
 
 __all__ = [
     "PRESETS",
+    "base",
     "get_preset",
     "large",
     "list_presets",
     "pandaset_smoke",
     "small",
     "synthetic_default",
+    "temporal",
 ]
 
 
@@ -88,12 +90,36 @@ def large() -> TrainConfig:
     )
 
 
+def temporal() -> TrainConfig:
+    """`small` with the temporal model: each sample a window of 2 consecutive frames of one log."""
+    base = small()
+    return replace(
+        base,
+        preset="temporal",
+        model=replace(base.model, name="bev_fusion_temporal"),
+        data=replace(base.data, window_frames=2),
+    )
+
+
+def base() -> TrainConfig:
+    """GPU runs of the real-size model (`bev_fusion_base`, ~25 M parameters): the large schedule, 4 samples per rank."""
+    cfg = large()
+    return replace(
+        cfg,
+        preset="base",
+        model=replace(cfg.model, name="bev_fusion_base"),
+        data=replace(cfg.data, batch_size=4),
+    )
+
+
 #: preset name -> zero-argument function returning the config.
 PRESETS: dict[str, Callable[[], TrainConfig]] = {
     "small": small,
     "synthetic_default": synthetic_default,
     "pandaset_smoke": pandaset_smoke,
     "large": large,
+    "temporal": temporal,
+    "base": base,
 }
 
 

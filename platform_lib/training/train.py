@@ -54,7 +54,12 @@ from platform_lib.training.loop import (
     seed_everything,
 )
 from platform_lib.training.observe import build_recorder, publish_goodput
-from platform_lib.training.parallel import apply_fsdp, build_mesh, build_mp_policy
+from platform_lib.training.parallel import (
+    apply_activation_checkpointing,
+    apply_fsdp,
+    build_mesh,
+    build_mp_policy,
+)
 from platform_lib.training.preemption import PreemptedError, PreemptionHandler
 
 __all__ = [
@@ -119,11 +124,17 @@ def resume_loader(loader: StreamingLoader, state: dict[str, Any]) -> None:
 def build_run(
     cfg: TrainConfig, ctx: DistContext, dataset_dir: str
 ) -> tuple[nn.Module, torch.optim.Optimizer, StreamingLoader]:
-    """Build the FSDP-sharded model (same initial weights on every rank), AdamW and this rank's loader."""
+    """Build the FSDP-sharded model (same initial weights on every rank), AdamW and this rank's loader.
+
+    Activation checkpointing wraps the model's blocks first when `cfg.parallel` asks.
+    """
     seed_everything(cfg.seed)
     model_cfg = get_model_config(cfg.model.name)
+    model = build_model(model_cfg).to(ctx.device)
+    if cfg.parallel.activation_checkpointing:
+        apply_activation_checkpointing(model)
     model = apply_fsdp(
-        build_model(model_cfg).to(ctx.device),
+        model,
         build_mesh(ctx),
         build_mp_policy(cfg.parallel.mixed_precision),
         reshard_after_forward=cfg.parallel.reshard_after_forward,

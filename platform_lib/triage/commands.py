@@ -69,7 +69,7 @@ def fetch_run_evidence(run_id: str, dst: str | Path) -> Path:
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from platform_lib.registry.mlflow_store import resolve_tracking_uri
+    from platform_lib.mlflow_store import resolve_tracking_uri
 
     uri = resolve_tracking_uri()
     client = MlflowClient(uri)

@@ -3,7 +3,7 @@
 Each preset trains on a fixed synthetic dataset (`platform_lib.zoo.dataset`).
 
 `check_zoo_preset(preset, dataset_dir, workdir)` trains `zoo_config(preset)` (the preset cut
-to ZOO_STEPS steps, world size 1, in this process) and compares its per-step losses with
+to ZOO_STEPS steps, world size 1, in this process; `ZOO_CUTS` cuts a large preset further) and compares its per-step losses with
 `golden/zoo-<preset>.json` beside this module: relative tolerance 1e-4 in fp32, 2e-2 in bf16
 (bf16 CPU kernels round differently per instruction set). The step time is returned for the
 caller to compare with the workload's baseline (`drivetrain zoo check` does, in MLflow).
@@ -30,20 +30,26 @@ from platform_lib.training.train import train
 __all__ = [
     "CPU_PRESETS",
     "GOLDEN_DIR",
+    "ZOO_CUTS",
     "ZOO_STEPS",
     "check_zoo_preset",
     "golden_path",
     "zoo_config",
 ]
 
-CPU_PRESETS = ("small", "synthetic_default", "pandaset_smoke")
+CPU_PRESETS = ("small", "synthetic_default", "pandaset_smoke", "base")
 ZOO_STEPS = 6
+#: Further overrides of a preset too large to train ZOO_STEPS full batches on a CPU quickly:
+#: `base` (~25 M parameters, 6 cameras at 704 x 256) trains 3 steps of 1 sample on 2 threads.
+ZOO_CUTS: dict[str, dict[str, Any]] = {
+    "base": {"optimizer.max_steps": 3, "data.batch_size": 1, "parallel.num_threads": 2},
+}
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
 RTOL = {"fp32": 1e-4, "bf16": 2e-2}
 
 
 def zoo_config(preset: str) -> TrainConfig:
-    """Return `preset` cut to ZOO_STEPS steps.
+    """Return `preset` cut to ZOO_STEPS steps (and its `ZOO_CUTS`).
 
     Warm-up 1 step, one checkpoint at the end, no loader workers: the gate measures the
     model, not the loader.
@@ -56,6 +62,7 @@ def zoo_config(preset: str) -> TrainConfig:
             "checkpoint.interval": ZOO_STEPS,
             "data.num_workers": 0,
             "metrics.mlflow_interval": 0,
+            **ZOO_CUTS.get(preset, {}),
         },
     )
 

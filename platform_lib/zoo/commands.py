@@ -17,9 +17,9 @@ __all__ = ["add_zoo_commands"]
 
 
 def _run_zoo_check(args: argparse.Namespace) -> int:
-    from platform_lib.registry.goodput import compare_with_workload_baseline
     from platform_lib.shards.manifest import load_manifest
     from platform_lib.telemetry.baseline import workload_of
+    from platform_lib.telemetry.mlflow_goodput import compare_with_workload_baseline
     from platform_lib.zoo.check import CPU_PRESETS, check_zoo_preset
     from platform_lib.zoo.dataset import build_golden_dataset
 

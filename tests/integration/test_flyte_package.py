@@ -1,5 +1,5 @@
 """`pyflyte --pkgs workflows package` run for real (what `pyflyte register` uploads): every entity
-serialises, an unknown queue is refused; the in-process serialisation tests are in
+serialises, an unknown queue is refused, `make register` checks the queue first; the in-process serialisation tests are in
 tests/unit/test_flyte_spec.py.
 """
 
@@ -20,8 +20,21 @@ from tasks.placement import QUEUE_LABEL
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = "localhost/drivetrain:dev"
-#: The change probes: never cached, by design.
-PROBES = {"hash_raw_logs", "list_raw_logs"}
+#: Never cached, by design: the change probes, and the failure node (it records a failure).
+PROBES = {
+    "hash_raw_logs",
+    "list_raw_logs",
+    "record_pipeline_failure",
+    "resolve_model",  # the evaluation workflow's probes: an alias, a dataset, a spec file
+    "hash_dataset",
+    "resolve_slice_spec",
+}
+#: The launch plans' workflows.
+PLAN_WORKFLOWS = {
+    "drivetrain_scheduled_retrain": "workflows.training_pipeline.training_pipeline",
+    "drivetrain_on_demand": "workflows.training_pipeline.training_pipeline",
+    "drivetrain_champion_eval": "workflows.evaluation.evaluate_champion_on_raw_logs",
+}
 
 
 def _short(name: str) -> str:
@@ -71,7 +84,8 @@ def test_pyflyte_package_serialises_every_entity(tmp_path: Path) -> None:
     with tarfile.open(tmp_path / "flyte-package.tgz") as tar:
         names = sorted(tar.getnames())
         task_files = [n for n in names if "_tasks." in n]
-        assert len(task_files) == 11
+        # 13 steps and the failure node; the evaluation workflows: 6 tasks and their own map task
+        assert len(task_files) == 21
         assert sum("workflows.training_pipeline.training_pipeline" in n for n in names) == 2
         for name in task_files:
             spec = TaskSpec()
@@ -108,9 +122,9 @@ def test_pyflyte_package_serialises_every_entity(tmp_path: Path) -> None:
     assert image.startswith(f"{TASK_IMAGE.registry}/drivetrain:") and image != IMAGE
     assert {n for n, t in specs.items() if t.metadata.discoverable} == set(specs) - PROBES
     # the launch plans run the same workflow; the scheduled one carries its cron schedule
-    assert {"drivetrain_scheduled_retrain", "drivetrain_on_demand"} <= set(plans)
-    for plan in plans.values():
-        assert plan.spec.workflow_id.name == "workflows.training_pipeline.training_pipeline"
+    assert set(PLAN_WORKFLOWS) <= set(plans)
+    for name, workflow in PLAN_WORKFLOWS.items():
+        assert plans[name].spec.workflow_id.name == workflow
     schedule = plans["drivetrain_scheduled_retrain"].spec.entity_metadata.schedule
     assert schedule.cron_schedule.schedule == "0 3 * * *"
 
@@ -122,3 +136,18 @@ def test_pyflyte_package_refuses_an_unknown_queue(tmp_path: Path) -> None:
         (result.stdout + result.stderr).split()
     )
     assert not (tmp_path / "flyte-package.tgz").exists()
+
+
+def test_make_register_checks_the_queue_before_registering() -> None:
+    dry = subprocess.run(
+        ["make", "-n", "register", "PROJECT=drivetrain", "DOMAIN=production", "VERSION=v1"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    check = next(i for i, line in enumerate(dry) if "-m tasks.placement" in line)
+    register = next(i for i, line in enumerate(dry) if "pyflyte register" in line)
+    assert check < register
+    assert "--project drivetrain --domain production" in dry[check]
+    assert "--project drivetrain --domain production --version v1" in dry[register]

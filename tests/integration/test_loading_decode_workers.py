@@ -45,3 +45,30 @@ def test_loader_decodes_cameras_at_the_configured_size_with_matching_calib(tmp_p
                 np.testing.assert_allclose(
                     cam["intrinsics"], [[10.0, 0, 5.75], [0, 10.0, -0.25], [0, 0, 1]]
                 )
+
+
+def test_workers_decoding_in_threads_give_the_batches_of_the_serial_decode(tmp_path):
+    root = write_test_dataset(tmp_path / "ds", {"log-a": 6, "log-b": 5})
+    epochs = {}
+    for workers, threads in ((0, 1), (2, 3)):
+        loader = build_loader(
+            str(root),
+            rank=0,
+            world_size=1,
+            batch_size=2,
+            num_workers=workers,
+            seed=0,
+            decode="cpu",
+            config=LoaderConfig(decode_threads=threads),
+        )
+        with loader:
+            epochs[workers] = [
+                (b["__key__"], [{n: im.copy() for n, im in c.items()} for c in b["cameras"]])
+                for b in loader
+            ]
+    assert sum(len(keys) for keys, _ in epochs[0]) == 12  # 11 samples, one repeated (pad)
+    for (keys, cameras), (ref_keys, ref_cameras) in zip(epochs[2], epochs[0], strict=True):
+        assert keys == ref_keys
+        for got, ref in zip(cameras, ref_cameras, strict=True):
+            assert got.keys() == ref.keys()
+            assert all(np.array_equal(got[n], ref[n]) for n in ref)

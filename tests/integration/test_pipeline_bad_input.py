@@ -18,7 +18,7 @@ TINY = dict(frames_per_log=2, image_width=64, image_height=48, lidar_beams=8, li
 
 
 def _registered_versions() -> int:
-    from platform_lib.registry.mlflow_store import configure_mlflow, resolve_drivetrain_home
+    from platform_lib.mlflow_store import configure_mlflow, resolve_drivetrain_home
 
     if not (resolve_drivetrain_home() / "mlflow.db").exists():
         return 0  # the registration step never even opened the store

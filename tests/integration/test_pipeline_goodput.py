@@ -65,7 +65,7 @@ def test_loader_delay_is_input_bound_measured_and_flagged(
 ) -> None:
     from mlflow.tracking import MlflowClient
 
-    from platform_lib.registry.mlflow_store import resolve_tracking_uri
+    from platform_lib.mlflow_store import resolve_tracking_uri
 
     raw = tmp_path / "raw"
     write_synthetic_logs(TINY, raw, progress=False)

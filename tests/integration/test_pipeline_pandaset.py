@@ -3,7 +3,9 @@
 One `pyflyte run` (2 elastic workers, gloo on CPU, pandaset_smoke preset) on
 ../shared/data/pandaset/002 (8 train / 2 val frames), then checks against the MLflow store
 the run wrote: lineage tags, falling loss, and that the champion reloads from safetensors and
-reproduces its logged validation metrics on an independently rebuilt dataset.
+reproduces its logged validation metrics on an independently rebuilt dataset. The preset's
+model takes 80 x 48 camera images from 1920 x 1080 cameras, so it trains on a training view
+(built once, a cache hit the second time) and its lineage names the view and its parent.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from tests.support.pipeline import run_pipeline_cli
 pytestmark = pytest.mark.distributed
 
 #: Tasks of training_pipeline with a cache (all but the hash_raw_logs probe).
-CACHED_TASKS = 8  # materialize, 2 configs, map_build_log_part, merge, train, evaluate, register
+CACHED_TASKS = 10  # materialize, 2 configs, map_build_log_part, merge, choose + build view,
+# train, evaluate, register
 
 
 def test_pandaset_pipeline_registers_reproducible_champion(
@@ -42,7 +45,7 @@ def test_pandaset_pipeline_registers_reproducible_champion(
     assert log.count("Cache hit") == CACHED_TASKS and "Cache miss" not in log, log[-5000:]
     assert again.stdout.strip().splitlines()[-1] == "models:/drivetrain-bev-pandaset/1"
 
-    from platform_lib.registry.mlflow_store import configure_mlflow
+    from platform_lib.mlflow_store import configure_mlflow
     from platform_lib.registry.register import load_champion, load_model_version
     from platform_lib.shards.build import BuildConfig, build_dataset
     from platform_lib.sources.catalog import DEFAULT_SPLITS
@@ -51,13 +54,18 @@ def test_pandaset_pipeline_registers_reproducible_champion(
     from platform_lib.training.evaluate import evaluate
     from platform_lib.training.presets import pandaset_smoke
 
-    # The manifest the pipeline built (in flytekit's raw outputs under TMPDIR) ...
+    # The manifests the pipeline wrote (in flytekit's raw outputs under TMPDIR): the dataset
+    # and its one training view (the second run built none), at the model's camera size.
     manifests = [
         json.loads(p.read_text()) for p in Path(isolated_env["TMPDIR"]).rglob("manifest.json")
     ]
-    assert manifests and len({m["dataset_hash"] for m in manifests}) == 1
-    manifest = manifests[0]
-    assert manifest["splits"]["counts"] == {"train": 8, "val": 2}
+    datasets = {m["dataset_hash"]: m for m in manifests if m.get("view") is None}
+    views = {m["dataset_hash"]: m for m in manifests if m.get("view") is not None}
+    assert len(datasets) == 1 and len(views) == 1, [m["dataset_hash"] for m in manifests]
+    (manifest,), (view,) = datasets.values(), views.values()
+    assert manifest["splits"]["counts"] == view["splits"]["counts"] == {"train": 8, "val": 2}
+    assert view["view"]["parent_dataset_hash"] == manifest["dataset_hash"]
+    assert (view["view"]["camera_width"], view["view"]["camera_height"]) == (80, 48)
     # ... equals a fresh, independent build of the same raw logs (the builder is deterministic).
     rebuilt = tmp_path / "rebuilt"
     rebuilt_manifest = build_dataset(
@@ -71,6 +79,9 @@ def test_pandaset_pipeline_registers_reproducible_champion(
     tags = version.tags
     config = pandaset_smoke()
     assert tags["dataset_hash"] == manifest["dataset_hash"]
+    # trained on the view (the training rank's record of what it read), evaluated on the parent
+    assert tags["train_dataset_hash"] == view["dataset_hash"]
+    assert json.loads(tags["train_view"]) == view["view"]
     assert json.loads(tags["source_log_hashes"]) == {"002": hash_raw_log(pandaset_002)}
     assert tags["raw_logs_hash"] == hash_raw_location(str(pandaset_002))
     assert tags["config_hash"] == hash_config(config)

@@ -13,9 +13,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from platform_lib.mlflow_store import configure_mlflow, start_training_run
 from platform_lib.models.catalog import build_model
 from platform_lib.registry.lineage import Lineage
-from platform_lib.registry.mlflow_store import configure_mlflow, start_training_run
 from platform_lib.registry.register import load_champion, register_model_version
 from platform_lib.training.presets import get_preset
 

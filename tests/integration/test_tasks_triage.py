@@ -4,6 +4,8 @@ SQLite store) and the retry decision (FlyteRecoverableException or not)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from flytekit.exceptions.user import FlyteRecoverableException
 from mlflow.tracking import MlflowClient
@@ -71,3 +73,38 @@ def test_mlflow_down_does_not_hide_the_failure(tmp_path, monkeypatch):
     with pytest.warns(UserWarning, match="not recorded in MLflow"):
         error = explain_training_failure(failure, checkpoint_folder=None)
     assert isinstance(error, FlyteRecoverableException) and "MLflow run" not in str(error)
+
+
+def test_a_rank_raises_its_own_verdict_and_the_first_one_records_it(
+    mlflow_store, tmp_path, monkeypatch
+):
+    from platform_lib.errors import UserError
+    from platform_lib.training.preemption import PreemptedError
+    from tasks.errors import PipelineInputError, task_errors
+    from tasks.triage import explain_failures
+
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "0")
+    preempted = PreemptedError(
+        "rank 1 pid 4242: preempted by SIGTERM after step 3; restart to resume (recoverable)",
+        step=3,
+        checkpoint=None,
+        signal_name="SIGTERM",
+    )
+    errors = []
+    for rank in ("1", "0"):  # rank 1 fails first; rank 0 after it, in the same attempt
+        monkeypatch.setenv("RANK", rank)
+        with pytest.raises(FlyteRecoverableException) as info:
+            with explain_failures(tmp_path, checkpoint_folder=str(tmp_path / "ckpt"), tags={}):
+                raise preempted
+        errors.append(info.value)
+    assert all("preemption" in str(e) and "restart policy:" in str(e) for e in errors)
+    assert errors[0].__cause__ is preempted
+    (run,) = _failed_runs(mlflow_store)  # recorded once, by the first failing rank
+    assert run.data.tags["triage.rank"] == "1"
+    assert len(json.loads((tmp_path / "ckpt" / HISTORY_FILE).read_text())) == 1
+    # a user error keeps its one line: no verdict, nothing recorded
+    with pytest.raises(PipelineInputError, match="error: bad shard"):
+        with explain_failures(tmp_path, checkpoint_folder=None, tags={}):
+            with task_errors("training"):
+                raise UserError("bad shard", "s-0", "rebuild it")
+    assert len(_failed_runs(mlflow_store)) == 1

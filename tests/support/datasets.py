@@ -61,10 +61,12 @@ def write_test_dataset(
     *,
     shard_size_mb: float = 0.025,
     val_logs: tuple[str, ...] = (),
+    key_prefixes: int = 1,
 ) -> Path:
     """Build a dataset of `logs` (log id -> frame count) at `root`; return `root`.
 
-    The default shard size gives about two samples per shard.
+    The default shard size gives about two samples per shard; `key_prefixes` > 1 spreads the
+    shards over `shards/pNN/` (`BuildConfig.key_prefixes`).
     """
     frames = [make_frame(log, i) for log in sorted(logs) for i in range(logs[log])]
     config = BuildConfig(
@@ -73,6 +75,7 @@ def write_test_dataset(
         val_logs=val_logs,
         val_fraction=0.0,
         progress=False,
+        key_prefixes=key_prefixes,
     )
     source_logs = [{"log_id": log, "content_hash": "0" * 64} for log in sorted(logs)]
     write_dataset(frames, root, config, source="synthetic", source_logs=source_logs)

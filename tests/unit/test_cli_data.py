@@ -40,6 +40,24 @@ def test_inspect_json_summary(synthetic_builds, capsys):
     assert "dataset_hash" in capsys.readouterr().out
 
 
+def test_inspect_shows_a_views_parent_and_parameters(synthetic_builds, tmp_path, capsys):
+    parent = synthetic_builds / "ds-a"
+    view = tmp_path / "view"
+    assert main(["data", "view", str(parent), "--output", str(view), "--camera-size", "80x48"]) == 0
+    capsys.readouterr()
+    assert main(["data", "inspect", str(view), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    parent_hash = json.loads((parent / "manifest.json").read_text())["dataset_hash"]
+    assert summary["dataset_hash"] != parent_hash
+    assert summary["view"]["parent_dataset_hash"] == parent_hash
+    assert (summary["view"]["camera_width"], summary["view"]["camera_height"]) == (80, 48)
+    assert summary["view"]["quality"] == 90
+    assert main(["data", "inspect", str(view)]) == 0
+    assert f'"parent_dataset_hash": "{parent_hash}"' in capsys.readouterr().out
+    assert main(["data", "inspect", str(parent), "--json"]) == 0
+    assert "view" not in json.loads(capsys.readouterr().out)  # built from raw logs
+
+
 def test_validate_exit_codes(synthetic_builds, tmp_path, capsys):
     assert main(["data", "validate", str(synthetic_builds / "ds-a")]) == 0
     broken = tmp_path / "broken"

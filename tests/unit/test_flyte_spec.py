@@ -14,9 +14,11 @@ import pytest
 from flytekit.configuration import Image, ImageConfig, SerializationSettings
 from flytekit.tools.translator import get_serializable
 
+from platform_lib.training.launch import DISABLE_SHARED_STORE
 from tasks.data import build_log_part, hash_raw_logs, list_raw_logs
 from tasks.image import PINNED, TASK_IMAGE
 from tasks.placement import QUEUE_LABEL, Placement, PlacementError, placement_from_env
+from tasks.placement import main as check_placement
 from tasks.train import build_train_task
 from workflows.training_pipeline import training_pipeline
 
@@ -36,12 +38,16 @@ IO_TASKS = {
     "list_raw_logs",
     "map_build_log_part",
     "merge_dataset",
+    "choose_training_view",
+    "build_training_view",
     "train_model",
     "evaluate_model",
     "register_model",
 }
 #: Cache versions bumped when a task's output type changed (older cached literals no longer load).
-CACHE_VERSIONS = {"resolve_config": "2"}
+#: evaluate_model returns the evaluation folder (with per-frame counts) and register_model
+#: takes it: both keys changed with the champion gate.
+CACHE_VERSIONS = {"resolve_config": "2", "evaluate_model": "2", "register_model": "2"}
 
 
 def _short(name: str) -> str:
@@ -76,6 +82,50 @@ def test_dataset_build_cache_key_excludes_raw_location() -> None:
     assert set(build_log_part.python_interface.inputs) == {"source", "log", "log_hash", "config"}
     mapped = _spec(_tasks()["map_build_log_part"]).template
     assert mapped.metadata.discoverable and list(mapped.metadata.cache_ignore_input_vars) == ["log"]
+
+
+def test_evaluation_cache_key_is_model_version_dataset_hash_and_spec() -> None:
+    from tasks.evaluation import evaluate_version, hash_dataset, resolve_model, resolve_slice_spec
+
+    meta = _spec(evaluate_version).template.metadata
+    assert meta.discoverable and list(meta.cache_ignore_input_vars) == ["dataset"]
+    assert set(evaluate_version.python_interface.inputs) == {
+        "model_version",
+        "dataset",
+        "dataset_hash",
+        "spec",
+        "split",
+    }
+    for probe in (resolve_model, hash_dataset, resolve_slice_spec):  # alias, location, file
+        assert not _spec(probe).template.metadata.discoverable, probe.name
+
+
+def test_training_view_is_keyed_by_the_dataset_and_the_view_and_feeds_training_only() -> None:
+    tasks = _tasks()
+    build = _spec(tasks["build_training_view"]).template.metadata
+    assert build.discoverable and not list(build.cache_ignore_input_vars)
+    # no TrainConfig and no path in the key: the dataset's hash and the view's parameters
+    assert set(tasks["build_training_view"].python_interface.inputs) == {"dataset", "view"}
+    by_id = {node.id: _short(node.flyte_entity.name) for node in training_pipeline.nodes}
+    sources = {  # task -> {input: the task whose output it is}
+        _short(node.flyte_entity.name): {
+            b.var: by_id[b.binding.promise.node_id]
+            for b in node.bindings
+            if b.binding.promise and b.binding.promise.node_id in by_id
+        }
+        for node in training_pipeline.nodes
+    }
+    assert sources["build_training_view"] == {
+        "dataset": "merge_dataset",
+        "view": "choose_training_view",
+    }
+    assert sources["train_model"]["dataset"] == "build_training_view"
+    # evaluation and registration read the full-size dataset, the source of truth
+    assert (
+        sources["evaluate_model"]["dataset"]
+        == sources["register_model"]["dataset"]
+        == ("merge_dataset")
+    )
 
 
 def test_single_node_training_is_a_plain_pod() -> None:
@@ -118,6 +168,7 @@ def test_multi_node_training_becomes_an_elastic_pytorch_job() -> None:
     # the pod rebuilds the same task from its environment
     env = {e["name"]: e["value"] for e in container["env"]}
     assert placement_from_env(env) == placement
+    assert env[DISABLE_SHARED_STORE] == "1"  # the elastic agent's fresh store per restart
 
 
 def test_single_node_placement_is_one_pod_with_all_accelerators() -> None:
@@ -154,17 +205,15 @@ def test_impossible_placements_fail_naming_the_field(kwargs, field, message) -> 
     assert info.value.field == field
 
 
-def test_registration_fails_when_the_namespace_has_no_queue_for_the_team() -> None:
-    train = build_train_task(Placement(team="mapping"))  # LocalQueue in development+staging only
-    _spec(train)
-    production = SerializationSettings(
-        image_config=SETTINGS.image_config,
-        project="drivetrain",
-        domain="production",
-        version="t",
-    )
-    with pytest.raises(PlacementError, match="does not exist in namespace 'drivetrain-production'"):
-        get_serializable(OrderedDict(), production, train)
+def test_registration_check_refuses_a_namespace_without_the_teams_queue(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DRIVETRAIN_TEAM", "mapping")  # LocalQueue in development+staging only
+    assert check_placement(["--project", "drivetrain", "--domain", "development"]) == 0
+    assert check_placement(["--project", "drivetrain", "--domain", "production"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: team='mapping': unknown queue") and err.count("\n") == 1
+    assert "does not exist in namespace 'drivetrain-production'" in err
 
 
 @pytest.mark.parametrize(

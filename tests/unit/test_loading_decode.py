@@ -3,6 +3,9 @@ LiDAR points of the real PandaSet sample projected through the adjusted intrinsi
 
 from __future__ import annotations
 
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -16,10 +19,12 @@ from platform_lib.imaging.decode import (
     adjust_intrinsics,
     decode_jpeg_cpu,
     decode_jpegs_gpu,
+    decode_sample_cameras,
     gpu_decode_available,
     plan_camera_resize,
 )
 from platform_lib.loading.config import LoaderConfig
+from platform_lib.loading.dataset import resolve_decode_threads
 from platform_lib.loading.loader import build_loader
 from platform_lib.shards.build import BuildConfig, build_dataset
 from platform_lib.shards.codec import decode_sample
@@ -224,6 +229,94 @@ def test_loader_rejects_gpu_decode_it_cannot_run(tmp_path):
         build_loader(
             str(root), rank=0, world_size=1, batch_size=1, num_workers=0, seed=0, decode="nvjpeg"
         )
+
+
+def _same_decoded(a: dict, b: dict) -> None:
+    """Assert two decoded samples are equal: images byte for byte, calib value for value."""
+    assert list(a["cameras"]) == list(b["cameras"])
+    for name in a["cameras"]:
+        assert a["cameras"][name].dtype == b["cameras"][name].dtype == np.uint8
+        assert np.array_equal(a["cameras"][name], b["cameras"][name]), name
+    for name, cam in a["calib"]["cameras"].items():
+        other = b["calib"]["cameras"][name]
+        assert cam.keys() == other.keys()
+        for field in cam:
+            assert np.array_equal(np.asarray(cam[field]), np.asarray(other[field])), (name, field)
+
+
+@pytest.mark.parametrize("resize", [None, BEV_SIZE], ids=str)
+def test_threaded_camera_decode_equals_the_serial_decode(pandaset_sample, resize):
+    serial = decode_sample_cameras(pandaset_sample, resize)
+    with ThreadPoolExecutor(3) as pool:
+        threaded = decode_sample_cameras(pandaset_sample, resize, pool=pool)
+    assert len(threaded["cameras"]) == 6
+    _same_decoded(threaded, serial)
+
+
+def test_threaded_camera_decode_raises_the_serial_error(pandaset_sample):
+    names = list(pandaset_sample["cameras"])
+    broken = dict(pandaset_sample["cameras"])
+    broken[names[2]] = b"not a JPEG at all" * 64  # the first broken camera in sample order
+    broken[names[4]] = bytes(broken[names[4]])[:2000]  # fails later, with another message
+    sample = {**pandaset_sample, "cameras": broken}
+    for resize in (None, BEV_SIZE):
+        with pytest.raises(ValueError) as first:
+            decode_sample_cameras({**sample, "cameras": {names[2]: broken[names[2]]}}, resize)
+        with pytest.raises(ValueError) as serial:
+            decode_sample_cameras(sample, resize)
+        with ThreadPoolExecutor(4) as pool, pytest.raises(ValueError) as threaded:
+            decode_sample_cameras(sample, resize, pool=pool)
+        assert str(threaded.value) == str(serial.value) == str(first.value)
+
+
+def _epoch(root: Path, threads: int, seen: set[str]) -> list[dict]:
+    loader = build_loader(
+        str(root),
+        rank=0,
+        world_size=1,
+        batch_size=2,
+        num_workers=0,
+        seed=0,
+        decode="cpu",
+        config=LoaderConfig(decode_threads=threads, camera_resize=CameraResize(width=12, height=4)),
+    )
+    batches = []
+    for batch in loader:
+        seen.update(t.name for t in threading.enumerate())
+        batches.append(batch)
+    return batches
+
+
+def test_loader_decode_threads_give_the_batches_of_one_thread(tmp_path):
+    root = write_test_dataset(tmp_path / "ds", {"log-a": 5, "log-b": 3})
+    names: set[str] = set()
+    one = _epoch(root, 1, names)
+    assert not any(n.startswith("decode") for n in names)
+    threaded = _epoch(root, 3, names)
+    assert any(n.startswith("decode") for n in names)  # the pool really ran
+    assert sum(len(b["__key__"]) for b in one) == 8
+    for a, b in zip(threaded, one, strict=True):
+        assert a["__key__"] == b["__key__"]
+        for x, y in zip(a["cameras"], b["cameras"], strict=True):
+            assert x.keys() == y.keys()
+            assert all(np.array_equal(x[n], y[n]) for n in x)
+        assert [c["cameras"].keys() for c in a["calib"]] == [
+            c["cameras"].keys() for c in b["calib"]
+        ]
+
+
+def test_decode_threads_default_divides_the_cpus_among_the_node_loaders(monkeypatch):
+    cpus = len(os.sched_getaffinity(0))
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert resolve_decode_threads(LoaderConfig(decode_threads=4), 2) == 4
+    assert resolve_decode_threads(LoaderConfig(), 0) == max(1, min(6, cpus))
+    assert resolve_decode_threads(LoaderConfig(), 2) == max(1, min(6, cpus // 2))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert resolve_decode_threads(LoaderConfig(), 2) == max(1, min(6, cpus // 8))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "many")  # not torchrun's: one rank
+    assert resolve_decode_threads(LoaderConfig(), 1) == max(1, min(6, cpus))
+    with pytest.raises(ValueError, match="decode_threads"):
+        LoaderConfig(decode_threads=0)
 
 
 @pytest.mark.gpu

@@ -62,7 +62,12 @@ def _sample(cameras=1, radar=True):
 
 
 def test_presets_and_unknown_model():
-    assert list_models() == ["bev_fusion_large", "bev_fusion_small"]
+    assert list_models() == [
+        "bev_fusion_base",
+        "bev_fusion_large",
+        "bev_fusion_small",
+        "bev_fusion_temporal",
+    ]
     small = build_model("bev_fusion_small")
     assert 50_000 < sum(p.numel() for p in small.parameters()) < 500_000
     with pytest.raises(KeyError, match="bev_fusion_small"):

@@ -162,7 +162,7 @@ def test_log_filter_redacts_message_args_and_traceback(caplog: pytest.LogCapture
 def test_mlflow_params_tags_and_artifacts_are_redacted(tmp_path, mlflow_db) -> None:
     from mlflow.tracking import MlflowClient
 
-    from platform_lib.registry.mlflow_store import log_json, log_params, start_training_run
+    from platform_lib.mlflow_store import log_json, log_params, start_training_run
 
     client = MlflowClient(mlflow_db(tmp_path / "mlflow.db"))
     client.create_experiment("x", artifact_location=(tmp_path / "art").as_uri())

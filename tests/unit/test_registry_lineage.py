@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -19,9 +20,11 @@ from platform_lib.registry.lineage import (
     resolve_flyte_execution_id,
 )
 from platform_lib.shards.manifest import SourceLog, load_manifest
+from platform_lib.shards.training_view import ViewConfig, build_view
 from platform_lib.sources.hashing import hash_raw_location
 from platform_lib.training.config import hash_config
 from platform_lib.training.presets import get_preset
+from platform_lib.training.trained_on import TrainedOn
 from tests.support.datasets import write_test_dataset
 
 
@@ -131,3 +134,46 @@ def test_build_lineage_collects_every_tag(tmp_path: Path) -> None:
         ).to_tags()["flyte_execution_id"]
         == "f3a9"
     )
+
+
+def test_lineage_names_the_training_view_and_its_parent(tmp_path: Path) -> None:
+    parent = write_test_dataset(tmp_path / "ds", {"a": 2, "b": 1}, val_logs=("b",))
+    view = build_view(
+        parent, tmp_path / "view", ViewConfig(camera_width=12, camera_height=6, progress=False)
+    )
+    manifest = load_manifest(parent)
+    common = {"manifest": manifest, "dataset_dir": parent, "config": get_preset("small"), "seed": 0}
+
+    tags = build_lineage(**common, trained_on=TrainedOn(view.dataset_hash, view.view)).to_tags()
+    assert tags["dataset_hash"] == manifest.dataset_hash != view.dataset_hash
+    assert tags["train_dataset_hash"] == view.dataset_hash
+    train_view = json.loads(tags["train_view"])
+    assert train_view["parent_dataset_hash"] == manifest.dataset_hash
+    assert (train_view["camera_width"], train_view["camera_height"]) == (12, 6)
+    assert train_view["quality"] == 90 and train_view["anchor_y"] == 1.0
+    assert tags["val_split_hash"] == hash_val_split(parent)  # evaluated on the parent
+
+    itself = build_lineage(**common, trained_on=TrainedOn(manifest.dataset_hash, None)).to_tags()
+    assert (itself["train_dataset_hash"], itself["train_view"]) == (manifest.dataset_hash, "none")
+    unknown = build_lineage(**common).to_tags()
+    assert (unknown["train_dataset_hash"], unknown["train_view"]) == ("unknown", "none")
+
+
+def test_lineage_refuses_a_run_that_read_another_dataset(tmp_path: Path) -> None:
+    parent = write_test_dataset(tmp_path / "ds", {"a": 2, "b": 1}, val_logs=("b",))
+    other = write_test_dataset(tmp_path / "other", {"c": 2, "b": 1}, val_logs=("b",))
+    view_of_other = build_view(
+        other, tmp_path / "view", ViewConfig(camera_width=12, camera_height=6, progress=False)
+    )
+    common = {
+        "manifest": load_manifest(parent),
+        "dataset_dir": parent,
+        "config": get_preset("small"),
+        "seed": 0,
+    }
+    for trained_on in (
+        TrainedOn(load_manifest(other).dataset_hash, None),
+        TrainedOn(view_of_other.dataset_hash, view_of_other.view),
+    ):
+        with pytest.raises(UserError, match=r"neither dataset [0-9a-f]{16}\.\.\. nor a training"):
+            build_lineage(**common, trained_on=trained_on)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from platform_lib.registry.mlflow_store import (
+from platform_lib.mlflow_store import (
     configure_mlflow,
     flatten_params,
     log_eval_table,

@@ -9,9 +9,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from platform_lib.mlflow_store import configure_mlflow, start_training_run
 from platform_lib.models.catalog import build_model
+from platform_lib.registry.gate import ChampionGate
 from platform_lib.registry.lineage import Lineage
-from platform_lib.registry.mlflow_store import configure_mlflow, start_training_run
 from platform_lib.registry.register import (
     download_model,
     load_champion,
@@ -48,7 +49,14 @@ def _weights(tmp_path: Path, seed: int) -> tuple[Path, dict[str, torch.Tensor]]:
     return path, state
 
 
-def _register(name: str, tmp_path: Path, mean_iou: float, seed: int = 0, val: str = "v1"):
+def _register(
+    name: str,
+    tmp_path: Path,
+    mean_iou: float,
+    seed: int = 0,
+    val: str = "v1",
+    gate: ChampionGate | None = None,
+):
     client = configure_mlflow()
     run_id = start_training_run(client, run_name=name, tags={})
     weights, _ = _weights(tmp_path, seed)
@@ -59,34 +67,59 @@ def _register(name: str, tmp_path: Path, mean_iou: float, seed: int = 0, val: st
         train_config=get_preset("small"),
         lineage=_lineage(val),
         mean_iou=mean_iou,
+        gate=gate,
         client=client,
     )
 
 
-def test_champion_moves_only_on_better_iou_same_val_set(mlflow_home: Path, tmp_path: Path) -> None:
-    first = _register("m-aliases", tmp_path, 0.30)
+def _gate(decision: str, compared_with: str | None, tmp_path: Path) -> ChampionGate:
+    page = tmp_path / "promotion.html"
+    page.write_text(f"<p>{decision}</p>")
+    tags = {"champion_decision": decision, "diff.all.iou/mean/all": "insufficient"}
+    return ChampionGate(decision=decision, compared_with=compared_with, tags=tags, files=(page,))
+
+
+def test_champion_moves_only_when_the_gate_promotes_against_the_current_champion(
+    mlflow_home: Path, tmp_path: Path
+) -> None:
+    first = _register("m-gate", tmp_path, 0.1, gate=_gate("promoted:first", None, tmp_path))
     assert (first.version, first.decision, first.champion_version) == ("1", "promoted:first", "1")
-    worse = _register("m-aliases", tmp_path, 0.20)
-    assert (worse.decision, worse.champion_version) == ("kept:not_better", "1")
-    equal = _register("m-aliases", tmp_path, 0.30)
-    assert equal.decision == "kept:not_better"  # must beat, not tie
-    other_val = _register("m-aliases", tmp_path, 0.99, val="v2")
-    assert (other_val.decision, other_val.champion_version) == ("kept:val_set_differs", "1")
-    better = _register("m-aliases", tmp_path, 0.35)
+    assert first.page == str(tmp_path / "promotion.html")
+    high_iou = _register("m-gate", tmp_path, 0.9, gate=_gate("kept:insufficient", "1", tmp_path))
+    assert (high_iou.decision, high_iou.champion_version) == ("kept:insufficient", "1")
+    unchecked = _register("m-gate", tmp_path, 0.9)  # no gate: the champion stays
+    assert (unchecked.decision, unchecked.champion_version) == ("kept:not_compared", "1")
+    better = _register("m-gate", tmp_path, 0.2, gate=_gate("promoted:better", "1", tmp_path))
     assert (better.version, better.decision, better.champion_version) == (
-        "5",
+        "4",
         "promoted:better",
-        "5",
+        "4",
     )
+    stale = _register("m-gate", tmp_path, 0.3, gate=_gate("promoted:better", "1", tmp_path))
+    assert (stale.decision, stale.champion_version) == ("kept:champion_changed", "4")
 
     client = configure_mlflow()
-    assert str(client.get_model_version_by_alias("m-aliases", "candidate").version) == "5"
-    assert str(client.get_model_version_by_alias("m-aliases", "champion").version) == "5"
-    tags = client.get_model_version("m-aliases", "4").tags
-    assert tags["champion_decision"] == "kept:val_set_differs" and tags["val_split_hash"] == "v2"
-    promote_champion("m-aliases", "4")
-    assert str(client.get_model_version_by_alias("m-aliases", "champion").version) == "4"
-    assert client.get_model_version("m-aliases", "4").tags["champion_decision"] == "promoted:manual"
+    assert str(client.get_model_version_by_alias("m-gate", "champion").version) == "4"
+    assert str(client.get_model_version_by_alias("m-gate", "candidate").version) == "5"
+    tags = client.get_model_version("m-gate", "2").tags
+    assert tags["champion_decision"] == "kept:insufficient"
+    assert tags["diff.all.iou/mean/all"] == "insufficient"
+    assert client.get_model_version("m-gate", "5").tags["champion_decision"] == (
+        "kept:champion_changed"
+    )
+    artifacts = [a.path for a in client.list_artifacts(better.run_id, "promotion")]
+    assert artifacts == ["promotion/promotion.html"]
+
+
+def test_operator_promotes_explicitly(mlflow_home: Path, tmp_path: Path) -> None:
+    _register("m-aliases", tmp_path, 0.30)
+    _register("m-aliases", tmp_path, 0.99, val="v2")
+    client = configure_mlflow()
+    tags = client.get_model_version("m-aliases", "2").tags
+    assert tags["champion_decision"] == "kept:not_compared" and tags["val_split_hash"] == "v2"
+    promote_champion("m-aliases", "2")
+    assert str(client.get_model_version_by_alias("m-aliases", "champion").version) == "2"
+    assert client.get_model_version("m-aliases", "2").tags["champion_decision"] == "promoted:manual"
 
 
 def test_version_carries_lineage_tags(mlflow_home: Path, tmp_path: Path) -> None:
@@ -100,7 +133,8 @@ def test_version_carries_lineage_tags(mlflow_home: Path, tmp_path: Path) -> None
 
 def test_champion_loads_back_from_safetensors(mlflow_home: Path, tmp_path: Path) -> None:
     _register("m-load", tmp_path, 0.1, seed=1)
-    _register("m-load", tmp_path, 0.2, seed=2)  # champion: weights of seed 2
+    promoted = _gate("promoted:better", "1", tmp_path)
+    _register("m-load", tmp_path, 0.2, seed=2, gate=promoted)  # champion: weights of seed 2
     _, expected = _weights(tmp_path, 2)
     model, cfg = load_champion("m-load")
     assert cfg == get_preset("small")

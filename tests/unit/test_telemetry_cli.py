@@ -58,7 +58,7 @@ def test_goodput_of_something_else_fails_in_one_line(tmp_path, capsys):
 def test_goodput_of_an_mlflow_run_id(tmp_path, capsys, monkeypatch, mlflow_db):
     from mlflow.tracking import MlflowClient
 
-    from platform_lib.registry.goodput import log_goodput
+    from platform_lib.telemetry.mlflow_goodput import log_goodput
 
     run, report = _run_folder(tmp_path)
     uri = mlflow_db(tmp_path / "mlflow.db")

@@ -37,7 +37,9 @@ def test_presets_derive_from_the_base_changing_only_their_fields():
 def test_unknown_preset_lists_the_known_ones():
     with pytest.raises(KeyError, match="synthetic_default"):
         get_preset("huge")
-    assert list_presets() == sorted(["small", "synthetic_default", "pandaset_smoke", "large"])
+    assert list_presets() == sorted(
+        ["small", "synthetic_default", "pandaset_smoke", "large", "temporal", "base"]
+    )
 
 
 @pytest.mark.parametrize(
@@ -83,7 +85,7 @@ def test_unknown_preset_lists_the_known_ones():
             ModelConfig,
             {"name": "resnet50"},
             "model.name='resnet50' is not one of the allowed values (config): give one of "
-            "'bev_fusion_large', 'bev_fusion_small'",
+            "'bev_fusion_base', 'bev_fusion_large', 'bev_fusion_small'",
         ),
         (DataConfig, {"batch_size": "4"}, "data.batch_size='4' is of the wrong type (config)"),
         (TrainConfig, {"seed": -1}, "seed=-1 is out of range (config): give an int >= 0 and"),
@@ -125,10 +127,13 @@ def test_hashes_of_the_presets_are_those_of_the_dataclass_configs():
     from platform_lib.training.overrides import apply_overrides
 
     assert {name: hash_config(get_preset(name)) for name in list_presets()} == {
+        "base": "805a782d8a68f34a5cf27e50a40058eecbb14da7f25488a14df3a584222da6d6",
         "large": "dd33ddcd93ca03001bb53307976c3015be827e9af1929f9f4b5a937638c85273",
         "pandaset_smoke": "96344341a72ec33925ed1d71ffd445d773d55d4273746845494ade5ab8c6ea32",
         "small": "d3968486e3a06f17c7dcae41caf41fb1290e457b924e147a7c42b448ca7e896d",
         "synthetic_default": "367112aec4ef9f5ad6918d79bf1e803f048ff79b415406821e78191b21c5b4a3",
+        # pinned when it was added (the others hash as before data.window_frames/mix existed)
+        "temporal": "b37f536a332c8cb3239e4c35f75837d3d0702a5330bdd461082873deb51b14f8",
     }
     small_lr1 = "211a0f9b6d99f2dea6cb8a47514f279a13b68a607543fe2c2a3f34798d2d81ce"
     assert hash_config(apply_overrides(get_preset("small"), {"lr": 1})) == small_lr1

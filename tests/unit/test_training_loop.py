@@ -202,3 +202,24 @@ def test_the_loop_calls_its_injection_hooks_at_named_points(dataset, tmp_path):
         expected += [("wrap_storage", step)] if step % 2 == 0 else []
     assert hooks.calls == expected
     assert result.num_steps == 4 and np.isfinite(result.final_loss)
+
+
+def test_evaluation_keeps_per_frame_counts_that_sum_to_the_pooled_iou(
+    straight_run, dataset, tmp_path
+):
+    from platform_lib.evaluation.metrics import FrameCounts
+    from platform_lib.training.evaluate import count_model_frames
+
+    result, _ = straight_run
+    report = evaluate(result.weights_path, small(), str(dataset), output_dir=str(tmp_path))
+    saved = json.loads(Path(report.frame_counts_json).read_text())
+    counts = FrameCounts.from_dict(saved)
+    assert saved["split"] == "val" and len(counts.keys) == report.num_samples == 4
+    assert counts.bands[0] == "all" and counts.classes == ("vehicle", "pedestrian", "cyclist")
+    pooled = counts.counts[:, :, 0].sum(axis=0)  # (G, 3) TP, FP, FN over the frames
+    for c, name in enumerate(counts.classes):
+        union = int(pooled[c].sum())
+        expected = None if union == 0 else int(pooled[c, 0]) / union
+        assert report.iou[name] == expected
+    again = count_model_frames(result.weights_path, small(), str(dataset), split="val")
+    assert again.keys == counts.keys and (again.counts == counts.counts).all()

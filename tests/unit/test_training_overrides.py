@@ -82,7 +82,9 @@ def test_overrides_text_must_be_a_json_object():
 
 
 def test_preset_and_seed_errors_name_their_input():
-    with pytest.raises(ConfigError, match=r"^unknown preset 'tiny' \(preset\): use one of large, "):
+    with pytest.raises(
+        ConfigError, match=r"^unknown preset 'tiny' \(preset\): use one of base, large, "
+    ):
         resolve_train_config("tiny", "", 0)
     with pytest.raises(ConfigError, match=r"^seed=-1 is out of range \(seed\)"):
         resolve_train_config("small", "", -1)
@@ -139,11 +141,11 @@ OLD_LINES = [
     ({"lr": INF}, "optimizer.lr=inf is out of range (overrides): give a number > 0.0"),
     (
         {"name": "resnet"},
-        "model.name='resnet' is not one of the allowed values (overrides): give one of 'bev_fusion_large', 'bev_fusion_small'",
+        "model.name='resnet' is not one of the allowed values (overrides): give one of 'bev_fusion_base', 'bev_fusion_large', 'bev_fusion_small', 'bev_fusion_temporal'",
     ),
     (
         {"name": 5},
-        "model.name=5 is of the wrong type (overrides): give one of 'bev_fusion_large', 'bev_fusion_small'",
+        "model.name=5 is of the wrong type (overrides): give one of 'bev_fusion_base', 'bev_fusion_large', 'bev_fusion_small', 'bev_fusion_temporal'",
     ),
     ({"folder": 5}, "checkpoint.folder=5 is of the wrong type (overrides): give a string"),
     (
@@ -220,7 +222,7 @@ OLD_LINES = [
     ),
     (
         {"model": {"name": "x"}},
-        "model.name='x' is not one of the allowed values (overrides): give one of 'bev_fusion_large', 'bev_fusion_small'",
+        "model.name='x' is not one of the allowed values (overrides): give one of 'bev_fusion_base', 'bev_fusion_large', 'bev_fusion_small', 'bev_fusion_temporal'",
     ),
     (
         {"model": None},
@@ -289,7 +291,7 @@ OLD_LINES = [
     ),
     (
         {"name": None},
-        "model.name=None is of the wrong type (overrides): give one of 'bev_fusion_large', 'bev_fusion_small'",
+        "model.name=None is of the wrong type (overrides): give one of 'bev_fusion_base', 'bev_fusion_large', 'bev_fusion_small', 'bev_fusion_temporal'",
     ),
     (
         {"Max_steps": 1},

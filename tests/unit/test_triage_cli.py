@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from platform_lib.cli import main
-from platform_lib.registry.mlflow_store import configure_mlflow
+from platform_lib.mlflow_store import configure_mlflow
 from platform_lib.triage.classifier import classify
 from platform_lib.triage.logs import load_evidence
 from platform_lib.triage.record import record_verdict

@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 from platform_lib.models.targets import BEVGrid
 
-__all__ = ["BEVFusionConfig"]
+__all__ = ["BEVFusionConfig", "Backbone", "LidarEncoder"]
+
+#: Camera CNN: "tiny" (a few conv blocks, `camera_stride` power of 2) or a ResNet with an
+#: FPN-lite neck (`resnet.py`; `camera_stride` 8, 16 or 32).
+Backbone = Literal["tiny", "resnet18", "resnet34"]
+#: LiDAR branch: "bev" (hand-made BEV statistics + a conv block) or "pillars" (PointPillars
+#: pillar feature net + scatter, `pillars.py`).
+LidarEncoder = Literal["bev", "pillars"]
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -48,12 +56,22 @@ class BEVFusionConfig:
     x camera_width: 0 keeps the top rows, 1 the bottom rows (road); see imaging/decode.py"""
     camera_stride: int = 4
     """downsampling of the camera CNN (power of 2); image columns per feature column"""
+    backbone: Backbone = "tiny"
+    """camera CNN: "tiny" conv blocks, or "resnet18" / "resnet34" + FPN-lite neck (shared by the cameras)"""
+    neck_channels: int = 256
+    """channels of the FPN-lite neck after a ResNet backbone (unused by "tiny")"""
     lift_depth_bins: int = 4
     """depth bins per camera feature column in the lift to BEV"""
     lift_max_depth: float = 40.0
     """farthest distance along the optical axis that camera features are lifted to, in m"""
     lift_z: float = -1.0
     """ego height of the BEV cell centre projected into the cameras, in m"""
+    lidar_encoder: LidarEncoder = "bev"
+    """LiDAR branch: "bev" statistics + conv block, or "pillars" (PointPillars feature net)"""
+    max_pillars: int = 12000
+    """non-empty BEV cells (pillars) kept per sample by "pillars", most points first"""
+    max_points_per_pillar: int = 32
+    """LiDAR points kept per pillar by "pillars" (the first ones in sensor order)"""
     lidar_channels: int = 32
     """channels of the LiDAR BEV encoder"""
     camera_channels: int = 16
@@ -64,6 +82,9 @@ class BEVFusionConfig:
     """channels of the fused BEV trunk"""
     num_classes: int = 3
     """occupancy heads: vehicle, pedestrian, cyclist"""
+    temporal_frames: int = 1
+    """frames per sample: 1 = single frame; T > 1 fuses the BEV features of the T - 1 previous
+    frames, warped into the current ego frame by the relative ego pose (`temporal.py`)"""
 
     def __post_init__(self) -> None:
         self.grid  # validates extent and resolution  # noqa: B018
@@ -81,11 +102,25 @@ class BEVFusionConfig:
                 "radar_channels",
                 "fusion_channels",
                 "num_classes",
+                "temporal_frames",
+                "neck_channels",
+                "max_pillars",
+                "max_points_per_pillar",
             )
             if getattr(self, name) < 1
         ]
         if bad:
             raise ValueError(f"BEVFusionConfig fields must be >= 1: {', '.join(bad)}")
+        for name, kind in (("backbone", Backbone), ("lidar_encoder", LidarEncoder)):
+            if getattr(self, name) not in get_args(kind):
+                raise ValueError(
+                    f"{name} must be one of {', '.join(get_args(kind))}, got {getattr(self, name)!r}"
+                )
+        if self.backbone != "tiny" and self.camera_stride not in (8, 16, 32):
+            raise ValueError(
+                f"camera_stride must be 8, 16 or 32 with backbone {self.backbone!r}, "
+                f"got {self.camera_stride}"
+            )
         if self.camera_stride & (self.camera_stride - 1):
             raise ValueError(f"camera_stride must be a power of 2, got {self.camera_stride}")
         if self.camera_width % self.camera_stride or self.camera_height % self.camera_stride:

@@ -3,7 +3,9 @@
 Shape legend (H x W BEV cells, N = cfg.max_cameras, h x w camera image, K lift slots per camera;
 contents and the camera lift: the package README.md):
     lidar_bev      (4 + Z, H, W) float32  occupancy, log1p(count), max height, mean intensity,
-                                          Z height-slice occupancies
+                                          Z height-slice occupancies (lidar_encoder "bev")
+    lidar_pillars, lidar_pillar_index     instead of lidar_bev with lidar_encoder "pillars":
+                                          (P, M, 9) float32 and (P, 2) int64 (`pillars.py`)
     radar_bev      (2, H, W)     float32  log1p(count), mean radial velocity (m/s)
     camera_images  (N, 3, h, w)  float32  RGB in [-0.5, 0.5]; zero for empty slots
     camera_index   (N, H, W)     int64    lift slot in [0, K) per BEV cell and camera, -1 = not seen
@@ -28,6 +30,7 @@ from platform_lib.imaging.decode import (
     resize_camera_image,
 )
 from platform_lib.models.bev_fusion.config import BEVFusionConfig
+from platform_lib.models.bev_fusion.pillars import build_pillars
 from platform_lib.models.targets import rasterise_cuboids
 
 __all__ = ["build_sample_transform", "camera_resize", "compute_camera_index", "prepare_sample"]
@@ -188,8 +191,8 @@ def prepare_sample(sample: Mapping[str, Any], cfg: BEVFusionConfig) -> dict[str,
         cfg: model config.
 
     Returns:
-        dict with "lidar_bev", "radar_bev", "camera_images", "camera_index", "target"
-        (shapes in the module docstring).
+        dict with "lidar_bev" (or "lidar_pillars" and "lidar_pillar_index"), "radar_bev",
+        "camera_images", "camera_index", "target" (shapes in the module docstring).
 
     Raises:
         ValueError: naming the sample key, if it has more cameras than `cfg.max_cameras`,
@@ -219,8 +222,16 @@ def prepare_sample(sample: Mapping[str, Any], cfg: BEVFusionConfig) -> dict[str,
             int(model_calib["height"]),
             cfg,
         )
+    if cfg.lidar_encoder == "pillars":
+        pillars, pillar_index = build_pillars(sample["lidar"], cfg)
+        lidar = {
+            "lidar_pillars": torch.from_numpy(pillars),
+            "lidar_pillar_index": torch.from_numpy(pillar_index),
+        }
+    else:
+        lidar = {"lidar_bev": torch.from_numpy(_scatter_lidar(sample["lidar"], cfg))}
     return {
-        "lidar_bev": torch.from_numpy(_scatter_lidar(sample["lidar"], cfg)),
+        **lidar,
         "radar_bev": torch.from_numpy(_scatter_radar(sample.get("radar"), cfg)),
         "camera_images": torch.from_numpy(images),
         "camera_index": torch.from_numpy(index),

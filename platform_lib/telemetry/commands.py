@@ -36,7 +36,7 @@ def _load(run: str) -> tuple[Any, dict[str, Any] | None]:
         raise FileNotFoundError("not a folder, and not an MLflow run id (32 hex digits)")
     from mlflow.exceptions import MlflowException
 
-    from platform_lib.registry.goodput import load_goodput_from_mlflow
+    from platform_lib.telemetry.mlflow_goodput import load_goodput_from_mlflow
 
     try:
         return load_goodput_from_mlflow(run)

@@ -3,7 +3,7 @@
 The store is `MLFLOW_TRACKING_URI` when set (a server, a Postgres URI), else the embedded
 `sqlite:///$DRIVETRAIN_HOME/mlflow.db` with artifacts in `$DRIVETRAIN_HOME/mlartifacts/`
 (README.md, "Where outputs go"). Every param and tag value and every artifact written through
-this package is `platform_lib.redact`ed first (`redact_values`, `log_json`,
+this module is `platform_lib.redact`ed first (`redact_values`, `log_json`,
 `log_redacted_file`): a config or lineage value may be a URL with a password.
 """
 

@@ -1,0 +1,296 @@
+"""The champion gate of a registration: the current champion and the new model on the same frames.
+
+The new version's per-frame counts (`training.evaluate`, frame_counts.json) are paired with the
+counts of the version holding alias `champion`, evaluated here on the same dataset split, and
+`evaluation.promotion.decide_promotion` decides (paired log-bootstrap intervals per slice,
+non-inferiority margins). The first version of a model has nothing to compare with and is
+promoted as first; its own per-slice table is still recorded. Slices come from a spec; the
+built-in `DEFAULT_SLICE_SPEC` uses attributes every dataset has, and a built-in slice that
+selects no frame is left out and named in the record (a user's spec is strict). The page
+(`promotion.html`: decision, plots, per-slice table) is self-contained HTML, published as a
+Flyte Deck and an MLflow artifact; rules and the policy for small val splits: docs/pipeline.md.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from platform_lib.evaluation.bootstrap import summarize_slices
+from platform_lib.evaluation.errors import SliceSpecError
+from platform_lib.evaluation.metrics import FrameCounts
+from platform_lib.evaluation.plots import BAND_PLOT, DIFFERENCE_PLOT, render_promotion_plots
+from platform_lib.evaluation.promotion import PromotionConfig, decide_promotion
+from platform_lib.evaluation.slices import (
+    FrameAttributes,
+    SliceSpec,
+    load_frame_attributes,
+    parse_slice_spec,
+    slice_masks,
+)
+
+__all__ = [
+    "DEFAULT_PROMOTION",
+    "DEFAULT_SLICE_SPEC",
+    "PAGE_NAME",
+    "PLOT_BOXES",
+    "ChampionGate",
+    "compute_masks",
+    "decide_champion",
+    "first_version_gate",
+    "load_frame_counts",
+    "render_promotion_page",
+    "resolve_slice_masks",
+]
+
+#: Built-in slices over attributes every dataset has (ego poses and the index's counts).
+DEFAULT_SLICE_SPEC = parse_slice_spec(
+    {
+        "slices": [
+            {"name": "moving", "where": {"ego_speed_mps": {"min": 1.0}}},
+            {"name": "stationary", "where": {"ego_speed_mps": {"max": 1.0}}},
+            {"name": "with_pedestrians", "where": {"has_pedestrian": True}},
+        ]
+    },
+    culprit="built-in slice spec",
+)
+#: Registration's promotion rule: mean IoU over all frames, margin 0.02, 1,000 resamples.
+DEFAULT_PROMOTION = PromotionConfig()
+PAGE_NAME = "promotion.html"
+DECISION_JSON = "promotion.json"
+_PLOT_W, _PLOT_H, _GAP, _TOP = 640, 400, 20, 90
+#: plot file -> (left, top, width, height) of its box on the page, CSS pixels at 100 % zoom.
+PLOT_BOXES = {
+    BAND_PLOT: (_GAP, _TOP, _PLOT_W, _PLOT_H),
+    DIFFERENCE_PLOT: (2 * _GAP + _PLOT_W, _TOP, _PLOT_W, _PLOT_H),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChampionGate:
+    """What the gate decided for a new version, and the files that record it."""
+
+    decision: str
+    """"promoted:first", "promoted:better", "kept:insufficient", "kept:worse_on_slice" or
+    "kept:not_better" """
+    compared_with: str | None
+    """champion version the new one was compared with; None for the first version"""
+    tags: dict[str, str]
+    """model-version tags (decision, reasons, gated differences, per-slice estimates)"""
+    files: tuple[Path, ...] = field(default=())
+    """promotion.json, the plots and promotion.html (artifacts of the version's run)"""
+
+    @property
+    def promote(self) -> bool:
+        """Whether `champion` moves to the new version."""
+        return self.decision.startswith("promoted")
+
+    @property
+    def page(self) -> Path | None:
+        """The HTML page (decision, plots, per-slice table), if written."""
+        return next((f for f in self.files if f.name == PAGE_NAME), None)
+
+
+def load_frame_counts(path: str | os.PathLike[str]) -> FrameCounts:
+    """Read frame_counts.json written by `training.evaluate.evaluate`.
+
+    Raises:
+        FileNotFoundError: the evaluation wrote no counts (an evaluation older than the gate).
+        ValueError: counts whose shape does not match their keys, classes and bands.
+    """
+    return FrameCounts.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+def resolve_slice_masks(
+    spec: SliceSpec, attributes: FrameAttributes, *, skip_empty: bool
+) -> tuple[dict[str, np.ndarray], list[str]]:
+    """Return the slice masks ("all" first) and the slices left out for selecting no frame.
+
+    Raises:
+        SliceSpecError: a slice needs an attribute the dataset lacks; with `skip_empty` False,
+            also a slice that selects no frame.
+    """
+    if not skip_empty:
+        return slice_masks(spec, attributes), []
+    masks: dict[str, np.ndarray] = {}
+    skipped = []
+    for s in spec.slices:
+        try:
+            masks.update(slice_masks(SliceSpec(slices=[s]), attributes))
+        except SliceSpecError as exc:
+            if "selects no frame" not in exc.what:
+                raise
+            skipped.append(s.name)
+    if not masks:
+        masks = slice_masks(SliceSpec(), attributes)
+    return masks, skipped
+
+
+def _interval_text(interval: dict[str, Any]) -> str:
+    if interval["status"] == "ok":
+        return f"{interval['estimate']:.4f} [{interval['low']:.4f}, {interval['high']:.4f}]"
+    if interval["estimate"] is None:
+        return interval["status"]
+    return f"{interval['estimate']:.4f} ({interval['status']}: {interval['num_logs']} logs)"
+
+
+def _slice_tags(rows: list[dict[str, Any]], who: str) -> dict[str, str]:
+    return {f"slice.{r['slice']}.{r['metric']}": _interval_text(r[who]) for r in rows}
+
+
+def _write(out: Path, record: dict[str, Any], plots: list[Path]) -> tuple[Path, ...]:
+    out.mkdir(parents=True, exist_ok=True)
+    decision_json = out / DECISION_JSON
+    decision_json.write_text(json.dumps(record, indent=2, sort_keys=True), encoding="utf-8")
+    page = out / PAGE_NAME
+    page.write_text(render_promotion_page(record, plots), encoding="utf-8")
+    return (decision_json, *plots, page)
+
+
+def first_version_gate(
+    name: str,
+    challenger: FrameCounts,
+    masks: dict[str, np.ndarray],
+    skipped: list[str],
+    config: PromotionConfig,
+    out_dir: str | os.PathLike[str],
+) -> ChampionGate:
+    """Return the gate of a model's first version: promoted as first, its own table recorded."""
+    specs = list(dict.fromkeys((config.primary, config.gated_metric)))
+    table = summarize_slices(challenger, masks, specs, config.bootstrap)
+    rows = [
+        {"slice": r["slice"], "metric": r["metric"], "challenger": r, "role": "report"}
+        for r in table
+    ]
+    reasons = [f"{name} has no champion yet: the first version becomes champion"]
+    record = {
+        "decision": "promoted:first",
+        "promote": True,
+        "reasons": reasons,
+        "compared_with": None,
+        "rows": rows,
+        "skipped_slices": skipped,
+        "config": config.model_dump(mode="json"),
+    }
+    tags = {"champion_decision": "promoted:first", "promotion_reasons": reasons[0]}
+    tags |= _slice_tags(rows, "challenger")
+    files = _write(Path(out_dir), record, [])
+    return ChampionGate(decision="promoted:first", compared_with=None, tags=tags, files=files)
+
+
+def decide_champion(
+    champion_version: str,
+    champion: FrameCounts,
+    challenger: FrameCounts,
+    masks: dict[str, np.ndarray],
+    skipped: list[str],
+    config: PromotionConfig,
+    out_dir: str | os.PathLike[str],
+) -> ChampionGate:
+    """Apply the paired promotion rule to the champion's and the new model's counts.
+
+    Args:
+        champion_version: version holding `champion` whose counts these are.
+        champion: its per-frame counts on the new model's evaluation frames.
+        challenger: the new model's per-frame counts.
+        masks: slice name -> (N,) bool, "all" first (`resolve_slice_masks`).
+        skipped: built-in slices left out (no frame).
+        config: primary metric, gated slices, margins, bootstrap settings.
+        out_dir: where promotion.json, the plots and promotion.html are written.
+
+    Raises:
+        PairingError: the counts are not of the same frames, classes and bands.
+        EvaluationError: the config gates a slice the spec lacks.
+    """
+    decision = decide_promotion(champion, challenger, masks, config)
+    record = {**decision.to_dict(), "compared_with": champion_version, "skipped_slices": skipped}
+    tags = decision.to_tags() | {"compared_with": champion_version}
+    tags |= _slice_tags(record["rows"], "challenger")
+    plots = render_promotion_plots(decision, out_dir)
+    files = _write(Path(out_dir), record, plots)
+    return ChampionGate(
+        decision=decision.decision, compared_with=champion_version, tags=tags, files=files
+    )
+
+
+_STYLE = f"""
+body {{ font-family: sans-serif; margin: 0; background: #fff; color: #111; }}
+#head {{ position: absolute; left: {_GAP}px; top: 10px; height: {_TOP - 20}px; overflow: hidden; }}
+#head h2 {{ margin: 0 0 6px 0; font-size: 20px; }}
+img.plot {{ position: absolute; object-fit: contain; }}
+#table {{ position: absolute; left: {_GAP}px; top: {_TOP + _PLOT_H + _GAP}px; }}
+table {{ border-collapse: collapse; font-size: 13px; }}
+td, th {{ border: 1px solid #999; padding: 3px 8px; text-align: left; }}
+td.kept, td.worse, td.not_better, td.insufficient {{ color: #a00; }}
+"""
+
+
+def render_promotion_page(record: dict[str, Any], plots: list[Path]) -> str:
+    """Return the gate's page: the decision and reasons, the plots, the per-slice table.
+
+    Plots are embedded PNG data URIs in the fixed boxes `PLOT_BOXES` (no scripts, no network),
+    so that a browser screenshot can check them; the table follows below the plots.
+
+    Args:
+        record: promotion.json's content (`decide_champion` / `first_version_gate`).
+        plots: PNG files named as in `PLOT_BOXES`.
+    """
+    esc = html.escape
+    compared = record.get("compared_with")
+    against = f"against champion version {esc(str(compared))}" if compared else "first version"
+    head = (
+        f'<div id="head"><h2 id="decision">decision: {esc(record["decision"])}</h2>'
+        f"<div>{against}; skipped slices (no frame): "
+        f"{esc(', '.join(record.get('skipped_slices') or []) or 'none')}</div></div>"
+    )
+    images = []
+    for path in plots:
+        left, top, width, height = PLOT_BOXES[path.name]
+        data = base64.b64encode(path.read_bytes()).decode()
+        images.append(
+            f'<img class="plot" id="plot-{esc(path.stem)}" alt="{esc(path.stem)}" '
+            f'style="left:{left}px;top:{top}px;width:{width}px;height:{height}px" '
+            f'src="data:image/png;base64,{data}">'
+        )
+    columns = ("slice", "metric", "role", "champion", "challenger", "difference", "margin")
+    header = "".join(f"<th>{c}</th>" for c in (*columns, "verdict"))
+    lines = []
+    for row in record["rows"]:
+        cells = [row["slice"], row["metric"], row.get("role", "")]
+        cells += [_interval_text(row[k]) if row.get(k) else "" for k in columns[3:6]]
+        cells.append("" if row.get("margin") is None else f"{row['margin']:g}")
+        verdict = row.get("verdict", "")
+        body = "".join(f"<td>{esc(str(c))}</td>" for c in cells)
+        lines.append(f'<tr>{body}<td class="{esc(verdict)}">{esc(verdict)}</td></tr>')
+    reasons = "".join(f"<li>{esc(r)}</li>" for r in record["reasons"])
+    table = (
+        f'<div id="table"><ul id="reasons">{reasons}</ul>'
+        f'<table id="slices"><tr>{header}</tr>{"".join(lines)}</table></div>'
+    )
+    return (
+        '<!DOCTYPE html><html><head><meta charset="utf-8"><title>promotion decision</title>'
+        f"<style>{_STYLE}</style></head><body>{head}{''.join(images)}{table}</body></html>"
+    )
+
+
+def compute_masks(
+    dataset_dir: str | os.PathLike[str], counts: FrameCounts, spec: SliceSpec | None
+) -> tuple[dict[str, np.ndarray], list[str]]:
+    """Return the slice masks of `counts`' frames: `spec` strictly, or the built-in spec leniently.
+
+    Raises:
+        SliceSpecError: a slice needs an attribute the dataset lacks (or, for a given `spec`,
+            selects no frame).
+        EvaluationError: a counted frame that is not in the dataset.
+    """
+    attributes = load_frame_attributes(dataset_dir, counts.keys)
+    if spec is None:
+        return resolve_slice_masks(DEFAULT_SLICE_SPEC, attributes, skip_empty=True)
+    return resolve_slice_masks(spec, attributes, skip_empty=False)
