@@ -91,7 +91,7 @@ class LoaderStats:
     shm_peak_bytes: int = 0
     """/dev/shm bytes of the ring at its peak (pages are allocated when first written and kept
     for reuse until the loader closes; at most header + `LoaderConfig.shm_budget_bytes`)"""
-    ring_peak_bytes: int = 0
+    ring_peak_bytes_in_flight: int = 0
     """most bytes of batches in flight at once (reserved in the ring by a worker until the
     last view of the batch is gone), in bytes"""
     ring_bytes_in_flight: int = 0
@@ -773,7 +773,7 @@ class StreamingLoader:
         if ring is not None:
             stats.shm_peak_bytes = ring.shm_bytes()
             stats.ring_bytes_in_flight = ring.in_use()
-            stats.ring_peak_bytes = max(ring.peak_in_use, stats.ring_bytes_in_flight)
+            stats.ring_peak_bytes_in_flight = max(ring.peak_in_use, stats.ring_bytes_in_flight)
         return stats
 
     def state_dict(self) -> dict[str, Any]:

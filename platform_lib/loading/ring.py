@@ -288,7 +288,7 @@ class Ring:
             self._mm, dtype=np.int32, count=n, offset=at + 16 * n + 8 * self.num_workers
         )
         self._pinned = self.header_bytes  # main process: ring offset pinned up to
-        #: main process: most bytes reserved at once (`LoaderStats.ring_peak_bytes`)
+        #: main process: most bytes reserved at once (`LoaderStats.ring_peak_bytes_in_flight`)
         self.peak_in_use = 0
 
     def __getstate__(self) -> dict[str, Any]:  # spawned workers reopen the file by name

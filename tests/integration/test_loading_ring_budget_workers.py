@@ -99,7 +99,7 @@ def test_the_ring_honours_its_budget_under_a_two_worker_run(dataset, transform):
     assert got == expected  # byte-identical to reading in the main process
     assert stats.ring_fallbacks == 0  # every batch went through the ring
     assert allocated == stats.shm_peak_bytes <= ring.header_bytes + budget
-    assert 0 < stats.ring_peak_bytes <= budget
+    assert 0 < stats.ring_peak_bytes_in_flight <= budget
     assert stats.ring_bytes_in_flight <= budget  # the next epoch's first batches, made ahead
 
 
@@ -122,7 +122,7 @@ def test_batches_the_loop_keeps_beyond_the_budget_take_the_counted_fallback(data
         waited = time.monotonic() - started
         stats = loader.stats
         assert len(kept) == 9 and 0 < stats.ring_fallbacks <= 9 - 3
-        assert stats.ring_peak_bytes <= budget and stats.shm_peak_bytes <= budget + 4096
+        assert stats.ring_peak_bytes_in_flight <= budget and stats.shm_peak_bytes <= budget + 4096
         for batch in kept:  # every batch intact, in the ring or in its own block
             for key, x in zip(batch["__key__"], batch["x"], strict=True):
                 assert torch.equal(x, torch.full_like(x, zlib.crc32(key.encode()) % 251))
