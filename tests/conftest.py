@@ -76,6 +76,15 @@ def synthetic_root(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.fixture(scope="session")
+def golden_dataset(tmp_path_factory) -> Path:
+    """The golden-loss run's dataset (2 synthetic logs x 6 frames, split by frame range; see
+    tests/support/golden_run.py), built once per session; tests only read it."""
+    from platform_lib.zoo.dataset import build_golden_dataset
+
+    return build_golden_dataset(tmp_path_factory.mktemp("golden"))
+
+
 @pytest.fixture
 def s3_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     """Point boto/s3fs at loopback only: test credentials, no ~/.aws files, no instance metadata.

@@ -4,7 +4,6 @@ dirs and MLflow store for pipeline runs."""
 from __future__ import annotations
 
 import collections
-import os
 import re
 import tempfile
 from pathlib import Path
@@ -23,21 +22,30 @@ def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, s
     """Isolate everything a pipeline run writes under `tmp_path`; return the environment.
 
     HOME (flytekit's local cache ~/.flyte/local-cache), TMPDIR (flytekit's raw outputs and the
-    elastic run folders), DRIVETRAIN_HOME (MLflow store); MLFLOW_TRACKING_URI cleared.
+    elastic run folders), DRIVETRAIN_HOME (MLflow store); MLFLOW_TRACKING_URI cleared. The same
+    is set in this process (for workflows run in it).
     """
-    env = {
-        "HOME": str(tmp_path / "home"),
-        "TMPDIR": str(tmp_path / "tmp"),
-        "DRIVETRAIN_HOME": str(tmp_path / "drivetrain"),
-    }
-    for value in env.values():
-        Path(value).mkdir(parents=True, exist_ok=True)
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
+    from tests.support.pipeline import ISOLATED, isolated_environ
+
+    env = isolated_environ(tmp_path)
+    for key in ISOLATED:
+        monkeypatch.setenv(key, env[key])
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "placeholder")  # recorded so teardown restores it
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
     monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
-    return {**os.environ, **env}
+    return env
+
+
+@pytest.fixture
+def registry_store(isolated_env: dict[str, str], mlflow_db) -> str:
+    """An empty MLflow store where a run in `isolated_env` registers (`$DRIVETRAIN_HOME/mlflow.db`),
+    copied from the session's migrated template; returns its URI.
+
+    For tests whose subject is not the store's creation: they skip MLflow's schema migrations.
+    test_pipeline_pandaset.py keeps a fresh home (the store created by the run, as on a new
+    machine).
+    """
+    return mlflow_db(Path(isolated_env["DRIVETRAIN_HOME"]) / "mlflow.db")
 
 
 @pytest.fixture

@@ -12,11 +12,13 @@ import sys
 import tarfile
 from pathlib import Path
 
+import pytest
 from flyteidl.admin.launch_plan_pb2 import LaunchPlan as LaunchPlanPb
 from flyteidl.admin.task_pb2 import TaskSpec
 
 from tasks.image import TASK_IMAGE
 from tasks.placement import QUEUE_LABEL
+from tests.support.parallel import run_concurrently
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = "localhost/drivetrain:dev"
@@ -72,13 +74,26 @@ def _pyflyte_package(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_pyflyte_package_serialises_every_entity(tmp_path: Path) -> None:
-    result = _pyflyte_package(
-        tmp_path,
-        DRIVETRAIN_TEAM="planning",
-        DRIVETRAIN_ACCELERATOR="a100-80gb",
-        DRIVETRAIN_ACCELERATOR_COUNT="16",
+@pytest.fixture(scope="module")
+def packaged(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """name -> (finished packaging, its output folder): both packagings started together."""
+    envs = {
+        "planning": {
+            "DRIVETRAIN_TEAM": "planning",
+            "DRIVETRAIN_ACCELERATOR": "a100-80gb",
+            "DRIVETRAIN_ACCELERATOR_COUNT": "16",
+        },
+        "unknown_queue": {"DRIVETRAIN_TEAM": "robotics"},
+    }
+    folders = {name: tmp_path_factory.mktemp(name) for name in envs}
+    results = run_concurrently(
+        {name: lambda name=name: _pyflyte_package(folders[name], **envs[name]) for name in envs}
     )
+    return {name: (results[name], folders[name]) for name in envs}
+
+
+def test_pyflyte_package_serialises_every_entity(packaged: dict) -> None:
+    result, tmp_path = packaged["planning"]
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     specs, plans = {}, {}
     with tarfile.open(tmp_path / "flyte-package.tgz") as tar:
@@ -129,8 +144,8 @@ def test_pyflyte_package_serialises_every_entity(tmp_path: Path) -> None:
     assert schedule.cron_schedule.schedule == "0 3 * * *"
 
 
-def test_pyflyte_package_refuses_an_unknown_queue(tmp_path: Path) -> None:
-    result = _pyflyte_package(tmp_path, DRIVETRAIN_TEAM="robotics")
+def test_pyflyte_package_refuses_an_unknown_queue(packaged: dict) -> None:
+    result, tmp_path = packaged["unknown_queue"]
     assert result.returncode != 0
     assert "DRIVETRAIN_TEAM: team='robotics': unknown queue" in " ".join(
         (result.stdout + result.stderr).split()

@@ -10,7 +10,10 @@ import sys
 import tarfile
 from pathlib import Path
 
+import pytest
 from flyteidl.admin.launch_plan_pb2 import LaunchPlan as LaunchPlanPb
+
+from tests.support.parallel import run_concurrently
 
 REPO = Path(__file__).resolve().parents[2]
 PYFLYTE = str(Path(sys.executable).parent / "pyflyte")
@@ -48,12 +51,25 @@ def _launch_plans(archive: Path) -> dict[str, LaunchPlanPb]:
     return plans
 
 
-def test_packaged_schedule_fixed_inputs_and_team_defaults(tmp_path: Path) -> None:
-    done = _package(
-        tmp_path,
-        DRIVETRAIN_RETRAIN_CRON="30 2 * * 1-5",
-        DRIVETRAIN_RETRAIN_RAW_LOGS="s3://fleet-logs/incoming/",
+@pytest.fixture(scope="module")
+def packaged(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """name -> (finished packaging, its output folder): both packagings started together."""
+    envs = {
+        "schedule": {
+            "DRIVETRAIN_RETRAIN_CRON": "30 2 * * 1-5",
+            "DRIVETRAIN_RETRAIN_RAW_LOGS": "s3://fleet-logs/incoming/",
+        },
+        "bad_cron": {"DRIVETRAIN_RETRAIN_CRON": "0 24 * * *"},
+    }
+    folders = {name: tmp_path_factory.mktemp(name) for name in envs}
+    results = run_concurrently(
+        {name: lambda name=name: _package(folders[name], **envs[name]) for name in envs}
     )
+    return {name: (results[name], folders[name]) for name in envs}
+
+
+def test_packaged_schedule_fixed_inputs_and_team_defaults(packaged: dict) -> None:
+    done, tmp_path = packaged["schedule"]
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     plans = _launch_plans(tmp_path / "pkg.tgz")
     assert set(plans) == {"drivetrain_scheduled_retrain", "drivetrain_on_demand"}
@@ -69,8 +85,8 @@ def test_packaged_schedule_fixed_inputs_and_team_defaults(tmp_path: Path) -> Non
     assert not on_demand.fixed_inputs.literals  # every input stays overridable
 
 
-def test_packaging_with_a_bad_cron_fails_naming_the_setting_and_field(tmp_path: Path) -> None:
-    done = _package(tmp_path, DRIVETRAIN_RETRAIN_CRON="0 24 * * *")
+def test_packaging_with_a_bad_cron_fails_naming_the_setting_and_field(packaged: dict) -> None:
+    done, tmp_path = packaged["bad_cron"]
     assert done.returncode != 0
     assert "DRIVETRAIN_RETRAIN_CRON='0 24 * * *': cron field hour" in done.stdout + done.stderr
     assert not (tmp_path / "pkg.tgz").exists()

@@ -39,7 +39,11 @@ def _run(raw_logs: str) -> str:
 
 
 def test_rerun_hits_cache_and_changed_raw_file_reruns_downstream(
-    local_flyte: Path, executions: collections.Counter, parts_built: list[str], tmp_path: Path
+    local_flyte: Path,
+    registry_store: str,
+    executions: collections.Counter,
+    parts_built: list[str],
+    tmp_path: Path,
 ) -> None:
     raw = tmp_path / "raw"
     write_synthetic_logs(TINY, raw, progress=False)

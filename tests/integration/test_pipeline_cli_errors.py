@@ -2,7 +2,7 @@
 no traceback, nothing trained or registered (the config is the workflow's first task).
 
 Wall time is reported by docs/pipeline.md's command, not asserted here (timed tests flake on
-a shared machine).
+a shared machine). The three runs start together (each in its own isolated environment).
 """
 
 from __future__ import annotations
@@ -12,28 +12,44 @@ from pathlib import Path
 import pytest
 
 from platform_lib.training.overrides import list_fields
-from tests.support.pipeline import run_pipeline_cli
+from tests.support.parallel import run_concurrently
+from tests.support.pipeline import isolated_environ, run_pipeline_cli
+
+#: id -> (overrides, start of the one error line)
+CASES = {
+    "unknown": ('{"max_stepz": 5}', "error: unknown field 'max_stepz' (overrides): use one of "),
+    "type": (
+        '{"max_steps": "ten"}',
+        "error: optimizer.max_steps='ten' is of the wrong type (overrides): "
+        "give an int >= 1 and <= 9223372036854775807",
+    ),
+    "overflow": (
+        '{"max_steps": 99999999999999999999999}',
+        "error: optimizer.max_steps=99999999999999999999999 is out of range (overrides): give an int "
+        ">= 1 and <= 9223372036854775807",
+    ),
+}
 
 
-@pytest.mark.parametrize(
-    ("overrides", "line"),
-    [
-        ('{"max_stepz": 5}', "error: unknown field 'max_stepz' (overrides): use one of "),
-        (
-            '{"max_steps": "ten"}',
-            "error: optimizer.max_steps='ten' is of the wrong type (overrides): "
-            "give an int >= 1 and <= 9223372036854775807",
-        ),
-        (
-            '{"max_steps": 99999999999999999999999}',
-            "error: optimizer.max_steps=99999999999999999999999 is out of range (overrides): give an int "
-            ">= 1 and <= 9223372036854775807",
-        ),
-    ],
-    ids=["unknown", "type", "overflow"],
-)
-def test_bad_override_fails_in_one_line(overrides, line, isolated_env: dict[str, str]) -> None:
-    result = run_pipeline_cli(["--overrides", overrides], isolated_env, timeout=300)
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """id -> (finished `pyflyte run --overrides ...`, its isolated environment)."""
+    envs = {case: isolated_environ(tmp_path_factory.mktemp(case)) for case in CASES}
+    results = run_concurrently(
+        {
+            case: lambda case=case: run_pipeline_cli(
+                ["--overrides", CASES[case][0]], envs[case], timeout=300
+            )
+            for case in CASES
+        }
+    )
+    return {case: (results[case], envs[case]) for case in CASES}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_override_fails_in_one_line(case: str, runs: dict) -> None:
+    line = CASES[case][1]
+    result, isolated_env = runs[case]
     assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-3000:]
     errors = [x for x in result.stderr.splitlines() if x.startswith("error")]
     assert len(errors) == 1 and errors[0].startswith(line), result.stderr[-3000:]

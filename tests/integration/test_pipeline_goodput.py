@@ -61,7 +61,7 @@ def _run_dir(tmp: Path, seed: int) -> Path:
 
 
 def test_loader_delay_is_input_bound_measured_and_flagged(
-    local_flyte: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    local_flyte: Path, registry_store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from mlflow.tracking import MlflowClient
 

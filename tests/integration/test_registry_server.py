@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -18,56 +13,19 @@ from platform_lib.models.catalog import build_model
 from platform_lib.registry.lineage import Lineage
 from platform_lib.registry.register import load_champion, register_model_version
 from platform_lib.training.presets import get_preset
-
-# a real `mlflow server` on 127.0.0.1; starting it takes ~10-20 s
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.support.services import start_plain_mlflow, stop
 
 
 @pytest.fixture
-def mlflow_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    port = _free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mlflow",
-            "server",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--backend-store-uri",
-            f"sqlite:///{tmp_path / 'server.db'}",
-            "--artifacts-destination",
-            str(tmp_path / "server-artifacts"),
-            "--workers",
-            "1",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
+def mlflow_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mlflow_db):
+    """A real `mlflow server` on 127.0.0.1 (SQLite store, artifacts in tmp_path/artifacts)."""
+    proc, url = start_plain_mlflow(tmp_path, mlflow_db(tmp_path / "server.db"))
     try:
-        deadline = time.time() + 120
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/health", timeout=1).read()
-                break
-            except OSError:
-                if time.time() > deadline or proc.poll() is not None:
-                    pytest.fail("mlflow server did not come up")
-                time.sleep(0.5)
         monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
         monkeypatch.setenv("DRIVETRAIN_HOME", str(tmp_path / "unused-home"))
         yield tmp_path
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        stop(proc)
 
 
 def test_register_and_load_champion_through_a_server(mlflow_server: Path) -> None:
@@ -102,7 +60,5 @@ def test_register_and_load_champion_through_a_server(mlflow_server: Path) -> Non
     model, cfg = load_champion("served")
     assert cfg == get_preset("small")
     assert all(torch.equal(model.state_dict()[k], v) for k, v in state.items())
-    assert list(
-        (mlflow_server / "server-artifacts").rglob("model.safetensors")
-    )  # on the server side
+    assert list((mlflow_server / "artifacts").rglob("model.safetensors"))  # on the server side
     assert not (mlflow_server / "unused-home" / "mlflow.db").exists()

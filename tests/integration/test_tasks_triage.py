@@ -18,8 +18,8 @@ pytestmark = [pytest.mark.distributed, pytest.mark.timeout(300)]
 
 
 @pytest.fixture
-def mlflow_store(tmp_path, monkeypatch) -> MlflowClient:
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def mlflow_store(tmp_path, monkeypatch, mlflow_db) -> MlflowClient:
+    uri = mlflow_db(tmp_path / "mlflow.db")  # a real, empty SQLite store
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("DRIVETRAIN_HOME", str(tmp_path / "home"))
     return MlflowClient(tracking_uri=uri)

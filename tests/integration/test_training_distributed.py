@@ -13,15 +13,13 @@ from platform_lib.training.checkpoint import load_weights
 from platform_lib.training.launch import launch_local
 from platform_lib.training.overrides import apply_overrides
 from platform_lib.training.presets import small
-from tests.support.golden_run import build_golden_dataset
 
 pytestmark = pytest.mark.distributed
 
 
 @pytest.fixture(scope="module")
-def two_rank_run(tmp_path_factory):
-    work = tmp_path_factory.mktemp("dist")
-    dataset = build_golden_dataset(work)
+def two_rank_run(golden_dataset, tmp_path_factory):
+    work, dataset = tmp_path_factory.mktemp("dist"), golden_dataset
     cfg = apply_overrides(
         small(),
         {"max_steps": 16, "checkpoint.interval": 8, "num_workers": 1, "mixed_precision": True},

@@ -18,8 +18,8 @@ from platform_lib.training.loop import NonFiniteError
 from platform_lib.training.overrides import apply_overrides
 from platform_lib.training.presets import small
 from platform_lib.training.train import train
-from tests.support.golden_run import build_golden_dataset
 from tests.support.launches import run_launcher
+from tests.support.parallel import run_concurrently
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(600)]
 
@@ -28,31 +28,48 @@ CFG = apply_overrides(small(), {"max_steps": 8, "checkpoint.interval": 3})
 
 
 @pytest.fixture(scope="module")
-def dataset(tmp_path_factory) -> Path:
-    return build_golden_dataset(tmp_path_factory.mktemp("faults"))
+def dataset(golden_dataset: Path) -> Path:
+    return golden_dataset
+
+
+#: The three faults of the `crashed` run (see there).
+CRASH_FAULTS = [
+    {"kind": "kill", "rank": 1, "step": 5},
+    {"kind": "kill_in_save", "rank": 1, "step": 6, "attempt": 1},
+    {"kind": "sigterm", "rank": 0, "step": 7, "attempt": 2, "target": "self"},
+]
 
 
 @pytest.fixture(scope="module")
-def baseline(dataset, tmp_path_factory):
-    out = tmp_path_factory.mktemp("baseline")
-    outcome = run_launcher(CFG, dataset, out)
+def launches(dataset, tmp_path_factory) -> dict:
+    """The uninterrupted and the crashed run, launched together (independent launches, each
+    with its own rendezvous and output folder): name -> (outcome, output folder)."""
+    outs = {name: tmp_path_factory.mktemp(name) for name in ("baseline", "crashed")}
+    outcomes = run_concurrently(
+        {
+            "baseline": lambda: run_launcher(CFG, dataset, outs["baseline"]),
+            "crashed": lambda: run_launcher(
+                CFG, dataset, outs["crashed"], max_restarts=3, faults=CRASH_FAULTS
+            ),
+        }
+    )
+    return {name: (outcomes[name], outs[name]) for name in outs}
+
+
+@pytest.fixture(scope="module")
+def baseline(launches):
+    outcome, out = launches["baseline"]
     assert outcome.returncode == 0, outcome.log[-3000:]
     return outcome, out
 
 
 @pytest.fixture(scope="module")
-def crashed(dataset, tmp_path_factory):
+def crashed(launches):
     """One run, three faults, three elastic restarts: kill -9 of rank 1 before step 5; after
     the restart kill -9 of rank 1 while it writes the step-6 checkpoint; after the next one
     SIGTERM to rank 0 during step 7 (preemption resumed within the same launch, as after a
     Kueue suspend/resume inside one Flyte attempt)."""
-    out = tmp_path_factory.mktemp("crashed")
-    faults = [
-        {"kind": "kill", "rank": 1, "step": 5},
-        {"kind": "kill_in_save", "rank": 1, "step": 6, "attempt": 1},
-        {"kind": "sigterm", "rank": 0, "step": 7, "attempt": 2, "target": "self"},
-    ]
-    outcome = run_launcher(CFG, dataset, out, max_restarts=3, faults=faults)
+    outcome, out = launches["crashed"]
     assert outcome.returncode == 0, outcome.log[-3000:]
     return outcome, out
 

@@ -11,7 +11,6 @@ and tags, artifacts, Deck HTML, run folders, logs).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.pipeline import STEPS, run_pipeline_cli
-from tests.support.services import free_port, stop, wait_http
+from tests.support.services import start_plain_mlflow, stop
 
 #: Marker values of the secrets; none may appear in any output.
 SECRETS = {
@@ -107,41 +106,15 @@ def test_cli_error_paths_show_no_secret(
         assert "Traceback" in result.stderr or "error" in result.stderr, result.stderr[-3000:]
 
 
-def _start_mlflow(root: Path) -> tuple[subprocess.Popen, int]:
-    """A plain `mlflow server` (SQLite store, served artifacts) on 127.0.0.1; no secret in its env."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "AWS_"))}
-    log = root / "server.log"
-    proc = subprocess.Popen(
-        [
-            str(Path(sys.executable).parent / "mlflow"),
-            "server",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--backend-store-uri",
-            f"sqlite:///{root / 'mlflow.db'}",
-            "--artifacts-destination",
-            str(root / "artifacts"),
-            "--workers",
-            "1",
-        ],
-        stdout=log.open("ab"),
-        stderr=subprocess.STDOUT,
-        env=env,
-        cwd=root,
-    )
-    wait_http(f"http://127.0.0.1:{port}/health", proc, "mlflow server", timeout=180, log=log)
-    return proc, port
-
-
 @pytest.mark.distributed
-def test_pipeline_run_shows_no_secret(secret_env: dict[str, str], tmp_path: Path) -> None:
+def test_pipeline_run_shows_no_secret(
+    secret_env: dict[str, str], tmp_path: Path, mlflow_db
+) -> None:
     server_root = tmp_path / "mlflow-server"
     server_root.mkdir()
-    proc, port = _start_mlflow(server_root)
+    proc, server = start_plain_mlflow(server_root, mlflow_db(server_root / "mlflow.db"))
     try:
+        port = server.rsplit(":", 1)[1]
         env = {**secret_env, "MLFLOW_TRACKING_URI": f"http://user:{URI_MARKER}@127.0.0.1:{port}"}
         tiny = {
             "num_logs": 2,
@@ -162,7 +135,6 @@ def test_pipeline_run_shows_no_secret(secret_env: dict[str, str], tmp_path: Path
         # it really went through the server: the run, its params, tags and artifacts are there
         from mlflow.tracking import MlflowClient
 
-        server = f"http://127.0.0.1:{port}"
         client = MlflowClient(tracking_uri=server, registry_uri=server)
         version = client.get_model_version("drivetrain-bev-synthetic", "1")
         run = client.get_run(version.run_id)

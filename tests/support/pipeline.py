@@ -2,11 +2,30 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+
+#: The variables `isolated_environ` points under its root, and the folder each gets.
+ISOLATED = {"HOME": "home", "TMPDIR": "tmp", "DRIVETRAIN_HOME": "drivetrain"}
+
+
+def isolated_environ(root: Path) -> dict[str, str]:
+    """This process's environment with everything a pipeline run writes moved under `root`.
+
+    HOME (flytekit's local cache ~/.flyte/local-cache), TMPDIR (flytekit's raw outputs and the
+    elastic run folders), DRIVETRAIN_HOME (MLflow store), each created; MLFLOW_TRACKING_URI
+    removed.
+    """
+    env = {name: str(root / folder) for name, folder in ISOLATED.items()}
+    for value in env.values():
+        Path(value).mkdir(parents=True, exist_ok=True)
+    merged = {**os.environ, **env}
+    merged.pop("MLFLOW_TRACKING_URI", None)
+    return merged
 
 
 def run_pipeline_cli(

@@ -24,9 +24,20 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["MlflowServer", "PgDatabase", "free_port", "start_moto", "wait_http"]
+__all__ = [
+    "MlflowServer",
+    "PgDatabase",
+    "free_port",
+    "start_moto",
+    "start_plain_mlflow",
+    "wait_http",
+]
 
 BIN = Path(sys.executable).parent
+#: No job runner: MLflow 3 otherwise starts seven `huey_consumer` processes per server (each
+#: imports mlflow: tens of CPU seconds on 2 cores) for GenAI jobs and trace roll-ups, which
+#: nothing here uses.
+NO_JOBS = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -204,6 +215,7 @@ def start_mlflow(
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_DEFAULT_REGION": "us-east-1",
+        **NO_JOBS,
     }
     for name in ("MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
         env.pop(name, None)
@@ -240,3 +252,39 @@ def start_mlflow(
         log=log,
         db=db,
     )
+
+
+def start_plain_mlflow(root: Path, store_uri: str) -> tuple[subprocess.Popen, str]:
+    """Start a plain `mlflow server` (no auth) on 127.0.0.1; return (process, URL).
+
+    `store_uri` is its backend store (e.g. the `mlflow_db` fixture's copy of a migrated empty
+    SQLite store, so the server does not run every migration again); artifacts are served from
+    `root/artifacts`, its log is `root/server.log`. Its environment holds no MLFLOW_* or AWS_*
+    variable (no secret of the test reaches it).
+    """
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "AWS_"))}
+    log = root / "server.log"
+    proc = subprocess.Popen(
+        [
+            str(BIN / "mlflow"),
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--backend-store-uri",
+            store_uri,
+            "--artifacts-destination",
+            str(root / "artifacts"),
+            "--workers",
+            "1",
+        ],
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        env={**env, **NO_JOBS},
+        cwd=root,
+    )
+    url = f"http://127.0.0.1:{port}"
+    wait_http(f"{url}/health", proc, "mlflow server", timeout=180, log=log)
+    return proc, url
