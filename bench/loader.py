@@ -9,7 +9,7 @@ Readers: bench/readers.py; rows and fairness rules: bench/README.md.
 
 Usage: python bench/loader.py [--datasets synthetic pandaset] [--work DIR] [--workers 2]
        [--batch-sizes 16 1] [--peers all | webdataset spdl ...] [--memory-rows 10000 100000]
-       [--json OUT] [--view 704x256] [--decode-threads N]
+       [--json OUT] [--view 704x256] [--decode-threads N] [--shm-budget-gb 2]
 """
 
 from __future__ import annotations
@@ -637,6 +637,10 @@ def run_dataset(label: str, dataset: Path, args) -> list[Row]:
             if mode != "none":
                 reader = ours(dataset, mode, b, w, decode_threads=args.decode_threads)
                 readers.append(("ours", mode, b, reader))
+            if mode == "cpu" and b == first and args.shm_budget_gb:
+                budget = int(args.shm_budget_gb * 2**30)
+                reader = ours(dataset, mode, b, w, shm_budget_bytes=budget)
+                readers.append((f"ours shm budget {args.shm_budget_gb:g} GiB", mode, b, reader))
             if mode.startswith("gpu"):
                 continue  # the peers have no GPU decode
             if "webdataset" in peers:
@@ -984,6 +988,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help="LoaderConfig.decode_threads of this loader's decoding rows (default: its default)",
+    )
+    parser.add_argument(
+        "--shm-budget-gb",
+        type=float,
+        default=None,
+        help="also read full-size decode at the first batch size under this ring budget, GiB",
     )
     parser.add_argument("--json", help="also write the rows as JSON here")
     parser.add_argument(

@@ -133,11 +133,14 @@ def ours(
     *,
     verify: str | None = None,
     decode_threads: int | None = None,
+    shm_budget_bytes: int | None = None,
 ) -> Passes:
     """This loader (`build_loader`): epoch 0, then epoch 1 on the same persistent workers."""
     options: dict[str, Any] = {"camera_resize": resize_of(mode), **verify_option(verify)}
     if decode_threads is not None:
         options["decode_threads"] = decode_threads
+    if shm_budget_bytes is not None:
+        options["shm_budget_bytes"] = shm_budget_bytes
 
     def passes(extras: dict) -> Generator[Iterable, None, None]:
         loader = build_loader(
