@@ -669,6 +669,7 @@ class SlotWriter:
         self.ring, self.extent = ring, extent
         self._raw_bytes = _align(raw_bytes)
         self._raw_used = self._out_used = 0
+        self._refs = 0  # refs and by-value tensors made so far: what the main process restores
         self.overflowed = False
         #: (address, size) of the raw buffers handed out without an extent
         self.private_raw: list[tuple[int, int]] = []
@@ -744,14 +745,19 @@ class SlotWriter:
         """
         if self.ring is None or self.extent is None:
             return pack_arrays(_buffers_to_arrays(batch))
-        packed = self._replace(batch)
+        packed, restore = {}, []
+        for key, value in batch.items():
+            made = self._refs
+            packed[key] = self._replace(value)
+            if self._refs > made:
+                restore.append(key)
         slot, offset, _ = self.extent
         if self.overflowed:
             self.ring.states[slot] = 0  # give the extent back: this batch goes the slow way
             return pack_arrays(_buffers_to_arrays(batch))
         length = self._raw_bytes + self._out_used
         self.ring.lengths[slot] = length
-        packed[RING_KEY] = (slot, offset, length)
+        packed[RING_KEY] = (slot, offset, length, tuple(restore))
         return packed
 
     def _ref(self, address: int, nbytes: int, shape, dtype: str, kind: str) -> _Ref | None:
@@ -760,6 +766,7 @@ class SlotWriter:
         start = self.extent.offset
         if not (start <= offset and offset + nbytes <= start + self.extent.capacity):
             return None
+        self._refs += 1
         return _Ref(offset, tuple(shape), dtype, kind)
 
     def _replace(self, obj: Any) -> Any:
@@ -787,7 +794,10 @@ class SlotWriter:
             if ref is not None:
                 return ref
         if array.nbytes < _MIN_BYTES:  # by value: torch would share a tensor in the feeder thread
-            return to_small_tensor(torch.from_numpy(array)) if kind == "tensor" else array
+            if kind != "tensor":
+                return array
+            self._refs += 1
+            return to_small_tensor(torch.from_numpy(array))
         out = self.output_array(array.shape, array.dtype)
         if out is None:
             return array
@@ -816,12 +826,19 @@ def _buffers_to_arrays(obj: Any) -> Any:
 
 
 def unpack_batch(batch: dict[str, Any], ring: Ring | None) -> dict[str, Any]:
-    """Main process: turn refs into views of the batch's extent (or unpack a slow-path batch)."""
+    """Main process: turn refs into views of the batch's extent (or unpack a slow-path batch).
+
+    Only the top-level entries the worker put refs in are walked (`SlotWriter.pack` names
+    them): a batch's cuboid lists alone are thousands of objects.
+    """
     where = batch.pop(RING_KEY, None)
     if where is None or ring is None:
         return unpack_arrays(batch)
-    slot, offset, length = where
-    return _restore(batch, ring.deliver(slot, offset, length), offset)
+    slot, offset, length, restore = where
+    base = ring.deliver(slot, offset, length)
+    for key in restore:
+        batch[key] = _restore(batch[key], base, offset)
+    return batch
 
 
 def _restore(obj: Any, base: np.ndarray, start: int) -> Any:
