@@ -216,11 +216,6 @@ def _check_dataset(url: str) -> str:
     return url
 
 
-def _list_to_tuple(value: Any) -> Any:
-    """A JSON array (list) for a tuple field is that tuple (configs arrive as JSON)."""
-    return tuple(value) if isinstance(value, list) else value
-
-
 class DatasetMix(_Section):
     """One more dataset mixed into training: where it is and its relative weight."""
 
@@ -253,10 +248,8 @@ class DataConfig(_Section):
     """frames between the first frames of consecutive windows of one log, in frames"""
     dataset_weight: Float = Field(default=1.0, gt=0.0)
     """relative share of the samples drawn from the run's own dataset when mixing, unitless"""
-    mix: Annotated[tuple[DatasetMix, ...], BeforeValidator(_list_to_tuple)] = Field(
-        default=(), max_length=64
-    )
-    """more datasets mixed into training: [{"dataset": url, "weight": w}, ...]; () trains on one"""
+    mix: list[DatasetMix] = Field(default_factory=list, max_length=64)
+    """more datasets mixed into training: [{"dataset": url, "weight": w}, ...]; [] trains on one"""
 
     @model_validator(mode="before")
     @classmethod
@@ -453,7 +446,7 @@ def _choices(f: FieldInfo) -> tuple[Any, ...]:
 
 def _item_model(f: FieldInfo) -> type[BaseModel] | None:
     """Return the model of the items of a list field (`data.mix`), None for other fields."""
-    args = get_args(f.annotation) if get_origin(f.annotation) is tuple else ()
+    args = get_args(f.annotation) if get_origin(f.annotation) in (list, tuple) else ()
     return (
         args[0] if args and isinstance(args[0], type) and issubclass(args[0], BaseModel) else None
     )

@@ -288,3 +288,16 @@ def test_transient_storage_errors_become_retryable_user_errors_do_not(
             raise UserError("bad", "input", "fix")
     assert info.value.exit_code == 2
     assert "raise UserError" in (tmp_path / "logs" / "errors.log").read_text()
+
+
+def test_the_training_config_has_a_flyte_literal_type_without_warnings(caplog) -> None:
+    """flytekit logs a warning for every config field it cannot type (a tuple of models did)."""
+    import logging
+
+    from flytekit.core.type_engine import TypeEngine
+
+    from platform_lib.training.config import TrainConfig
+
+    with caplog.at_level(logging.WARNING):
+        TypeEngine.to_literal_type(TrainConfig)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
