@@ -1,0 +1,52 @@
+"""Forked loader workers never collect the training process's garbage (a gloo process group
+left in a reference cycle segfaulted a worker that collected it: its threads are not there)."""
+
+from __future__ import annotations
+
+import gc
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from platform_lib.loading.config import LoaderConfig
+from platform_lib.loading.loader import build_loader
+from tests.support.datasets import write_test_dataset
+
+pytestmark = pytest.mark.timeout(120)
+
+
+class _Cycle:
+    """Half of a reference cycle whose finalizer writes the pid of the process collecting it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.other = str(path), self
+
+    def __del__(self) -> None:
+        with open(self.path, "a", encoding="utf-8") as out:
+            out.write(f"{os.getpid()}\n")
+
+
+def _collect_in_worker(sample):
+    gc.collect()  # what a worker's GC does on its own, sooner or later
+    return {"mean": np.float32(len(sample["__key__"]))}
+
+
+def test_workers_leave_the_parents_garbage_to_the_parent(tmp_path):
+    dataset = write_test_dataset(tmp_path / "data", {"loga": 6})
+    finalized = tmp_path / "finalized.txt"
+    gc.collect()
+    gc.disable()  # keep the cycle alive as garbage until the workers have forked
+    try:
+        _Cycle(finalized)
+        config = LoaderConfig(sample_transform=_collect_in_worker)
+        loader = build_loader(
+            str(dataset), rank=0, world_size=1, batch_size=2, num_workers=2, seed=0, config=config
+        )
+        assert sum(len(batch["__key__"]) for batch in loader) == 6
+        assert not finalized.exists(), "a forked worker ran a finalizer of the parent's garbage"
+    finally:
+        gc.enable()
+    gc.collect()
+    assert finalized.read_text(encoding="utf-8").split() == [str(os.getpid())]
