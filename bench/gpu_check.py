@@ -242,7 +242,7 @@ def check_fsdp_step(args: argparse.Namespace) -> dict[str, Any]:
         if device.type == "cuda":
             torch.cuda.set_device(device)
         torch.manual_seed(0)
-        model = build_model(preset)
+        model = build_model(preset).to(device)  # FLOPs counted on the device, then sharded
         data = _random_batch(model, batch, device)
         flops = count_flops_per_sample(
             lambda: compute_loss(run_model(model, data), data[model.target_key], 3.0).backward(),
@@ -252,7 +252,7 @@ def check_fsdp_step(args: argparse.Namespace) -> dict[str, Any]:
         ctx = DistContext(
             rank=0, world_size=1, local_rank=0, device=device, backend=backend, owns_group=True
         )
-        model = apply_fsdp(model.to(device), build_mesh(ctx), build_mp_policy(True))
+        model = apply_fsdp(model, build_mesh(ctx), build_mp_policy(True))
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
         times = []
         for step in range(warmup + timed):
