@@ -9,6 +9,8 @@ hands it to its spawned workers.
 `PINNED` holds one exact version per runtime dependency of pyproject.toml, each within the
 range pyproject allows (checked by tests/unit/test_flyte_spec.py). On Linux x86_64 the PyPI
 wheel of torch 2.13.0 is the CUDA build; the NVIDIA driver comes from the GPU node.
+`GPU_TASK_IMAGE` adds pyproject's `gpu` extra (`GPU_PINNED`: torchvision, whose nvJPEG decode
+`decode="gpu"`/`"auto"` uses); `task_image` picks it for tasks placed on accelerators.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import os
 
 from flytekit import ImageSpec
 
-__all__ = ["PINNED", "TASK_IMAGE"]
+__all__ = ["GPU_PINNED", "GPU_TASK_IMAGE", "PINNED", "TASK_IMAGE", "task_image"]
 
 #: Exact versions installed in the task image (one per runtime dependency of pyproject.toml).
 PINNED = (
@@ -51,3 +53,17 @@ TASK_IMAGE = ImageSpec(
     registry=os.environ.get("DRIVETRAIN_IMAGE_REGISTRY", "localhost:30000"),
     builder="default",
 )
+
+#: Exact versions of pyproject's `gpu` extra: torchvision built against torch 2.13.0.
+GPU_PINNED = ("torchvision==0.28.0",)
+
+#: The task image of accelerator nodes: TASK_IMAGE plus the `gpu` extra (nvJPEG decode).
+GPU_TASK_IMAGE = TASK_IMAGE.with_packages(list(GPU_PINNED))
+
+
+def task_image(accelerator_resource: str | None) -> ImageSpec:
+    """Return the image for a task placed on `accelerator_resource` (e.g. "nvidia.com/gpu").
+
+    None (CPU worker processes) gets `TASK_IMAGE`; any accelerator gets `GPU_TASK_IMAGE`.
+    """
+    return GPU_TASK_IMAGE if accelerator_resource else TASK_IMAGE

@@ -27,7 +27,7 @@ from platform_lib.training.launch import DISABLE_SHARED_STORE
 from platform_lib.training.overrides import resolve_train_config
 from platform_lib.training.train_run import train_and_publish
 from tasks.errors import download_input, task_errors
-from tasks.image import TASK_IMAGE
+from tasks.image import TASK_IMAGE, task_image
 from tasks.placement import Placement, placement_from_env
 from tasks.secrets import MLFLOW_SECRETS, mlflow_credentials
 from tasks.triage import explain_failures
@@ -121,7 +121,7 @@ def build_train_task(placement: Placement) -> PythonFunctionTask:
     )
     return task(
         _TRAIN_FUNCTION,
-        container_image=TASK_IMAGE,
+        container_image=task_image(accel.resource),  # GPU nodes: with the `gpu` extra
         task_config=Elastic(
             nnodes=placement.nnodes,
             nproc_per_node=placement.nproc_per_node,

@@ -35,6 +35,7 @@ __all__ = [
     "gpu_decode_available",
     "plan_camera_resize",
     "resize_camera_image",
+    "resize_on_device",
 ]
 
 
@@ -241,17 +242,65 @@ def gpu_decode_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
+def resize_on_device(images: Sequence[Any], resize: CameraResize) -> list:
+    """Crop and resize (3, H, W) uint8 tensors on their own device, as `decode_jpeg_cpu` plans it.
+
+    Each image gets the crop box of `plan_camera_resize` (the CPU path's box, hence the same
+    intrinsics through `adjust_calib`), then an antialiased bilinear resize to the output size
+    (half-pixel centres, as Pillow's), rounded to uint8. Images of one source size are resized
+    in one call on an (n, 3, h, w) stack.
+
+    Args:
+        images: N (3, H, W) uint8 tensors on any one device (CUDA after nvJPEG; CPU in tests).
+        resize: output size and crop anchor.
+
+    Returns:
+        N (3, resize.height, resize.width) uint8 tensors on the input device, in input order.
+    """
+    import torch
+
+    out: list = [None] * len(images)
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, image in enumerate(images):
+        groups.setdefault((int(image.shape[2]), int(image.shape[1])), []).append(i)
+    for (width, height), members in groups.items():
+        plan = plan_camera_resize(width, height, resize)
+        boxes = torch.stack(
+            [
+                images[i][
+                    :,
+                    plan.crop_y : plan.crop_y + plan.crop_height,
+                    plan.crop_x : plan.crop_x + plan.crop_width,
+                ]
+                for i in members
+            ]
+        )
+        small = torch.nn.functional.interpolate(
+            boxes.float(),
+            size=(plan.height, plan.width),
+            mode="bilinear",
+            antialias=True,
+            align_corners=False,
+        )
+        small = small.round_().clamp_(0, 255).to(torch.uint8)
+        for j, i in enumerate(members):
+            out[i] = small[j]
+    return out
+
+
 def decode_jpegs_gpu(
     datas: Sequence[bytes | memoryview], resize: CameraResize | None = None, *, device: str = "cuda"
 ) -> list:
     """Decode JPEGs on the GPU with nvJPEG and crop/resize them like `decode_jpeg_cpu`.
 
-    `torchvision.io.decode_jpeg(device="cuda")` decodes the batch at full size (torchvision
-    exposes no DCT scaling), then crop + antialiased bilinear resize run on the device. Call
-    it only in the main process (loader workers are forked and never touch CUDA).
+    `torchvision.io.decode_jpeg(list, device="cuda")` decodes the whole batch in one batched
+    nvJPEG call at full size (torchvision exposes no DCT scaling), then `resize_on_device`
+    crops and resizes on the device. Call it only in the main process (loader workers are
+    forked and never touch CUDA).
 
     Args:
-        datas: N JPEG byte strings (any sizes).
+        datas: N JPEG byte strings (any sizes); copied once into host tensors (so the ring
+            slot they came from may be freed as soon as this returns).
         resize: output size; None keeps each image at full size.
         device: CUDA device.
 
@@ -260,7 +309,7 @@ def decode_jpegs_gpu(
 
     Raises:
         RuntimeError: no CUDA device, or torchvision is not installed (it is not part of the
-            main install: use a GPU image that has it, or decode on the CPU).
+            main install: `pip install -e '.[gpu]'`, or the GPU task image; or decode on the CPU).
     """
     import torch
 
@@ -269,7 +318,7 @@ def decode_jpegs_gpu(
     except ImportError as exc:
         raise RuntimeError(
             "GPU JPEG decode needs torchvision (nvJPEG); it is not installed here: "
-            "install torchvision matching torch, or use decode='cpu'"
+            "install the `gpu` extra (pip install -e '.[gpu]'), or use decode='cpu'"
         ) from exc
     if not torch.cuda.is_available():
         raise RuntimeError(
@@ -279,23 +328,7 @@ def decode_jpegs_gpu(
     images = decode_jpeg(encoded, mode=ImageReadMode.RGB, device=device)
     if resize is None:
         return list(images)
-    out = []
-    for image in images:
-        plan = plan_camera_resize(int(image.shape[2]), int(image.shape[1]), resize)
-        box = image[
-            :,
-            plan.crop_y : plan.crop_y + plan.crop_height,
-            plan.crop_x : plan.crop_x + plan.crop_width,
-        ]
-        small = torch.nn.functional.interpolate(
-            box[None].float(),
-            size=(plan.height, plan.width),
-            mode="bilinear",
-            antialias=True,
-            align_corners=False,
-        )
-        out.append(small[0].round_().clamp_(0, 255).to(torch.uint8))
-    return out
+    return resize_on_device(images, resize)
 
 
 def _camera_plan(

@@ -251,6 +251,22 @@ class _Signal:
         self.waiters: list[Generator] = []
 
 
+class _Download:
+    """A download in progress: `_fetch`'s command, then the state of its retry loop.
+
+    `attempt` counts GETs made (0-based) across the nested retry layers: storage attempt
+    `attempt // (tries * boto) + 1`, s3fs try `attempt // boto % tries`, botocore attempt
+    `attempt % boto + 1` (`_Simulation._get`).
+    """
+
+    __slots__ = ("attempt", "node", "process", "shard")
+    process: Generator
+    """the process that waits for it (set when it yields the download, before the first GET)"""
+
+    def __init__(self, node: _Node, shard: int) -> None:
+        self.node, self.shard, self.attempt = node, shard, 0
+
+
 @dataclass(eq=False)
 class _Node:
     index: int
@@ -320,22 +336,30 @@ class _Simulation:
         heapq.heappush(self._heap, (when, next(self._seq), fn, args))
 
     def run(self) -> None:
-        heap = self._heap
+        heap, pop = self._heap, heapq.heappop
         while heap:
-            self.now, _, fn, args = heapq.heappop(heap)
+            self.now, _, fn, args = pop(heap)
             fn(*args)
 
     def spawn(self, process: Generator) -> None:
         self._resume(process)
 
-    def _resume(self, process: Generator) -> None:
+    def _resume(self, process: Generator, value: Any = None) -> None:
+        """Run `process` (sent `value`) up to its next wait: a delay, a signal or a download."""
         while True:
             try:
-                command = next(process)
+                command = process.send(value)
             except StopIteration:
                 return
-            if command.__class__ is float:
-                self.at(self.now + command, self._resume, process)
+            value = None
+            if command.__class__ is float:  # `at`, inlined: most events are these waits
+                heapq.heappush(
+                    self._heap, (self.now + command, next(self._seq), self._resume, (process,))
+                )
+                return
+            if command.__class__ is _Download:  # its GETs and retries run without the process
+                command.process = process
+                self._get(command)
                 return
             if not command.fired:
                 command.waiters.append(process)
@@ -377,54 +401,74 @@ class _Simulation:
         self._reschedule(node)
 
     # -- the object store ------------------------------------------------------------------
-    def _fetch(self, node: _Node, shard: int) -> Generator[Any, None, bool]:
+    def _fetch(self, node: _Node, shard: int) -> Generator[Any, Any, bool]:
         """Download a shard (one GET of the whole object) through the three retry layers.
 
         A GET past its prefix's rate is answered 503 SlowDown after `request_latency_s`; then
         botocore, s3fs and `storage.call_with_retries` wait and try again, nested in that
         order (module docstring). Returns False when every attempt was throttled.
+
+        The attempts run as plain events (`_get`, `_retry`), not through the waiting
+        process's generators: a 503 storm is most of a throttled model's events. The process
+        is resumed when the transfer ends (sent None) or when every attempt failed (False),
+        at the same simulated instant and in the same event order as if it ran them itself.
         """
+        ok = yield _Download(node, shard)
+        return ok is not False
+
+    def _get(self, download: _Download) -> None:
+        """One GET of `download` now: start its transfer, or schedule the retry after a 503."""
         tries, boto, backoff = self.attempts
-        retries, latency = self.spec.loader.max_retries, float(self.spec.request_latency_s)
-        prefix, rate = self.shard_prefix[shard], self.spec.prefix_gets_per_s
-        per_second = self.gets_per_second[prefix]
-        for attempt in range(1, retries + 2):  # storage.call_with_retries
-            for i in range(tries):  # s3fs `_error_wrapper`
-                for k in range(1, boto + 1):  # botocore legacy retries
-                    now = self.now
-                    self.gets += 1
-                    self.gets_per_shard[shard] += 1
-                    per_second[int(now)] += 1
-                    tokens = min(
-                        rate, self.tokens[prefix] + (now - self.token_clock[prefix]) * rate
-                    )
-                    self.token_clock[prefix] = now
-                    if tokens >= 1.0:
-                        self.tokens[prefix] = tokens - 1.0
-                        done = _Signal()
-                        self.at(now + latency, self._transfer, node, self.shard_bytes[shard], done)
-                        yield done
-                        return True
-                    self.tokens[prefix] = tokens
-                    self.throttled += 1
-                    wait = latency  # the 503 answer, then the wait before the next attempt
-                    if k < boto:
-                        wait += self.rng.random() * 2.0 ** (k - 1)
-                    else:
-                        wait += min(1.7**i * 0.1, 15.0)
-                        if i == tries - 1 and attempt <= retries:
-                            wait += retry_delay_s(attempt, backoff)
-                    yield wait
-        return False
+        shard, n = download.shard, download.attempt
+        prefix, rate, latency = (
+            self.shard_prefix[shard],
+            self.spec.prefix_gets_per_s,
+            float(self.spec.request_latency_s),
+        )
+        now = self.now
+        self.gets += 1
+        self.gets_per_shard[shard] += 1
+        self.gets_per_second[prefix][int(now)] += 1
+        bucket, clock = self.tokens, self.token_clock
+        tokens = bucket[prefix] + (now - clock[prefix]) * rate
+        if tokens > rate:  # a bucket of one second's GETs
+            tokens = rate
+        clock[prefix] = now
+        if tokens >= 1.0:
+            bucket[prefix] = tokens - 1.0
+            done = _Signal()
+            self.at(now + latency, self._transfer, download.node, self.shard_bytes[shard], done)
+            done.waiters.append(download.process)  # resumed (sent None) when the bytes are in
+            return
+        bucket[prefix] = tokens
+        self.throttled += 1
+        attempt, i, k = n // (tries * boto) + 1, n // boto % tries, n % boto + 1
+        wait = latency  # the 503 answer, then the wait before the next attempt
+        if k < boto:
+            wait += self.rng.random() * 2.0 ** (k - 1)
+        else:
+            wait += min(1.7**i * 0.1, 15.0)
+            if i == tries - 1 and attempt <= self.spec.loader.max_retries:
+                wait += retry_delay_s(attempt, backoff)
+        download.attempt = n + 1
+        heapq.heappush(self._heap, (now + wait, next(self._seq), self._retry, (download,)))
+
+    def _retry(self, download: _Download) -> None:
+        """After a 503's wait: the next GET, or (every attempt made) the process learns it failed."""
+        tries, boto, _ = self.attempts
+        if download.attempt < (self.spec.loader.max_retries + 1) * tries * boto:
+            self._get(download)
+        else:
+            self._resume(download.process, False)
 
     # -- the node cache --------------------------------------------------------------------
     def _open(self, node: _Node, shard: int) -> Generator[Any, None, None]:
-        """`ShardCache.open`: a hit, a wait for another process's download, or a download."""
+        """`ShardCache.open`: a hit, a wait for another process's download, or a download.
+
+        Callers try `_hit` first: most opens are hits and need no generator.
+        """
         while True:
-            if shard in node.cached:
-                self.hits += 1
-                self.opens += 1
-                self._touch(node, shard)
+            if self._hit(node, shard):
                 return
             pending = node.inflight.get(shard)
             if pending is not None:  # the shard's download lock is held: wait, then look again
@@ -445,6 +489,15 @@ class _Simulation:
             self.exhausted += 1
             if self.first_exhausted is None:
                 self.first_exhausted = self.now
+
+    def _hit(self, node: _Node, shard: int) -> bool:
+        """A node-cache hit (counted and touched), or False: `_open` must wait or download."""
+        if shard not in node.cached:
+            return False
+        self.hits += 1
+        self.opens += 1
+        self._touch(node, shard)
+        return True
 
     def _touch(self, node: _Node, shard: int) -> None:
         node.cached[shard] = (self.now, node.cached[shard][1])
@@ -520,7 +573,8 @@ class _Simulation:
                         if shard in opened:
                             opened.move_to_end(shard)
                             continue
-                        yield from self._open(rank.node, shard)
+                        if not self._hit(rank.node, shard):
+                            yield from self._open(rank.node, shard)
                         opened[shard] = None
                         if len(opened) > _OPEN_SHARDS:
                             opened.popitem(last=False)
@@ -534,7 +588,9 @@ class _Simulation:
         """A worker's fetch-ahead thread: opens queued shards one at a time (errors ignored)."""
         helper["busy"], helper["idle"] = True, _Signal()
         while queue:
-            yield from self._open(node, queue.popleft())
+            shard = queue.popleft()
+            if not self._hit(node, shard):
+                yield from self._open(node, shard)
         helper["busy"] = False
         self.fire(helper["idle"])
 

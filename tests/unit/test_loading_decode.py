@@ -17,11 +17,13 @@ from platform_lib.imaging.decode import (
     CameraResize,
     adjust_calib,
     adjust_intrinsics,
+    decode_batch_cameras_gpu,
     decode_jpeg_cpu,
     decode_jpegs_gpu,
     decode_sample_cameras,
     gpu_decode_available,
     plan_camera_resize,
+    resize_on_device,
 )
 from platform_lib.loading.config import LoaderConfig
 from platform_lib.loading.dataset import resolve_decode_threads
@@ -319,6 +321,25 @@ def test_decode_threads_default_divides_the_cpus_among_the_node_loaders(monkeypa
         LoaderConfig(decode_threads=0)
 
 
+def test_device_crop_resize_matches_the_cpu_decode_and_batches_by_size(pandaset_sample):
+    """The GPU path's crop + resize (`resize_on_device`), run on CPU tensors of the full decode."""
+    import torch
+
+    datas = [data for _, data in sorted(pandaset_sample["cameras"].items())]
+    fulls = [simplejpeg.decode_jpeg(data, colorspace="RGB") for data in datas]
+    images = [torch.from_numpy(full).permute(2, 0, 1) for full in fulls]
+    half = images[0][:, ::2, ::2].contiguous()  # another source size: its own group, own plan
+    out = resize_on_device([images[0], half, *images[1:]], BEV_SIZE)
+    # batching by source size changes nothing
+    assert torch.equal(out[0], resize_on_device(images[:1], BEV_SIZE)[0])
+    assert torch.equal(out[1], resize_on_device([half], BEV_SIZE)[0])
+    for data, full, image in zip(datas, fulls, [out[0], *out[2:]], strict=True):
+        assert tuple(image.shape) == (3, 256, 704) and image.dtype == torch.uint8
+        pixels = image.permute(1, 2, 0).numpy()
+        assert _mae(pixels, _reference(full, BEV_SIZE)) <= MAX_MEAN_ABS_ERROR
+        assert _mae(pixels, decode_jpeg_cpu(data, BEV_SIZE)) <= MAX_MEAN_ABS_ERROR
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(
     not gpu_decode_available(), reason="needs a CUDA device and torchvision (nvJPEG)"
@@ -333,3 +354,11 @@ def test_gpu_decode_matches_the_cpu_decode(pandaset_sample):
             _mae(image.permute(1, 2, 0).cpu().numpy(), _reference(full, BEV_SIZE))
             <= MAX_MEAN_ABS_ERROR
         )
+    # a loader batch: the same pixels within tolerance and the CPU path's intrinsics exactly
+    batch = {"cameras": [pandaset_sample["cameras"]], "calib": [pandaset_sample["calib"]]}
+    gpu = decode_batch_cameras_gpu(batch, BEV_SIZE)
+    cpu = decode_sample_cameras(pandaset_sample, BEV_SIZE)
+    for name, cam in cpu["calib"]["cameras"].items():
+        assert np.array_equal(gpu["calib"][0]["cameras"][name]["intrinsics"], cam["intrinsics"])
+        pixels = gpu["cameras"][0][name].permute(1, 2, 0).cpu().numpy()
+        assert _mae(pixels, cpu["cameras"][name]) <= MAX_MEAN_ABS_ERROR

@@ -1,0 +1,399 @@
+"""Device check of one accelerator: nvJPEG vs CPU decode, one FSDP bf16 step with its MFU, versions.
+
+A prepared script for a borrowed GPU machine (at most 5 minutes on one GPU). It runs a list of
+named checks (`CHECKS`), each in its own child process under its own deadline, so a hung CUDA
+call costs one check, not the whole run; more checks (e.g. a multi-GPU collective check) join
+as entries of that list. Prints one line per check and the JSON of all results (also written
+to --json, default $OUT/gpu_check.json when $OUT is set); exits 1 when any check failed or
+ran past its deadline.
+
+Checks:
+    versions       torch, CUDA, cuDNN, NCCL, driver, device name, torchvision (or why absent)
+    decode         the PandaSet sample's camera frames (full size): nvJPEG batched
+                   (`torchvision.io.decode_jpeg(list, device="cuda")`) vs the CPU decode
+                   (simplejpeg, libjpeg-turbo) of the same frames in the same run, frames/s and
+                   MB/s; then both at the 704x256 model input through the platform's decoders
+                   (`imaging.decode.decode_jpegs_gpu` / `decode_jpeg_cpu`) with their mean
+                   absolute difference (fails above 3 levels, the unit tests' tolerance)
+    fsdp_step      the largest zoo preset (bev_fusion_base) wrapped in FSDP2 with bf16 mixed
+                   precision (`training.parallel`) on one rank: warm-up steps, then the timed
+                   steps' median time, samples/s, FLOPs per sample (`telemetry.mfu`) and MFU
+                   against the device's data-sheet peak
+
+`--dry-run` runs the same checks on the CPU with tiny sizes (2 frames, bev_fusion_small on a
+16 x 16 grid, batch 1, gloo): what CI smoke-tests (tests/integration/test_gpu_check.py). Without it a missing CUDA
+device fails the decode and fsdp_step checks.
+
+    python bench/gpu_check.py [--frames DIR] [--json PATH] [--dry-run]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # `python bench/gpu_check.py` from anywhere
+    sys.path.insert(0, str(REPO))
+
+#: the PandaSet sample: shared/ inside the checkout (the device machine) or beside it
+_FRAME_DIRS = (
+    REPO / "shared" / "data" / "pandaset" / "002" / "camera",
+    REPO.parent / "shared" / "data" / "pandaset" / "002" / "camera",
+)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One named check: `run(args)` returns its figures (a JSON-able dict) or raises."""
+
+    name: str
+    run: Callable[[argparse.Namespace], dict[str, Any]]
+    deadline_s: float
+    """wall-clock limit of its child process, in s (the whole run stays under 5 minutes)"""
+
+
+def _device(args: argparse.Namespace) -> Any:
+    import torch
+
+    if args.dry_run:
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise RuntimeError("no CUDA device (torch.cuda.is_available() is False); use --dry-run")
+    return torch.device("cuda", 0)
+
+
+def _sync(device: Any) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# -- versions ------------------------------------------------------------------------------
+def check_versions(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+
+    out: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "cuda_runtime": torch.version.cuda,
+        "cuda_available": torch.cuda.is_available(),
+    }
+    try:
+        import torchvision
+
+        out["torchvision"] = torchvision.__version__
+    except ImportError as exc:
+        out["torchvision"] = f"absent ({exc}); install the `gpu` extra"
+    if torch.cuda.is_available():
+        out["device"] = torch.cuda.get_device_name(0)
+        out["devices"] = torch.cuda.device_count()
+        out["cudnn"] = torch.backends.cudnn.version()
+        out["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+        out["driver"] = _driver_version()
+    elif not args.dry_run:
+        raise RuntimeError("torch sees no CUDA device")
+    return out
+
+
+def _driver_version() -> str:
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        )
+        return done.stdout.strip().splitlines()[0]
+    except (OSError, subprocess.SubprocessError, IndexError) as exc:
+        return f"unknown ({type(exc).__name__})"
+
+
+# -- decode --------------------------------------------------------------------------------
+def _frames(args: argparse.Namespace) -> list[bytes]:
+    roots = [Path(args.frames)] if args.frames else [d for d in _FRAME_DIRS if d.is_dir()]
+    if not roots or not roots[0].is_dir():
+        raise FileNotFoundError(f"no PandaSet camera folder: give --frames (looked in {roots})")
+    files = sorted(roots[0].glob("*/*.jpg"))
+    if not files:
+        raise FileNotFoundError(f"no */*.jpg under {roots[0]}")
+    return [f.read_bytes() for f in files[: 2 if args.dry_run else len(files)]]
+
+
+#: mean absolute difference (uint8 levels) allowed between the GPU and CPU 704x256 decodes
+#: (tests/unit/test_loading_decode.py's tolerance against a Lanczos reference)
+_MAX_MEAN_ABS_DIFF = 3.0
+
+
+def _rate(fn: Callable[[], Any], frames: int, device: Any, min_s: float) -> dict[str, float]:
+    """Run `fn` (decodes `frames` frames) once to warm up, then until `min_s` has passed."""
+    fn()
+    _sync(device)
+    runs, start = 0, time.perf_counter()
+    while True:
+        fn()
+        _sync(device)
+        runs += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= min_s:
+            return {"frames_per_s": round(runs * frames / elapsed, 1), "runs": runs}
+
+
+def check_decode(args: argparse.Namespace) -> dict[str, Any]:
+    import numpy as np
+    import simplejpeg
+
+    from platform_lib.imaging.decode import CameraResize, decode_jpeg_cpu, decode_jpegs_gpu
+
+    device = _device(args)
+    datas = _frames(args)
+    height, width, _, _ = simplejpeg.decode_jpeg_header(datas[0])
+    mb = sum(len(d) for d in datas) / 1e6
+    min_s = 0.2 if args.dry_run else 5.0
+    out: dict[str, Any] = {
+        "frames": len(datas),
+        "size": f"{width}x{height}",
+        "jpeg_mb": round(mb, 3),
+        "cpu": f"simplejpeg (libjpeg-turbo), 1 thread of {os.cpu_count()} cores",
+    }
+
+    def cpu_full() -> None:
+        for d in datas:
+            simplejpeg.decode_jpeg(d, colorspace="RGB")
+
+    out["cpu_full"] = _rate(cpu_full, len(datas), device, min_s)
+    bev = CameraResize(width=704, height=256, anchor_y=0.5)
+    out["cpu_704x256"] = _rate(
+        lambda: [decode_jpeg_cpu(d, bev) for d in datas], len(datas), device, min_s
+    )
+    if device.type != "cuda":
+        out["nvjpeg"] = "skipped: --dry-run (CPU only)"
+        return out
+    import torch
+    from torchvision.io import ImageReadMode, decode_jpeg
+
+    encoded = [torch.frombuffer(bytearray(d), dtype=torch.uint8) for d in datas]
+    out["nvjpeg_full"] = _rate(
+        lambda: decode_jpeg(encoded, mode=ImageReadMode.RGB, device="cuda"),
+        len(datas),
+        device,
+        min_s,
+    )
+    out["nvjpeg_704x256"] = _rate(lambda: decode_jpegs_gpu(datas, bev), len(datas), device, min_s)
+    gpu = decode_jpegs_gpu(datas, bev)
+    errors = [
+        float(
+            np.abs(
+                g.permute(1, 2, 0).cpu().numpy().astype(np.int16) - decode_jpeg_cpu(d, bev)
+            ).mean()
+        )
+        for g, d in zip(gpu, datas, strict=True)
+    ]
+    out["mean_abs_diff_704x256"] = round(max(errors), 3)
+    if max(errors) > _MAX_MEAN_ABS_DIFF:
+        raise AssertionError(
+            f"nvJPEG + device resize differ from the CPU decode by {max(errors):.2f} levels "
+            f"(mean abs), more than {_MAX_MEAN_ABS_DIFF}: {out}"
+        )
+    for size in ("full", "704x256"):
+        out[f"nvjpeg_over_cpu_{size}"] = round(
+            out[f"nvjpeg_{size}"]["frames_per_s"] / out[f"cpu_{size}"]["frames_per_s"], 2
+        )
+    return out
+
+
+# -- one FSDP bf16 step --------------------------------------------------------------------
+def _random_batch(model: Any, batch: int, device: Any) -> dict[str, Any]:
+    import torch
+
+    from bench.model_cost import random_inputs
+
+    cfg, keys = model.cfg, model.input_keys
+    samples = [random_inputs(model, torch.float32) for _ in range(batch)]
+    out = {k: torch.cat([s[i] for s in samples]).to(device) for i, k in enumerate(keys)}
+    g = cfg.grid
+    out[model.target_key] = (torch.rand(batch, 3, g.height, g.width, device=device) > 0.9).float()
+    return out
+
+
+def check_fsdp_step(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+    import torch.distributed as dist
+
+    from platform_lib.models.catalog import build_model
+    from platform_lib.telemetry.mfu import count_flops_per_sample, resolve_peak_flops
+    from platform_lib.training.distributed import DistContext
+    from platform_lib.training.loop import compute_loss, run_model
+    from platform_lib.training.parallel import apply_fsdp, build_mesh, build_mp_policy
+
+    device = _device(args)
+    preset: Any = "bev_fusion_base"
+    if args.dry_run:  # bev_fusion_small on a 16 x 16 grid with 16 x 32 cameras: a CPU second
+        from platform_lib.models.presets import get_model_config
+
+        preset = dataclasses.replace(
+            get_model_config("bev_fusion_small"),
+            **{"x_min": -6.4, "x_max": 6.4, "y_min": -6.4, "y_max": 6.4},
+            camera_height=16,
+            camera_width=32,
+        )
+    batch, warmup, timed = (1, 1, 1) if args.dry_run else (args.batch_size, 3, 10)
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    # one rank: an in-process store, no port to find
+    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        torch.manual_seed(0)
+        model = build_model(preset).to(device)  # FLOPs counted on the device, then sharded
+        data = _random_batch(model, batch, device)
+        flops = count_flops_per_sample(
+            lambda: compute_loss(run_model(model, data), data[model.target_key], 3.0).backward(),
+            batch,
+        )
+        model.zero_grad(set_to_none=True)
+        ctx = DistContext(
+            rank=0, world_size=1, local_rank=0, device=device, backend=backend, owns_group=True
+        )
+        model = apply_fsdp(model, build_mesh(ctx), build_mp_policy(True))
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        times = []
+        for step in range(warmup + timed):
+            _sync(device)
+            start = time.perf_counter()
+            loss = compute_loss(run_model(model, data), data[model.target_key], 3.0)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            _sync(device)
+            if step >= warmup:
+                times.append(time.perf_counter() - start)
+        if not torch.isfinite(loss.detach()):
+            raise FloatingPointError(f"loss is {float(loss.detach())}")
+        step_s = statistics.median(times)
+        peak = resolve_peak_flops(device, num_threads=torch.get_num_threads())
+        achieved = flops * batch / step_s
+        return {
+            "model": model.cfg.name,
+            "batch": batch,
+            "params_m": round(sum(p.numel() for p in model.parameters()) / 1e6, 2),
+            "step_s_median": round(step_s, 4),
+            "step_s_min": round(min(times), 4),
+            "samples_per_s": round(batch / step_s, 2),
+            "flops_per_sample": flops,
+            "achieved_tflops": round(achieved / 1e12, 3),
+            "peak": peak,
+            "mfu": round(achieved / peak["peak_flops"], 4) if peak["peak_flops"] else None,
+            "max_memory_gb": (
+                round(torch.cuda.max_memory_allocated(device) / 1e9, 2)
+                if device.type == "cuda"
+                else None
+            ),
+            "loss": round(float(loss.detach()), 4),
+        }
+    finally:
+        dist.destroy_process_group()
+
+
+#: the checks, in order; deadlines add up to at most 5 minutes (300 s)
+CHECKS: list[Check] = [
+    Check("versions", check_versions, 40.0),
+    Check("decode", check_decode, 100.0),
+    Check("fsdp_step", check_fsdp_step, 160.0),
+]
+
+
+# -- runner --------------------------------------------------------------------------------
+def _child(args: argparse.Namespace) -> int:
+    """Run one check in this (child) process and print its result as one JSON line."""
+    (check,) = [c for c in CHECKS if c.name == args.child]
+    result = check.run(args)
+    print(json.dumps({"result": result}, default=str))
+    return 0
+
+
+def run_check(check: Check, argv: list[str]) -> dict[str, Any]:
+    """Run `check` in a child process under its deadline; return status, seconds, figures."""
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(
+            [sys.executable, __file__, "--child", check.name, *argv],
+            capture_output=True,
+            text=True,
+            timeout=check.deadline_s,
+            cwd=REPO,
+        )
+    except subprocess.TimeoutExpired:
+        return {
+            "status": "deadline",
+            "seconds": round(time.perf_counter() - start, 1),
+            "error": f"ran past its deadline of {check.deadline_s:.0f} s",
+        }
+    seconds = round(time.perf_counter() - start, 1)
+    lines = [line for line in done.stdout.splitlines() if line.startswith('{"result"')]
+    if done.returncode != 0 or not lines:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
+        return {"status": "failed", "seconds": seconds, "error": " | ".join(tail)}
+    return {"status": "ok", "seconds": seconds, **json.loads(lines[-1])}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dry-run", action="store_true", help="CPU, tiny sizes (CI smoke test)")
+    parser.add_argument("--frames", help="camera folder (*/*.jpg); default: the PandaSet sample")
+    parser.add_argument("--json", help="write all results here (default $OUT/gpu_check.json)")
+    parser.add_argument("--batch-size", type=int, default=4, help="fsdp_step batch (default 4)")
+    parser.add_argument("--only", help="comma-separated check names (default: all)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        return _child(args)
+    wanted = args.only.split(",") if args.only else [c.name for c in CHECKS]
+    unknown = set(wanted) - {c.name for c in CHECKS}
+    if unknown:
+        parser.error(f"unknown check(s) {sorted(unknown)}; known: {[c.name for c in CHECKS]}")
+    results: dict[str, Any] = {}
+    for check in (c for c in CHECKS if c.name in wanted):
+        results[check.name] = run_check(check, _child_argv(args))
+        r = results[check.name]
+        print(
+            f"{check.name:10s} {r['status']:8s} {r['seconds']:6.1f} s  "
+            f"{json.dumps(r.get('result', r.get('error')), default=str)}",
+            flush=True,
+        )
+    path = args.json or (
+        os.path.join(os.environ["OUT"], "gpu_check.json") if os.environ.get("OUT") else None
+    )
+    if path:
+        Path(path).write_text(json.dumps(results, indent=2, default=str) + "\n")
+    print(json.dumps(results, indent=2, default=str))
+    failed = [name for name, r in results.items() if r["status"] != "ok"]
+    if failed:
+        print(f"gpu_check: FAILED {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _child_argv(args: argparse.Namespace) -> list[str]:
+    out = ["--batch-size", str(args.batch_size)]
+    if args.dry_run:
+        out.append("--dry-run")
+    if args.frames:
+        out += ["--frames", args.frames]
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())

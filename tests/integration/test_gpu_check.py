@@ -1,0 +1,58 @@
+"""`bench/gpu_check.py --dry-run`: the device check script runs end to end on the CPU (tiny sizes),
+each check in its own child process, and writes its JSON; what a borrowed GPU machine runs in full."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "bench" / "gpu_check.py"
+
+pytestmark = pytest.mark.timeout(400)
+
+
+def test_dry_run_passes_every_check_on_the_cpu_and_writes_json(pandaset_root, tmp_path):
+    out = tmp_path / "check.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--dry-run",
+            "--frames",
+            str(pandaset_root / "002" / "camera"),
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=380,
+        cwd=REPO,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    results = json.loads(out.read_text())
+    assert list(results) == ["versions", "decode", "fsdp_step"]
+    assert all(r["status"] == "ok" for r in results.values()), results
+    decode = results["decode"]["result"]
+    assert decode["frames"] == 2 and decode["size"] == "1920x1080"
+    assert decode["cpu_full"]["frames_per_s"] > 0 and decode["cpu_704x256"]["frames_per_s"] > 0
+    step = results["fsdp_step"]["result"]
+    assert step["step_s_median"] > 0 and step["flops_per_sample"] > 0
+    assert 0 < step["mfu"] < 1 and step["peak"]["device"] == "cpu"
+
+
+def test_a_failing_check_fails_the_run_and_names_it(tmp_path):
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--dry-run", "--only", "decode", "--frames", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
+    assert done.returncode == 1
+    assert "gpu_check: FAILED decode" in done.stderr
+    assert "no */*.jpg under" in done.stdout
