@@ -1,0 +1,31 @@
+"""What a fresh loader does before its first batch: shard records reused across copies of a
+dataset, the ring's output area sized without a measuring child, ring pages mapped at once."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from platform_lib.loading.loader import build_loader
+from tests.support.datasets import write_test_dataset
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _hashed(root: Path) -> int:
+    loader = build_loader(str(root), rank=0, world_size=1, batch_size=4, num_workers=0, seed=0)
+    list(loader)
+    return loader.stats.shards_hashed
+
+
+def test_two_copies_of_a_dataset_keep_their_own_shard_records(tmp_path):
+    first = write_test_dataset(tmp_path / "a", {"loga": 6})
+    second = tmp_path / "b"
+    shutil.copytree(first, second)  # same dataset hash, other files (inodes)
+    assert _hashed(first) > 0
+    assert _hashed(second) > 0
+    # reading the second copy left the first copy's records alone: nothing hashed again
+    assert _hashed(first) == 0
+    assert _hashed(second) == 0
