@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from platform_lib.imaging.decode import CameraResize
+from platform_lib.loading.config import LoaderConfig
 from platform_lib.loading.loader import build_loader
 from tests.support.datasets import write_test_dataset
 
@@ -29,3 +31,18 @@ def test_two_copies_of_a_dataset_keep_their_own_shard_records(tmp_path):
     # reading the second copy left the first copy's records alone: nothing hashed again
     assert _hashed(first) == 0
     assert _hashed(second) == 0
+
+
+@pytest.mark.parametrize(
+    ("resize", "window"), [(None, 1), (CameraResize(width=12, height=8), 1), (None, 3)]
+)
+def test_decoded_sizes_from_jpeg_headers_equal_a_decoded_unit(tmp_path, resize, window):
+    root = write_test_dataset(tmp_path / "d", {"loga": 6})
+    config = LoaderConfig(camera_resize=resize, window_frames=window)
+    loader = build_loader(
+        str(root), rank=0, world_size=1, batch_size=2, num_workers=0, seed=0, config=config
+    )
+    stream = loader._build_stream()
+    decoded, _ = stream.output_bytes_per_unit()
+    assert decoded > 0
+    assert stream.output_bytes_per_unit(from_headers=True) == (decoded, {"shards_hashed": 0})
