@@ -20,12 +20,18 @@ from dataclasses import asdict
 from typing import Any
 
 import numpy as np
+import simplejpeg
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 from torch.utils.data._utils.collate import collate, default_collate_fn_map
 
 from platform_lib.errors import UserError
-from platform_lib.imaging.decode import CameraResize, decode_sample_cameras
+from platform_lib.imaging.decode import (
+    CameraResize,
+    adjust_calib,
+    decode_sample_cameras,
+    plan_camera_resize,
+)
 from platform_lib.loading.cache import ShardCache
 from platform_lib.loading.config import LoaderConfig
 from platform_lib.loading.errors import SampleDecodeError, ShardFormatError
@@ -229,6 +235,7 @@ class BatchStream(IterableDataset):
         row: int,
         writer: SlotWriter,
         decoders: ThreadPoolExecutor | None = None,
+        decode: str | None = None,
     ) -> dict[str, Any]:
         view = files.view
         key, shard = view.key(row), view.shard_path(row)
@@ -242,7 +249,7 @@ class BatchStream(IterableDataset):
             members[view.member_name(m)] = data[begin : begin + int(view.member_size[m])]
         sample = _decode(
             members,
-            self.decode,
+            decode or self.decode,
             key,
             f"{view.url}/{shard}",
             self.config.camera_resize,
@@ -257,8 +264,10 @@ class BatchStream(IterableDataset):
         rows: np.ndarray,
         writer: SlotWriter,
         decoders: ThreadPoolExecutor | None = None,
+        *,
+        decode: str | None = None,
     ) -> tuple[str, Any]:
-        frames = [self._load_frame(files, int(r), writer, decoders) for r in rows]
+        frames = [self._load_frame(files, int(r), writer, decoders, decode) for r in rows]
         if len(frames) == 1:
             sample = frames[0]
         else:
@@ -276,22 +285,34 @@ class BatchStream(IterableDataset):
                 )
         return key, sample
 
-    def output_bytes_per_unit(self) -> tuple[int, dict[str, int]]:
+    def output_bytes_per_unit(self, *, from_headers: bool = False) -> tuple[int, dict[str, int]]:
         """Measure the bytes a unit adds beyond its raw sample bytes (sizes the ring's output area).
 
         Decoded images and transform outputs, measured on the first unit of each source.
+
+        Args:
+            from_headers: without a `sample_transform` only: size the decoded images from
+                their JPEG headers instead of decoding them (the same bytes, without the
+                decode; `_as_decoded`).
 
         Returns:
             (bytes, counters of the reads it made: downloads, shard hashes, ...).
         """
         files, most = self._open_files(), 0
+        headers = from_headers and self.decode == "cpu" and self.config.sample_transform is None
         try:
             for s in range(len(self.views)):
                 if not len(self.units[s]):
                     continue
                 writer = SlotWriter(None, None)
                 try:
-                    _, sample = self._load_unit(files[s], self.units[s][0], writer)
+                    if headers:
+                        _, sample = self._load_unit(
+                            files[s], self.units[s][0], writer, decode="none"
+                        )
+                        sample = _as_decoded(sample, self.config.camera_resize)
+                    else:
+                        _, sample = self._load_unit(files[s], self.units[s][0], writer)
                 except _SKIPPABLE:
                     continue  # a bad first sample: reported when the epoch reads it
                 # a transform's outputs are all stacked into the output area, even raw views
@@ -467,6 +488,37 @@ def _counters(files: list[ShardFiles]) -> dict[str, int]:
         if f.verifications is not None:
             totals["shards_hashed"] += f.verifications.hashed
     return totals
+
+
+def _as_decoded(sample: dict[str, Any], resize: CameraResize | None) -> dict[str, Any]:
+    """Return a `decode="none"` unit as `decode_sample_cameras` makes it, images left unwritten.
+
+    Each camera becomes an uninitialised (H, W, 3) uint8 array of its decoded size, read from
+    the JPEG header (the source size, or the `resize` plan's output size; no page is touched),
+    and resized cameras get `adjust_calib`'s calib entries, as decoding would give them.
+
+    Raises:
+        ValueError: a camera's bytes have no readable JPEG header (simplejpeg).
+    """
+    if "frames" in sample:  # a temporal window: k frames
+        return {**sample, "frames": [_as_decoded(f, resize) for f in sample["frames"]]}
+    cameras = {}
+    for name, data in sample["cameras"].items():
+        height, width, _, _ = simplejpeg.decode_jpeg_header(data)
+        if resize is not None:
+            plan = plan_camera_resize(width, height, resize)
+            height, width = plan.height, plan.width
+        cameras[name] = np.empty((height, width, 3), dtype=np.uint8)
+    out = {**sample, "cameras": cameras}
+    calib = (sample.get("calib") or {}).get("cameras", {})
+    adjusted = {
+        name: adjust_calib(calib[name], resize)
+        for name in cameras
+        if resize is not None and calib.get(name) is not None
+    }
+    if adjusted:
+        out["calib"] = {**sample["calib"], "cameras": {**calib, **adjusted}}
+    return out
 
 
 def _computed_bytes(obj: Any, writer: SlotWriter | None) -> int:

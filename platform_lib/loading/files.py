@@ -9,6 +9,7 @@ in the package README.md, "Verify once".
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from collections import OrderedDict
@@ -62,9 +63,12 @@ class ShardVerifications:
     def check(self, fd: int, path: Path, entry: ShardEntry) -> bool:
         """Return True when the open shard `fd` (the file at `path`) has the manifest's size and sha256.
 
-        Hashes at most once per node and file version; later calls read the record.
+        Hashes at most once per node and file version; later calls read the record. Each
+        copy of the dataset on the node (its shard's real path) keeps its own record, so
+        loaders reading two copies of one dataset never overwrite each other's verdicts.
         """
-        record = self.folder / f"{check_shard_path(entry.path)}.json"
+        place = hashlib.sha256(os.fsencode(os.path.realpath(path))).hexdigest()[:16]
+        record = self.folder / place / f"{check_shard_path(entry.path)}.json"
         st = os.fstat(fd)
         stamp = {
             "size": st.st_size,

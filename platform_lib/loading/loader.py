@@ -190,6 +190,19 @@ def _measure_outputs(stream: BatchStream, start_method: str) -> tuple[int, dict[
             child.join()
 
 
+def _measure_from_headers(stream: BatchStream) -> tuple[int, dict[str, int]]:
+    """`_measure_outputs` without a `sample_transform`, in this process: no child, no decode.
+
+    The decoded cameras' sizes come from the JPEG headers of one unit
+    (`output_bytes_per_unit(from_headers=True)`). A failed measurement gives 0, as in
+    `_measure_outputs`: the unit's error is raised by the worker that reads it.
+    """
+    try:
+        return stream.output_bytes_per_unit(from_headers=True)
+    except Exception:  # noqa: BLE001 - the workers raise it again, with context
+        return 0, {}
+
+
 def _kill_workers(data_iter: Any) -> None:
     """SIGKILL the workers of a DataLoader iterator (after a missed deadline).
 
@@ -567,10 +580,13 @@ class StreamingLoader:
         largest = max(int(v.sample_size.max()) if len(v) else 0 for v in self.views)
         raw = cfg.window_frames * aligned(largest)  # the largest unit's sample bytes
         computed = 0
-        if stream.decode != "none" or cfg.sample_transform is not None:
+        if cfg.sample_transform is not None:  # the user's code: never run in this process
             computed, counters = _measure_outputs(
                 stream, _start_method(cfg) or mp.get_start_method()
             )
+            self._absorb({"counters": counters, "skipped": []})
+        elif stream.decode != "none":  # decoded sizes from the JPEG headers: no child, no decode
+            computed, counters = _measure_from_headers(stream)
             self._absorb({"counters": counters, "skipped": []})
         # a margin for outputs that vary from unit to unit (more is a fallback, counted)
         stream.unit_output_bytes = aligned(computed + computed // 16 + 1024)
