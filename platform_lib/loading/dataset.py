@@ -352,6 +352,8 @@ class BatchStream(IterableDataset):
                         generation=generation,
                         timeout_s=self.config.worker_timeout_s,
                     )
+                    if not self.ring.is_current(generation):
+                        return  # abandoned: the main process will not receive this batch
                 writer = SlotWriter(self.ring, extent, raw)
                 loaded: dict[int, tuple[str, Any]] = {}
                 skipped: list[tuple[str, str]] = []
@@ -362,6 +364,8 @@ class BatchStream(IterableDataset):
                     sources,
                     unit_ids,
                 ):
+                    if self.ring is not None and not self.ring.is_current(generation):
+                        return  # abandoned: nobody receives this batch; stop decoding it
                     s, u = int(sources[i]), int(unit_ids[i])
                     try:
                         loaded[int(i)] = self._load_unit(
