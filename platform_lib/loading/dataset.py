@@ -25,7 +25,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from torch.utils.data._utils.collate import collate, default_collate_fn_map
 
 from platform_lib.errors import UserError
-from platform_lib.imaging.decode import CameraResize, decode_sample_cameras
+from platform_lib.imaging.decode import Allocate, CameraResize, decode_sample_cameras
 from platform_lib.loading.cache import ShardCache
 from platform_lib.loading.config import LoaderConfig
 from platform_lib.loading.errors import SampleDecodeError, ShardFormatError
@@ -132,10 +132,13 @@ def _decode(
     where: str,
     resize: CameraResize | None,
     pool: ThreadPoolExecutor | None = None,
+    allocate: Allocate | None = None,
 ) -> dict[str, Any]:
     try:
         sample = decode_sample(members, decode="none")  # JPEGs: below, at the configured size
-        return decode_sample_cameras(sample, resize, pool=pool) if decode == "cpu" else sample
+        if decode != "cpu":
+            return sample
+        return decode_sample_cameras(sample, resize, pool=pool, allocate=allocate)
     except Exception as exc:  # any decoder failure becomes a named, skippable error
         raise SampleDecodeError(
             f"{where}: sample {key} could not be decoded ({type(exc).__name__}: {exc}); "
@@ -247,6 +250,9 @@ class BatchStream(IterableDataset):
             f"{view.url}/{shard}",
             self.config.camera_resize,
             decoders,
+            # full-size images are decoded straight into the ring (none with a transform:
+            # its outputs are what the batch carries)
+            writer.output_array if self.config.sample_transform is None else None,
         )
         sample["__key__"], sample["__shard__"] = key, shard
         return sample
