@@ -14,7 +14,7 @@ cx' = (cx + 0.5 - crop_x) * scale_x - 0.5 (skew scales with x).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
@@ -343,19 +343,46 @@ def _camera_plan(
     return plan_camera_resize(width, height, resize)
 
 
+#: `decode_sample_cameras`'s `allocate`: (shape, dtype) -> an uninitialised array, or None.
+Allocate = Callable[[tuple[int, ...], np.dtype], np.ndarray | None]
+
+
 def _decode_camera(
-    data: bytes | memoryview, calib: dict[str, Any] | None, resize: CameraResize | None, where: str
+    data: bytes | memoryview,
+    calib: dict[str, Any] | None,
+    resize: CameraResize | None,
+    where: str,
+    out: np.ndarray | None = None,
 ) -> tuple[np.ndarray, dict[str, Any] | None]:
-    """One camera of `decode_sample_cameras`: (image, adjusted calib entry or None)."""
+    """One camera of `decode_sample_cameras`: (image, adjusted calib entry or None).
+
+    `out`: the (H, W, 3) uint8 array a full-size image is decoded into (None: a fresh one).
+    """
     if resize is None:
-        return simplejpeg.decode_jpeg(data, colorspace="RGB"), None
+        return simplejpeg.decode_jpeg(data, colorspace="RGB", buffer=out), None
     plan = _camera_plan(data, calib, resize, where)
     image = decode_jpeg_cpu(data, plan=plan)
     return image, (adjust_calib(calib, resize) if calib is not None else None)
 
 
+def _full_size_buffer(data: bytes | memoryview, allocate: Allocate) -> np.ndarray | None:
+    """An (H, W, 3) uint8 array from `allocate` for the full-size image `data`, or None.
+
+    None also for bytes whose header does not parse: the decode raises their error, in order.
+    """
+    try:
+        height, width, _, _ = simplejpeg.decode_jpeg_header(data)
+    except ValueError:
+        return None
+    return allocate((height, width, 3), np.dtype(np.uint8))
+
+
 def decode_sample_cameras(
-    sample: dict[str, Any], resize: CameraResize | None, *, pool: Executor | None = None
+    sample: dict[str, Any],
+    resize: CameraResize | None,
+    *,
+    pool: Executor | None = None,
+    allocate: Allocate | None = None,
 ) -> dict[str, Any]:
     """Decode the JPEG bytes of a decoded sample's cameras on the CPU; calib follows the size.
 
@@ -366,6 +393,10 @@ def decode_sample_cameras(
         pool: threads that decode the cameras at once (simplejpeg's decode and Pillow's resize
             release the GIL: `bench/gil.py`); None decodes them one after the other. The
             result is the same either way, byte for byte, errors included.
+        allocate: where full-size images are decoded: `(shape, dtype)` -> an uninitialised
+            array (e.g. in the loader's shared-memory ring, so that no image is copied
+            after decoding) or None (a fresh array); called in this thread, in camera order.
+            Resized images are always fresh arrays.
 
     Returns:
         the sample with "cameras" name -> (H, W, 3) uint8 RGB and, when resized, each camera's
@@ -378,9 +409,15 @@ def decode_sample_cameras(
     key = sample.get("__key__", "?")
     calib = (sample.get("calib") or {}).get("cameras", {})
     names = list(sample["cameras"])
+    data = [sample["cameras"][name] for name in names]
+    outs = (
+        [_full_size_buffer(d, allocate) for d in data]
+        if allocate is not None and resize is None
+        else [None] * len(names)
+    )
     jobs = [
-        (sample["cameras"][name], calib.get(name), resize, f"sample {key} camera {name}")
-        for name in names
+        (d, calib.get(name), resize, f"sample {key} camera {name}", out)
+        for name, d, out in zip(names, data, outs, strict=True)
     ]
     if pool is None or len(jobs) < 2:
         results = [_decode_camera(*job) for job in jobs]

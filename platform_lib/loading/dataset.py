@@ -27,6 +27,7 @@ from torch.utils.data._utils.collate import collate, default_collate_fn_map
 
 from platform_lib.errors import UserError
 from platform_lib.imaging.decode import (
+    Allocate,
     CameraResize,
     adjust_calib,
     decode_sample_cameras,
@@ -138,10 +139,13 @@ def _decode(
     where: str,
     resize: CameraResize | None,
     pool: ThreadPoolExecutor | None = None,
+    allocate: Allocate | None = None,
 ) -> dict[str, Any]:
     try:
         sample = decode_sample(members, decode="none")  # JPEGs: below, at the configured size
-        return decode_sample_cameras(sample, resize, pool=pool) if decode == "cpu" else sample
+        if decode != "cpu":
+            return sample
+        return decode_sample_cameras(sample, resize, pool=pool, allocate=allocate)
     except Exception as exc:  # any decoder failure becomes a named, skippable error
         raise SampleDecodeError(
             f"{where}: sample {key} could not be decoded ({type(exc).__name__}: {exc}); "
@@ -254,6 +258,9 @@ class BatchStream(IterableDataset):
             f"{view.url}/{shard}",
             self.config.camera_resize,
             decoders,
+            # full-size images are decoded straight into the ring (none with a transform:
+            # its outputs are what the batch carries)
+            writer.output_array if self.config.sample_transform is None else None,
         )
         sample["__key__"], sample["__shard__"] = key, shard
         return sample
@@ -373,6 +380,8 @@ class BatchStream(IterableDataset):
                         generation=generation,
                         timeout_s=self.config.worker_timeout_s,
                     )
+                    if not self.ring.is_current(generation):
+                        return  # abandoned: the main process will not receive this batch
                 writer = SlotWriter(self.ring, extent, raw)
                 loaded: dict[int, tuple[str, Any]] = {}
                 skipped: list[tuple[str, str]] = []
@@ -383,6 +392,8 @@ class BatchStream(IterableDataset):
                     sources,
                     unit_ids,
                 ):
+                    if self.ring is not None and not self.ring.is_current(generation):
+                        return  # abandoned: nobody receives this batch; stop decoding it
                     s, u = int(sources[i]), int(unit_ids[i])
                     try:
                         loaded[int(i)] = self._load_unit(

@@ -738,6 +738,7 @@ class StreamingLoader:
             if stream.ring is not None:
                 stream.ring.begin_iteration(self._step)
             stream.start(epoch=epoch, start_step=self._step)
+        generation = stream.ring.generation if stream.ring is not None else 0
 
         def receive() -> Iterator[dict[str, Any]]:
             try:
@@ -755,6 +756,8 @@ class StreamingLoader:
                 # a failed iteration: start afresh next time; a timed-out worker is killed
                 self._shutdown_workers(kill=isinstance(exc, WorkerTimeoutError))
                 raise
+            if stream.ring is not None and not stream.ring.is_current(generation):
+                return  # left mid-epoch: the workers stopped, the epoch is not over
             if self.num_workers > 0:
                 # Every batch of this epoch is received: start the persistent workers on the next
                 # epoch now, so its first batches are made while the training loop still works on
@@ -780,6 +783,8 @@ class StreamingLoader:
                 self._step += 1
                 yield batch
         finally:
+            if stream.ring is not None:  # workers stop making batches nobody will receive
+                stream.ring.abandon(generation)
             batches.close()
         if self._step >= self._plan.steps and self._epoch == epoch:
             self._epoch, self._step = epoch + 1, 0

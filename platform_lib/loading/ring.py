@@ -55,12 +55,14 @@ __all__ = [
 
 RING_KEY = "__ring__"
 _ALIGN = 64
-_HEADER_INTS = 16  # int64 control words: [0] generation, [1]-[2] dataset.py, [4]-[7] below
+_HEADER_INTS = 16  # int64 control words: [0] generation, [1]-[2] dataset.py, [4]-[8] below
 #: Control words the main process sets while it waits for a batch: the awaited worker + 1
 #: (0: none; -1: unknown) and since when (CLOCK_MONOTONIC, ns; system-wide).
 _AWAITED, _AWAITED_SINCE = 4, 5
 #: Control words: the step whose worker reserves next; bytes of the arena allocated.
 _NEXT_STEP, _GROWN = 6, 7
+#: Control word: the generation whose batches the main process will not receive (0: none).
+_ABANDONED = 8
 _MIN_BYTES = 4096  # smaller arrays travel by pickle
 #: Pages are allocated in steps of this many bytes (fewer syscalls and CUDA registrations).
 _GROW_STEP = 1 << 20
@@ -386,6 +388,19 @@ class Ring:
             self.control[0] += 1
             return int(self.control[0])
 
+    def abandon(self, generation: int) -> None:
+        """Main process: no batch of iteration `generation` will be received any more.
+
+        Its workers stop making them (`is_current`) instead of finishing them privately and
+        shipping them in fallback blocks nobody reads; their extents stay reserved until the
+        workers enter a newer generation. A no-op for a generation already left.
+        """
+        self.control[_ABANDONED] = generation
+
+    def is_current(self, generation: int) -> bool:
+        """Worker: True while batches of iteration `generation` are still wanted."""
+        return self.generation == generation and int(self.control[_ABANDONED]) != generation
+
     def enter(self, worker_id: int) -> int:
         """Worker: note that it works in the current generation now; return that generation.
 
@@ -406,15 +421,15 @@ class Ring:
         adapts to the budget. None (the batch takes the fallback block) when the worker
         already has `slots_per_worker` batches in the ring, the batch exceeds the budget,
         the main process waits for this worker's batch while the training loop holds the
-        rest (`_STALL_S` without a release), the iteration (`generation`) ended, or after
-        `timeout_s`.
+        rest (`_STALL_S` without a release), or after `timeout_s`; None also when the
+        iteration (`generation`) ended or was abandoned (`is_current`: make no batch then).
         """
         nbytes = aligned(max(nbytes, 1))
         first = (worker_id % self.num_workers) * self.slots_per_worker
         began = progress = time.monotonic()
         delay, held = 0.0002, -1
         try:
-            while self.generation == generation:
+            while self.is_current(generation):
                 next_step = int(self.control[_NEXT_STEP])
                 if next_step > step:  # not ours to allocate any more (a restart moved on)
                     return None

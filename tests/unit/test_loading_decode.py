@@ -271,6 +271,49 @@ def test_threaded_camera_decode_raises_the_serial_error(pandaset_sample):
         assert str(threaded.value) == str(serial.value) == str(first.value)
 
 
+class _Arena:
+    """`allocate` for `decode_sample_cameras`: consecutive arrays of one buffer, then None."""
+
+    def __init__(self, nbytes: int) -> None:
+        self.buffer, self.used, self.calls = np.zeros(nbytes, dtype=np.uint8), 0, 0
+
+    def __call__(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
+        self.calls += 1
+        nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        if self.used + nbytes > self.buffer.nbytes:
+            return None
+        out = self.buffer[self.used : self.used + nbytes].view(dtype).reshape(shape)
+        self.used += nbytes
+        return out
+
+
+def test_full_size_cameras_decode_straight_into_the_given_buffers(pandaset_sample):
+    fresh = decode_sample_cameras(pandaset_sample, None)
+    sizes = [image.nbytes for image in fresh["cameras"].values()]
+    arena = _Arena(sum(sizes[:4]))  # room for four of the six cameras
+    with ThreadPoolExecutor(3) as pool:
+        placed = decode_sample_cameras(pandaset_sample, None, pool=pool, allocate=arena)
+    _same_decoded(placed, fresh)
+    inside = [np.shares_memory(im, arena.buffer) for im in placed["cameras"].values()]
+    assert inside == [True] * 4 + [False] * 2  # the rest: fresh arrays, still decoded
+    assert arena.used == arena.buffer.nbytes and arena.calls == 6
+    resized = decode_sample_cameras(pandaset_sample, BEV_SIZE, allocate=_Arena(2**30))
+    _same_decoded(resized, decode_sample_cameras(pandaset_sample, BEV_SIZE))  # not placed
+
+
+def test_decoding_into_given_buffers_raises_the_serial_error(pandaset_sample):
+    names = list(pandaset_sample["cameras"])
+    broken = dict(pandaset_sample["cameras"])
+    broken[names[1]] = bytes(broken[names[1]])[:2000]  # a header that parses, a body that fails
+    broken[names[3]] = b"not a JPEG at all" * 64  # no header: no buffer, fails in order
+    sample = {**pandaset_sample, "cameras": broken}
+    with pytest.raises(ValueError) as serial:
+        decode_sample_cameras(sample, None)
+    with ThreadPoolExecutor(4) as pool, pytest.raises(ValueError) as placed:
+        decode_sample_cameras(sample, None, pool=pool, allocate=_Arena(2**30))
+    assert str(placed.value) == str(serial.value)
+
+
 def _epoch(root: Path, threads: int, seen: set[str]) -> list[dict]:
     loader = build_loader(
         str(root),

@@ -148,6 +148,25 @@ def test_batches_reserve_in_step_order_and_a_restart_frees_abandoned_extents():
         ring.close()
 
 
+def test_an_abandoned_iteration_stops_a_waiting_worker_and_leaves_the_next_one_alone():
+    ring = Ring(num_workers=1, slots_per_worker=4, budget_bytes=3 * MiB, batch_bytes=MiB)
+    try:
+        held = _batch(ring, 0, 2 * MiB, 1)  # the loop holds it: no room for the next batch
+        generation = ring.generation
+        threading.Timer(0.2, ring.abandon, (generation,)).start()  # the loop leaves the pass
+        started = time.monotonic()
+        assert _reserve(ring, 0, 2 * MiB, timeout_s=30) is None
+        assert time.monotonic() - started < 5 and not ring.is_current(generation)
+        newer = ring.begin_iteration(0)
+        ring.abandon(generation)  # late: a no-op for the newer iteration
+        assert ring.is_current(newer) and np.all(held["x"] == 1)
+        del held
+        gc.collect()
+        assert _batch(ring, 0, 2 * MiB, 2)["x"][0] == 2
+    finally:
+        ring.close()
+
+
 def test_a_budget_too_small_for_one_sample_names_the_budget_and_the_sample():
     with pytest.raises(RingError) as info:
         check_budget(1000, batch_size=4, sample_bytes=5000, raw_bytes=3000)
