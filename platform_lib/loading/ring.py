@@ -448,7 +448,9 @@ class Ring:
                 if now - began >= timeout_s:
                     return None
                 time.sleep(delay)
-                delay = min(delay * 2, 0.005)
+                # The turn of a step comes within a batch's read time: poll it finely (a late
+                # start idles the worker); room waits on the training loop: poll coarsely.
+                delay = min(delay * 2, 0.005 if next_step == step else 0.001)
             return None
         finally:
             with self._locked():  # never undoes a `begin_iteration` made meanwhile
