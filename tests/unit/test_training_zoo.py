@@ -49,10 +49,10 @@ def test_small_matches_its_golden_file_and_a_changed_golden_fails(zoo_dataset, t
     assert not failed["loss_ok"] and failed["max_rel_error"] == pytest.approx(1e-3, rel=1e-2)
 
 
-def test_base_is_a_cpu_preset_cut_to_three_steps_of_one_sample():
+def test_base_is_a_cpu_preset_cut_to_two_steps_of_one_sample():
     cfg = zoo_config("base")
     assert "base" in CPU_PRESETS and cfg.model.name == "bev_fusion_base"
-    assert (cfg.optimizer.max_steps, cfg.data.batch_size, cfg.parallel.num_threads) == (3, 1, 2)
+    assert (cfg.optimizer.max_steps, cfg.data.batch_size, cfg.parallel.num_threads) == (2, 1, 2)
     golden = json.loads(golden_path("base").read_text())
     assert golden["precision"] == "bf16" and golden["losses"][-1] < golden["losses"][0]
 
