@@ -2,8 +2,9 @@
 
 Drawn with matplotlib's object API on the Agg canvas (no pyplot global state, no display);
 each file is written under a temporary name and renamed into place. Error bars are the
-bootstrap intervals of the decision (`promotion.PromotionDecision`); a row without an
-interval ("insufficient", "undefined") is drawn as its estimate alone, or not at all.
+bootstrap intervals of the decision (`promotion.PromotionDecision`). A model's metric without
+an interval is drawn as its estimate alone; a difference without an interval is not drawn as
+a point at all, its row names the reason ("insufficient: 2 logs").
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from matplotlib.figure import Figure
 
 from platform_lib.evaluation.bootstrap import Interval
 from platform_lib.evaluation.promotion import PromotionDecision
+from platform_lib.evaluation.text import format_difference
 
 __all__ = ["BAND_PLOT", "DIFFERENCE_PLOT", "render_promotion_plots"]
 
@@ -68,14 +70,21 @@ def _difference_figure(decision: PromotionDecision) -> Figure:
     fig = Figure(figsize=(6.4, 1.2 + 0.45 * len(rows)), dpi=100)
     ax = fig.add_subplot()
     y = np.arange(len(rows))[::-1]
-    points = [_point(r.difference) for r in rows]
+    points = [
+        _point(r.difference) if r.difference.status == "ok" else (np.nan, 0.0, 0.0) for r in rows
+    ]
     errors = np.array([[p[1] for p in points], [p[2] for p in points]])
     ax.errorbar([p[0] for p in points], y, xerr=errors, fmt="o", capsize=4)
     for yi, r in zip(y, rows, strict=True):
         if r.margin is not None:
             ax.plot([-r.margin], [yi], marker="|", markersize=14, color="red")
     ax.axvline(0.0, color="grey", linewidth=1)
-    ax.set_yticks(y, [f"{r.slice} {r.metric} ({r.verdict or r.role})" for r in rows])
+    labels = []
+    for r in rows:
+        ok = r.difference.status == "ok"
+        note = (r.verdict or r.role) if ok else format_difference(r.difference.to_dict())
+        labels.append(f"{r.slice} {r.metric} ({note})")
+    ax.set_yticks(y, labels)
     ax.set_xlabel("challenger - champion (red: -margin)")
     ax.set_title(f"decision: {decision.decision}")
     fig.tight_layout()

@@ -20,8 +20,10 @@ from platform_lib.evaluation.bootstrap import BootstrapConfig, Interval, paired_
 from platform_lib.evaluation.errors import EvaluationError, PairingError, validation_error
 from platform_lib.evaluation.metrics import FrameCounts, MetricSpec
 from platform_lib.evaluation.slices import ALL_SLICE
+from platform_lib.evaluation.text import logs_text
 
 __all__ = [
+    "NEXT_STEP",
     "PromotionConfig",
     "PromotionDecision",
     "SliceRow",
@@ -252,7 +254,7 @@ def decide_promotion(
             ]
             margin = config.margin_of(name) if "gated" in roles else None
             rows.append(row(name, spec, "+".join(roles) or "report", margin))
-    reasons, decision = _apply_rule(rows)
+    reasons, decision = _apply_rule(rows, config.bootstrap.min_logs)
     bands = tuple(
         row(config.primary_slice, config.primary.model_copy(update={"band": b}), "report", None)
         for b in champion.bands
@@ -267,17 +269,47 @@ def decide_promotion(
     )
 
 
-def _apply_rule(rows: list[SliceRow]) -> tuple[list[str], str]:
-    """Return (reasons, decision) from the verdicts of the gated and primary rows."""
+#: The last reason of a decision that keeps the champion: what the user can do about it.
+NEXT_STEP = {
+    "kept:insufficient": (
+        "what you can do: evaluate on a val split with at least {min_logs} logs in every gated "
+        "slice (hold out more logs; more frames per log do not help) and register again, or "
+        "read the table and promote explicitly with "
+        "platform_lib.registry.register.promote_champion(name, version)"
+    ),
+    "kept:worse_on_slice": (
+        "what you can do: fix the model on the slices named above, or, if that loss is "
+        "acceptable, raise their margin (slice_margins) in the promotion config"
+    ),
+    "kept:not_better": (
+        "what you can do: the difference is within noise; more val logs narrow the interval, "
+        "or promote explicitly with platform_lib.registry.register.promote_champion(name, "
+        "version) if a tie should move the champion"
+    ),
+}
+
+
+def _apply_rule(rows: list[SliceRow], min_logs: int) -> tuple[list[str], str]:
+    """Return (reasons, decision) from the verdicts of the gated and primary rows.
+
+    A decision that keeps the champion ends with `NEXT_STEP`'s sentence for it.
+    """
     reasons: list[str] = []
     blocked = {"insufficient": False, "worse": False, "not_better": False}
     for r in rows:
         d = r.difference
         where = f"slice {r.slice!r} {r.metric}"
-        if r.verdict in ("insufficient", "undefined"):
+        if r.verdict == "insufficient":
             blocked["insufficient"] = True
             reasons.append(
-                f"{where}: no interval ({r.verdict}: {d.num_logs} logs, {d.num_frames} frames)"
+                f"{where}: insufficient, no interval ({logs_text(d.num_logs)}, "
+                f"{d.num_frames} frames; an interval needs {min_logs} logs)"
+            )
+        elif r.verdict == "undefined":
+            blocked["insufficient"] = True
+            reasons.append(
+                f"{where}: undefined, no interval (the metric has no denominator on its "
+                f"{d.num_frames} frames: no predicted or true cell)"
             )
         elif r.verdict == "worse":
             blocked["worse"] = True
@@ -292,6 +324,6 @@ def _apply_rule(rows: list[SliceRow]) -> tuple[list[str], str]:
             reasons.append(f"{where}: challenger - champion {_interval_text(d)} is above 0")
     for kind in ("insufficient", "worse", "not_better"):
         if blocked[kind]:
-            name = "worse_on_slice" if kind == "worse" else kind
-            return reasons, f"kept:{name}"
+            decision = "kept:worse_on_slice" if kind == "worse" else f"kept:{kind}"
+            return [*reasons, NEXT_STEP[decision].format(min_logs=min_logs)], decision
     return reasons, "promoted:better"

@@ -35,6 +35,7 @@ from platform_lib.evaluation.slices import (
     parse_slice_spec,
     slice_masks,
 )
+from platform_lib.evaluation.text import format_difference, format_metric
 
 __all__ = [
     "DEFAULT_PROMOTION",
@@ -47,6 +48,7 @@ __all__ = [
     "first_version_gate",
     "load_frame_counts",
     "render_promotion_page",
+    "render_version_description",
     "resolve_slice_masks",
 ]
 
@@ -86,11 +88,22 @@ class ChampionGate:
     """model-version tags (decision, reasons, gated differences, per-slice estimates)"""
     files: tuple[Path, ...] = field(default=())
     """promotion.json, the plots and promotion.html (artifacts of the version's run)"""
+    record: dict[str, Any] = field(default_factory=dict)
+    """promotion.json's content (decision, reasons, per-slice rows)"""
 
     @property
     def promote(self) -> bool:
         """Whether `champion` moves to the new version."""
         return self.decision.startswith("promoted")
+
+    def describe(self, decision: str) -> str:
+        """Return the version's Markdown description (`render_version_description`).
+
+        Args:
+            decision: what registration recorded; differs from `self.decision` when
+                `champion` moved while the gate ran.
+        """
+        return render_version_description(self.record, decision)
 
     @property
     def page(self) -> Path | None:
@@ -182,7 +195,9 @@ def first_version_gate(
     tags = {"champion_decision": "promoted:first", "promotion_reasons": reasons[0]}
     tags |= _slice_tags(rows, "challenger")
     files = _write(Path(out_dir), record, [])
-    return ChampionGate(decision="promoted:first", compared_with=None, tags=tags, files=files)
+    return ChampionGate(
+        decision="promoted:first", compared_with=None, tags=tags, files=files, record=record
+    )
 
 
 def decide_champion(
@@ -216,7 +231,11 @@ def decide_champion(
     plots = render_promotion_plots(decision, out_dir)
     files = _write(Path(out_dir), record, plots)
     return ChampionGate(
-        decision=decision.decision, compared_with=champion_version, tags=tags, files=files
+        decision=decision.decision,
+        compared_with=champion_version,
+        tags=tags,
+        files=files,
+        record=record,
     )
 
 
@@ -264,7 +283,8 @@ def render_promotion_page(record: dict[str, Any], plots: list[Path]) -> str:
     lines = []
     for row in record["rows"]:
         cells = [row["slice"], row["metric"], row.get("role", "")]
-        cells += [_interval_text(row[k]) if row.get(k) else "" for k in columns[3:6]]
+        cells += [format_metric(row[k]) if row.get(k) else "" for k in columns[3:5]]
+        cells.append(format_difference(row["difference"]) if row.get("difference") else "")
         cells.append("" if row.get("margin") is None else f"{row['margin']:g}")
         verdict = row.get("verdict", "")
         body = "".join(f"<td>{esc(str(c))}</td>" for c in cells)
@@ -278,6 +298,64 @@ def render_promotion_page(record: dict[str, Any], plots: list[Path]) -> str:
         '<!DOCTYPE html><html><head><meta charset="utf-8"><title>promotion decision</title>'
         f"<style>{_STYLE}</style></head><body>{head}{''.join(images)}{table}</body></html>"
     )
+
+
+#: Characters MLflow stores in a model version's description.
+DESCRIPTION_MAX = 5000
+
+
+def _cell(text: str) -> str:
+    """Return `text` safe in a Markdown table cell (no pipe, no line break)."""
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def render_version_description(record: dict[str, Any], decision: str) -> str:
+    """Return the model version's description: the decision, the per-slice table, the reasons.
+
+    Markdown, which the MLflow UI renders on the version's page: a bold decision line, a table
+    with a row per (slice, metric): the new version's ("candidate") and the champion's metric,
+    the paired difference with its interval and the verdict; a difference without an interval
+    reads as its reason ("insufficient: 2 logs"), never as a number. Then one bullet per reason
+    (the last says what the user can do when the champion stays). Rows that would pass MLflow's
+    5,000 characters are left out and counted; all of them are in promotion/promotion.html.
+
+    Args:
+        record: promotion.json's content (`decide_champion` / `first_version_gate`).
+        decision: the decision registration recorded (may differ from the gate's).
+    """
+    compared = record.get("compared_with")
+    head = [f"**champion decision: {decision}**"]
+    head.append(f"against champion version {compared}" if compared else "first version")
+    gate_decision = record.get("decision", decision)
+    if decision != gate_decision:
+        head.append(f"(the gate decided {gate_decision}; `champion` moved meanwhile)")
+    lines = [" ".join(head), ""]
+    confidence = record.get("config", {}).get("bootstrap", {}).get("confidence", 0.95)
+    lines += [
+        f"| slice | metric | candidate | champion | difference [{confidence:.0%} CI] | verdict |",
+        "|---|---|---|---|---|---|",
+    ]
+    reasons = ["", *(f"- {_cell(r)}" for r in record.get("reasons", []))]
+    reasons.append("- all rows, plots and the config: promotion/promotion.html of the run")
+    budget = DESCRIPTION_MAX - len("\n".join(lines + reasons)) - 80
+    rows = record.get("rows", [])
+    for i, row in enumerate(rows):
+        champion, difference = row.get("champion"), row.get("difference")
+        cells = (
+            row["slice"],
+            row["metric"],
+            format_metric(row["challenger"]),
+            format_metric(champion) if champion else "-",
+            format_difference(difference) if difference else "-",
+            row.get("verdict") or "-",
+        )
+        line = "| " + " | ".join(_cell(str(c)) for c in cells) + " |"
+        if len(line) + 1 > budget:
+            lines.append(f"| ... | {len(rows) - i} more rows in promotion/promotion.html | | | | |")
+            break
+        lines.append(line)
+        budget -= len(line) + 1
+    return "\n".join(lines + reasons)[:DESCRIPTION_MAX]
 
 
 def compute_masks(

@@ -24,6 +24,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from platform_lib.mlflow_store import configure_mlflow, log_json, redact_values
+from platform_lib.redact import redact
 from platform_lib.registry.lineage import Lineage
 
 if TYPE_CHECKING:
@@ -104,8 +105,9 @@ def register_model_version(
         lineage: tags of the version (`build_lineage`).
         mean_iou: validation mean IoU of this model on the split identified by
             `lineage.val_split_hash` (a tag; the champion rule is the gate's).
-        gate: the champion gate's decision (`registry.gate`); its tags go on the version and
-            its files under `promotion/` of the run. None: the champion stays unless there is
+        gate: the champion gate's decision (`registry.gate`); its tags go on the version, its
+            Markdown table and reasons in the version's description, its files under
+            `promotion/` of the run. None: the champion stays unless there is
             none ("kept:not_compared").
         client: MLflow client; None: `configure_mlflow()`.
 
@@ -156,6 +158,8 @@ def register_model_version(
     if decision.startswith("promoted"):
         client.set_registered_model_alias(name, "champion", version)
     client.set_model_version_tag(name, version, "champion_decision", decision)
+    if gate is not None:  # the MLflow UI renders it on the version's page
+        client.update_model_version(name, version, description=redact(gate.describe(decision)))
     champion_version = version if decision.startswith("promoted") else champion.version
     page = gate.page if gate is not None else None
     return Registration(

@@ -6,6 +6,8 @@ champion), one predicting every cell occupied (better on every log: promoted), t
 model again (kept). Each is evaluated for real (`training.evaluate`), and the gate evaluates
 the champion for real on the same frames. The promoted version's page is rendered in Chromium:
 both plots drawn in their boxes, and the decision and per-slice table in the rendered DOM.
+Then through a real `mlflow server`: the MLflow UI's own model version page, rendered by
+Chromium from the server, shows the version's description (decision and per-slice table).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +34,7 @@ from platform_lib.training.evaluate import evaluate
 from platform_lib.training.presets import get_preset
 from tests.integration.test_telemetry_deck import CHROMIUM_FLAGS, drawn_fraction, find_chromium
 from tests.support.pipeline import tiny_synthetic
+from tests.support.services import start_plain_mlflow, stop
 
 NAME = "gate-real"
 WINDOW = (2 * 640 + 3 * 20, 1100)
@@ -145,3 +149,86 @@ def test_registration_records_the_paired_decision_and_its_page_renders(
     assert "against champion version 1" in dom.stdout
     rows = re.findall(r"<tr><td>([a-z_]+)</td><td>(iou/mean/all)</td>", dom.stdout)
     assert ("all", "iou/mean/all") in rows and len(rows) == len(record["rows"])
+
+
+def _render_ui_page(
+    url: str, wanted: str, profile: Path, deadline_s: float = 240.0
+) -> tuple[str, int]:
+    """Return (DOM, virtual-time budget in ms) of the MLflow UI page `url` once `wanted` is in it.
+
+    The UI is a single-page app that fetches the version from the server: Chromium runs it
+    for a virtual-time budget (which does not advance while requests are pending), doubled
+    until the DOM holds `wanted` or `deadline_s` passes.
+    """
+    budget, deadline, dom = 4000, time.monotonic() + deadline_s, ""
+    while time.monotonic() < deadline:
+        done = subprocess.run(
+            [
+                find_chromium(),
+                *CHROMIUM_FLAGS,
+                f"--user-data-dir={profile}",
+                f"--virtual-time-budget={budget}",
+                "--dump-dom",
+                url,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=max(10.0, deadline - time.monotonic()),
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        dom = done.stdout
+        if wanted in dom:
+            return dom, budget
+        budget *= 2
+    pytest.fail(f"{url} did not show {wanted!r} within {deadline_s:g} s:\n{dom[-3000:]}")
+
+
+def test_mlflow_ui_version_page_shows_the_decision_and_slice_table(
+    mlflow_home: Path, mlflow_db, dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proc, url = start_plain_mlflow(tmp_path, mlflow_db(tmp_path / "server.db"))
+    try:
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
+        _record(tmp_path, -10.0, dataset, tmp_path / "g1")
+        better = _record(tmp_path, 10.0, dataset, tmp_path / "g2")
+        assert better.decision == "promoted:better"
+        description = configure_mlflow().get_model_version(NAME, better.version).description
+        assert description.startswith("**champion decision: promoted:better**")
+
+        page = f"{url}/#/models/{NAME}/versions/{better.version}"
+        dom, budget = _render_ui_page(page, "champion decision: promoted:better", tmp_path / "p")
+        (tmp_path / "mlflow-version-page.html").write_text(dom)
+        # the description as the UI rendered its Markdown (the note preview), tags dropped
+        note = dom.split('data-testid="note-editor-preview-content">', 1)[-1].split("</table>")[0]
+        text = " ".join(re.sub(r"<[^>]+>", " ", note).split())
+        assert text.startswith("champion decision: promoted:better against champion version 1")
+        row = re.search(r"<tr>\s*<td>all</td>\s*<td>iou/mean/all</td>(.*?)</tr>", note, re.S)
+        assert row is not None, note[:3000]
+        cells = [c.strip() for c in re.findall(r"<td>(.*?)</td>", row[1])]
+        assert re.fullmatch(r"\+[0-9.]+ \[\+[0-9.]+, \+[0-9.]+\]", cells[2]), cells
+        assert cells[3] == "better"
+
+        shot = tmp_path / "mlflow-version-page.png"
+        done = subprocess.run(
+            [
+                find_chromium(),
+                *CHROMIUM_FLAGS,
+                f"--user-data-dir={tmp_path / 'p'}",
+                f"--virtual-time-budget={budget}",
+                "--hide-scrollbars",
+                "--force-device-scale-factor=1",
+                "--window-size=1400,1400",
+                f"--screenshot={shot}",
+                page,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        assert done.returncode == 0 and shot.is_file(), done.stderr[-2000:]
+        share, colours = drawn_fraction(
+            np.asarray(Image.open(shot).convert("RGB")), (0, 0, 1400, 1400)
+        )
+        assert share > 0.02 and colours > 20, f"{share:.3%} drawn, {colours} colours"
+    finally:
+        stop(proc)
