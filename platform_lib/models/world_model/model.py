@@ -103,6 +103,9 @@ class WorldModel(nn.Module):
 
     input_keys = INPUT_KEYS
     target_key = "target"
+    #: Parts only the first / the last pipeline stage keeps (`training/pipeline.py`).
+    pipeline_first = ("embed", "motion", "positions")
+    pipeline_last = ("norm", "head")
 
     def __init__(self, cfg: WorldModelConfig) -> None:
         super().__init__()
