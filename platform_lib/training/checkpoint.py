@@ -686,16 +686,26 @@ class Checkpointer:
 
 
 def export_weights(
-    model: nn.Module, path: str | os.PathLike[str], metadata: dict[str, str] | None = None
+    model: nn.Module | None,
+    path: str | os.PathLike[str],
+    metadata: dict[str, str] | None = None,
+    *,
+    state_dict: dict[str, torch.Tensor] | None = None,
 ) -> Path | None:
     """Gather the full (unsharded, fp32) model weights and write them to safetensors; collective.
 
     Rank 0 writes `path` atomically (temporary name, then rename); other ranks return None.
+    With `model` None, rank 0 writes `state_dict`, the full weights gathered already
+    (pipeline stages: `parallel.gather_full_state_dict`).
     """
-    full = get_model_state_dict(
-        model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+    full = (
+        state_dict
+        if model is None
+        else get_model_state_dict(
+            model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+        )
     )
-    if dist.get_rank() != 0:
+    if dist.get_rank() != 0 or full is None:
         return None
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

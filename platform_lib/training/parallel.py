@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
@@ -44,6 +45,7 @@ __all__ = [
     "build_mesh",
     "build_mp_policy",
     "clip_grad_norm",
+    "gather_full_state_dict",
     "list_blocks",
     "parallelize",
 ]
@@ -254,3 +256,27 @@ def parallelize(
         else (lambda m: clip_grad_norm(model.parameters(), m)),
         dp_rank=layout.dp_rank(ctx.rank),
     )
+
+
+def gather_full_state_dict(run: ParallelModel) -> dict[str, torch.Tensor] | None:
+    """Return the whole model's full fp32 CPU state dict on rank 0 under PP; collective.
+
+    Each stage gathers its full weights (over its dp and tp ranks), the first rank of each
+    stage sends them to rank 0, which merges them under the whole model's names. Returns
+    None without PP (`export_weights` gathers then) and on ranks other than 0. Sized for
+    models whose full weights fit rank 0's host memory.
+    """
+    if run.layout.pp == 1:
+        return None
+    options = StateDictOptions(full_state_dict=True, cpu_offload=False)
+    state = get_model_state_dict(run.model, options=options)
+    if isinstance(run.model, nn.ModuleList):  # interleaved: "<stage>.layers.3.w" -> "layers.3.w"
+        state = {k.split(".", 1)[1]: v for k, v in state.items()}
+    coords = run.layout.coordinates(dist.get_rank())
+    first_of_stage = all(v == 0 for n, v in coords.items() if n != "pp")
+    mine = {k: v.detach().float().cpu() for k, v in state.items()} if first_of_stage else None
+    stages: list[Any] = [None] * dist.get_world_size() if dist.get_rank() == 0 else []
+    dist.gather_object(mine, stages if dist.get_rank() == 0 else None, dst=0)
+    if dist.get_rank() != 0:
+        return None
+    return {k: v for part in stages if part for k, v in part.items()}
