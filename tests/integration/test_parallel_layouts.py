@@ -1,8 +1,10 @@
 """Layouts on 4 gloo ranks (real processes, CPU, fp32): the same losses as one process, memory per layout.
 
 Each layout runs 5 steps of `world_model_small` on the same global batches as a single-process
-run (`tests/support/layouts.py`); per-step losses must agree within 1e-5. The longer matrix
-(HSDP, TP inside PP, interleaved 1F1B) is marked slow.
+run (`tests/support/layouts.py`); per-step losses must agree within 1e-5. Checkpoints
+reshard: `train()` under one layout, resumed from its step-2 DCP checkpoint under another,
+gives the same step-3 loss and exported weights. The longer matrix (HSDP, TP inside PP,
+interleaved 1F1B, more resharding pairs) is marked slow.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.support.layouts import STEPS, run_layout
+from platform_lib.training.checkpoint import load_weights
+from tests.support.layouts import STEPS, run_layout, train_layout
 from tests.support.parallel import run_concurrently
 
 pytestmark = pytest.mark.distributed
@@ -74,3 +77,29 @@ def test_longer_layout_matrix_losses_equal_a_single_process_run(tmp_path):
         )
     hsdp = runs["hsdp2x2"]
     assert all(b == pytest.approx(hsdp["model_bytes"] / 2, rel=0.05) for b in hsdp["param_bytes"])
+
+
+def _assert_resumed_the_same(resumed_dir, resumed_losses, source_dir, source_losses):
+    assert len(resumed_losses) == len(source_losses) == 3
+    np.testing.assert_allclose(resumed_losses[2], source_losses[2], rtol=0, atol=1e-5)
+    source = load_weights(source_dir / "model.safetensors")
+    resumed = load_weights(resumed_dir / "model.safetensors")
+    assert resumed.keys() == source.keys()
+    for name, weight in source.items():
+        np.testing.assert_allclose(resumed[name], weight, rtol=0, atol=1e-6, err_msg=name)
+
+
+def test_a_fsdp_checkpoint_resumes_as_pipeline_stages(golden_dataset, tmp_path):
+    fsdp = train_layout(golden_dataset, tmp_path / "fsdp", {})
+    pp = train_layout(golden_dataset, tmp_path / "pp", {"pp": 2}, resume_from=tmp_path / "fsdp")
+    _assert_resumed_the_same(tmp_path / "pp", pp, tmp_path / "fsdp", fsdp)
+
+
+@pytest.mark.slow
+def test_checkpoints_reshard_between_fsdp_tp_and_pp(golden_dataset, tmp_path):
+    layouts = {"fsdp": {}, "tp": {"tp": 2}, "pp": {"pp": 2}}
+    runs = {name: train_layout(golden_dataset, tmp_path / name, d) for name, d in layouts.items()}
+    for source, target in (("fsdp", "tp"), ("tp", "pp"), ("pp", "fsdp"), ("tp", "fsdp")):
+        out = tmp_path / f"{source}_to_{target}"
+        losses = train_layout(golden_dataset, out, layouts[target], resume_from=tmp_path / source)
+        _assert_resumed_the_same(out, losses, tmp_path / source, runs[source])

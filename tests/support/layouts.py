@@ -5,7 +5,8 @@ sparse occupancy target from a fixed seed) and takes its data-parallel slice
 (`ParallelModel.dp_rank`); TP and PP peers take the same slice. Steps go through the
 train loop's own pieces (`parallelize`, `build_optimizer`, `optimizer_step`, `reduce_mean`),
 fp32. Rank 0 writes {"losses": [...], "param_bytes": [per rank], "model_bytes": ...} to the
-output file. `run_layout` starts the ranks with torchrun and reads that file.
+output file. `run_layout` starts the ranks with torchrun and reads that file. `train_layout` runs the
+real `train()` (loader, checkpoints, export) of the world model under a layout instead.
 
     python -m torch.distributed.run --standalone --nproc-per-node 4 -m tests.support.layouts \
         OUT.json '{"tp": 2}'
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,8 +27,15 @@ import torch.distributed as dist
 
 from platform_lib.models.catalog import build_model
 from platform_lib.models.presets import get_model_config
-from platform_lib.training.config import ModelConfig, OptimizerConfig, ParallelConfig
+from platform_lib.training.config import (
+    ModelConfig,
+    OptimizerConfig,
+    ParallelConfig,
+    TrainConfig,
+    replace,
+)
 from platform_lib.training.distributed import destroy_distributed, init_distributed
+from platform_lib.training.launch import launch_local
 from platform_lib.training.layout import resolve_layout
 from platform_lib.training.loop import (
     build_optimizer,
@@ -35,6 +44,7 @@ from platform_lib.training.loop import (
     seed_everything,
 )
 from platform_lib.training.parallel import parallelize
+from platform_lib.training.presets import small
 
 MODEL = "world_model_small"
 GLOBAL_BATCH = 8
@@ -117,6 +127,40 @@ def run_layout(out: Path, nproc: int, overrides: dict[str, Any], timeout_s: floa
     ]
     subprocess.run(command, env=env, cwd=REPO, check=True, timeout=timeout_s, capture_output=True)
     return json.loads(out.read_text())
+
+
+def world_model_config(degrees: dict[str, Any], ranks: int = 4) -> TrainConfig:
+    """Return `small()` for the world model under `degrees`: 3 steps, a checkpoint at step 2.
+
+    Per-rank batch = 4 / data-parallel degree, so every layout trains on the same global batch.
+    """
+    base = small()
+    dp = ranks // (degrees.get("tp", 1) * degrees.get("pp", 1))
+    return replace(
+        base,
+        model=replace(base.model, name=MODEL),
+        data=replace(base.data, window_frames=3, batch_size=4 // dp),
+        optimizer=replace(base.optimizer, max_steps=3, warmup_steps=1),
+        checkpoint=replace(base.checkpoint, interval=2, keep=3),
+        parallel=replace(base.parallel, **degrees),
+    )
+
+
+def train_layout(
+    dataset: Path, out: Path, degrees: dict[str, Any], resume_from: Path | None = None
+) -> list[float]:
+    """Train `world_model_config(degrees)` on 4 ranks into `out`; return the logged losses.
+
+    With `resume_from` (a finished run folder), start from a copy of it without its last
+    checkpoint and weights: the run resumes at step 2 under this layout.
+    """
+    if resume_from is not None:
+        shutil.copytree(resume_from, out)
+        shutil.rmtree(out / "checkpoints" / "step-000003")
+        (out / "model.safetensors").unlink()
+    launch_local(world_model_config(degrees), str(dataset), str(out), nproc=4)
+    rows = (json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines())
+    return [row["loss"] for row in rows]
 
 
 if __name__ == "__main__":
