@@ -83,10 +83,10 @@ def _world_model_small() -> WorldModelConfig:
 
 
 def _world_model_large() -> WorldModelConfig:
-    """128 x 128 cells of 0.8 m (+-51.2 m), 4 context frames, 24 blocks of width 3072: ~2.7 B params.
+    """128 x 128 cells of 0.8 m (+-51.2 m), 4 context frames, 32 blocks of width 4096: ~6.5 B params.
 
-    Does not fit one 80 GB accelerator with AdamW state unsharded; memory per rank per layout:
-    docs/parallelism.md.
+    Its fp32 weights, gradients and AdamW state alone (16 bytes per parameter, ~104 GB) exceed
+    one 80 GB accelerator; memory per rank under each layout: docs/parallelism.md.
     """
     return WorldModelConfig(
         name="world_model_large",
@@ -97,10 +97,10 @@ def _world_model_large() -> WorldModelConfig:
         lidar_z_bins=8,
         context_frames=4,
         patch_size=8,
-        dim=3072,
-        layers=24,
-        heads=24,
-        mlp_hidden=8192,
+        dim=4096,
+        layers=32,
+        heads=32,
+        mlp_hidden=11008,
     )
 
 

@@ -1,11 +1,9 @@
 """The layout of a run: how its ranks split into pipeline, data-parallel and tensor-parallel groups.
 
-`resolve_layout` turns the degrees of `ParallelConfig` (`dp_replicate`, `dp_shard`, `tp`,
-`pp`, `cp`) into a `Layout` whose product is the world size, or raises a one-line
-`UserError` naming the field and the valid choices. The mesh dimensions follow torchtitan
-(`MESH_DIMS`, outermost first): pipeline stages across nodes, tensor parallelism innermost so
-that a TP group is `tp` consecutive ranks of one node. No torch here: placement checks a
-layout at serialisation with this module alone.
+`resolve_layout` turns `ParallelConfig`'s degrees into a `Layout` whose product is the world
+size, or raises a one-line `UserError` naming the field and the valid choices. Mesh
+dimensions follow torchtitan (`MESH_DIMS`, outermost first; TP innermost, inside a node).
+No torch here: placement checks a layout at serialisation with this module alone.
 """
 
 from __future__ import annotations

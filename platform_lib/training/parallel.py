@@ -1,24 +1,20 @@
-"""Parallelism applied from outside the model: the layout's device mesh, TP, FSDP2, mixed precision.
+"""Parallelism applied from outside the model: the layout's device mesh, PP, TP, FSDP2, mixed precision.
 
-`parallelize` applies a `Layout` as torchtitan does: the device mesh over `MESH_DIMS`
-("pp", "dp_replicate", "dp_shard", "tp"), pipeline stages (`pipeline.py`), tensor parallelism
-(`parallelize_module` with the model's `tp_plan()`), then FSDP2 over the data-parallel
-dimensions (HSDP: replicate x shard when dp_replicate > 1). It returns the layout's step
-function, so the train loop stays the same for every layout. Plain FSDP over the whole world
-(the default layout) is exactly the path of every run before layouts: a 1-D mesh of all ranks.
+`parallelize` applies a `Layout` as torchtitan does (pipeline stages, `parallelize_module`
+with the model's `tp_plan()`, then FSDP2 / HSDP over the data-parallel mesh dimensions) and
+returns the layout's step function, so one train loop serves every layout. Plain FSDP keeps
+the 1-D mesh and step of every run before layouts. Details: docs/parallelism.md.
 
-Each block of the model (`list_blocks`) is one FSDP unit and the root takes the rest; master
-weights, gradients and optimizer state stay fp32, sharded over the data-parallel ranks. Mixed
-precision: `MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)` under gloo and
-nccl alike (`mixed_precision=False`: fp32 throughout). Activation checkpointing wraps the same
-blocks in `checkpoint_wrapper` before sharding, as torchtitan does.
+Each block (`list_blocks`) is one FSDP unit and the root takes the rest; master weights,
+gradients and optimizer state stay fp32. Mixed precision: bf16 parameters, fp32 reduction
+(`mixed_precision=False`: fp32 throughout). Activation checkpointing wraps the same blocks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -274,7 +270,11 @@ def gather_full_state_dict(run: ParallelModel) -> dict[str, torch.Tensor] | None
         state = {k.split(".", 1)[1]: v for k, v in state.items()}
     coords = run.layout.coordinates(dist.get_rank())
     first_of_stage = all(v == 0 for n, v in coords.items() if n != "pp")
-    mine = {k: v.detach().float().cpu() for k, v in state.items()} if first_of_stage else None
+    mine = (
+        {k: cast(torch.Tensor, v).detach().float().cpu() for k, v in state.items()}
+        if first_of_stage
+        else None
+    )
     stages: list[Any] = [None] * dist.get_world_size() if dist.get_rank() == 0 else []
     dist.gather_object(mine, stages if dist.get_rank() == 0 else None, dst=0)
     if dist.get_rank() != 0:

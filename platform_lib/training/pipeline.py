@@ -1,23 +1,15 @@
 """Pipeline parallelism: a model cut into stages at its split points, run by a 1F1B schedule.
 
-`split_stages` copies the model and keeps, per stage, the blocks between two split points
-(`model.pipeline_split_points()`, fully qualified names keep their place, so checkpoints
-name parameters as the whole model does); modules the model lists in `pipeline_first`
-(before the first block) stay on the first stage only, those in `pipeline_last` (after the
-last block) on the last stage only. Stages follow torchtitan's looped assignment: rank r of
-the "pp" mesh dimension holds stages r, r + pp, ... (`Interleaved1F1B`: two per rank).
-`build_pipeline_step` wraps `torch.distributed.pipelining`'s `Schedule1F1B` /
-`ScheduleInterleaved1F1B` (Narayanan et al. 2021): the rank's batch is cut into
-`Layout.pp_microbatches` microbatches along dim 0, the loss is the loop's
-`compute_loss` per microbatch, and gradients are averaged over microbatches (`scale_grads`), so a
-step equals one on the whole batch.
+Stages keep the whole model's parameter names (checkpoints reshard) and follow torchtitan's
+looped assignment: rank r of the "pp" mesh dimension holds stages r, r + pp, .... The
+schedules are `torch.distributed.pipelining`'s (Narayanan et al. 2021); docs/parallelism.md.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -45,7 +37,7 @@ def stage_boundaries(model: nn.Module, num_stages: int) -> list[int]:
         UserError: the model has fewer split points than num_stages - 1 (naming `parallel.pp`).
     """
     points = list(getattr(model, "pipeline_split_points", lambda: [])())
-    blocks = list(model.blocks()) if hasattr(model, "blocks") else []
+    blocks = list(cast(Any, model).blocks()) if hasattr(model, "blocks") else []
     if num_stages - 1 > len(points):
         raise UserError(
             f"{num_stages} pipeline stages need {num_stages - 1} split points but model "
@@ -58,8 +50,13 @@ def stage_boundaries(model: nn.Module, num_stages: int) -> list[int]:
 
 
 def split_stages(model: nn.Module, layout: Layout, pp_rank: int) -> list[nn.Module]:
-    """Return the stage modules `pp_rank` holds: copies of `model` without the other stages' parts."""
-    blocks = list(model.blocks())
+    """Return the stage modules `pp_rank` holds: copies of `model` without the other stages' parts.
+
+    A stage keeps the blocks from its start to the next stage's (`stage_boundaries`); the
+    modules the model lists in `pipeline_first` (before the first block) stay on stage 0
+    only, those in `pipeline_last` (after the last block) on the last stage only.
+    """
+    blocks = list(cast(Any, model).blocks())
     starts = [*stage_boundaries(model, layout.num_stages), len(blocks)]
     stages = []
     for index in stage_indices(layout, pp_rank):
@@ -88,12 +85,17 @@ def build_pipeline_step(
 ) -> Callable[[dict[str, Any]], torch.Tensor]:
     """Return batch -> loss: one pipelined forward and backward of this rank's batch.
 
+    `Schedule1F1B` (one stage per rank) or `ScheduleInterleaved1F1B` cut the batch into
+    `layout.pp_microbatches` microbatches along dim 0; the loss is the loop's `compute_loss`
+    per microbatch and gradients are averaged over them (`scale_grads`), so a step equals
+    one on the whole batch.
+
     The returned loss is the mean of the microbatch losses of the last stage, sent to every
     stage of the pipeline (one broadcast), so every rank reports the loss of its batch.
     """
     pp_rank, group = pp_mesh.get_local_rank(), pp_mesh.get_group()
     indices = stage_indices(layout, pp_rank)
-    pipeline_stages = [
+    pipeline_stages: list[Any] = [
         PipelineStage(module, index, layout.num_stages, device, group=group)
         for module, index in zip(stages, indices, strict=True)
     ]

@@ -1,18 +1,9 @@
 """`WorldModel`: a BEV-token temporal transformer predicting the next frame's BEV occupancy.
 
-Each of the k context frames' BEV input (LiDAR statistics + radar) is cut into
-patch_size x patch_size patches, one token per patch; a token gets a learnt position of its
-patch and of its frame and the frame's ego motion to the predicted frame. Pre-norm blocks
-(RMSNorm, multi-head attention over all k x N tokens, SwiGLU MLP; Llama's block as torchtitan
-writes it) mix them; the last frame's tokens decode to the next frame's occupancy logits.
-The model knows no ranks: it declares `tp_plan()` (for `parallelize_module`),
-`pipeline_split_points()` and `blocks()`; `platform_lib.training.parallel` applies them.
-
-Shape legend (B batch, T = k + 1 frames of a loader window, oldest first; H x W cells; N
-tokens per frame; S = k N tokens; d = dim):
-    lidar_bev   (B, T, 4 + Z, H, W)  float32  (the last frame's is not read)
-    radar_bev   (B, T, 2, H, W)      float32  (the last frame's is not read)
-    ego_motion  (B, T, 4, 4)         float32  the predicted frame's pose seen from frame t
+Architecture and parallelism hooks: the package README.md. Shape legend (B batch, T = k + 1
+frames, H x W cells, N tokens per frame, S = k N, d = dim):
+    lidar_bev, radar_bev  (B, T, 4 + Z, H, W), (B, T, 2, H, W) float32 (last frame unread)
+    ego_motion  (B, T, 4, 4) float32  the predicted frame's pose seen from frame t
     hidden      (B, S, d)            the residual stream (what crosses a pipeline stage)
     logits      (B, C, H, W)         the predicted (last) frame's occupancy
 """
@@ -122,8 +113,8 @@ class WorldModel(nn.Module):
         for module in self.modules():
             if isinstance(module, nn.Linear | nn.Embedding):
                 nn.init.normal_(module.weight, std=0.02)
-                if getattr(module, "bias", None) is not None:
-                    nn.init.zeros_(module.bias)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
 
     def blocks(self) -> list[str]:
         """Return the parallelism units: each transformer block (one FSDP unit each)."""
