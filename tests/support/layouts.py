@@ -151,6 +151,9 @@ def train_layout(
 ) -> list[float]:
     """Train `world_model_config(degrees)` on 4 ranks into `out`; return the logged losses.
 
+    Raises:
+        AssertionError: the last metrics line's samples per s is not of the global batch (4).
+
     With `resume_from` (a finished run folder), start from a copy of it without its last
     checkpoint and weights: the run resumes at step 2 under this layout.
     """
@@ -159,7 +162,9 @@ def train_layout(
         shutil.rmtree(out / "checkpoints" / "step-000003")
         (out / "model.safetensors").unlink()
     launch_local(world_model_config(degrees), str(dataset), str(out), nproc=4)
-    rows = (json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines())
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    for row in rows[-1:]:  # this run's own step: samples per s counts the global batch of 4
+        assert abs(row["samples_per_s"] * row["step_time_s"] - 4) < 1e-6, row
     return [row["loss"] for row in rows]
 
 
