@@ -234,7 +234,7 @@ def parallelize(
         )
     if layout.pp > 1:
         step = pipeline.build_pipeline_step(parts, layout, mesh["pp"], ctx.device, model_cfg)
-        holder: nn.Module = parts[0] if len(parts) == 1 else nn.ModuleList(parts)
+        holder = pipeline.merge_stages(parts)
         pp_group = mesh["pp"].get_group()
         return ParallelModel(
             layout=layout,
@@ -266,8 +266,6 @@ def gather_full_state_dict(run: ParallelModel) -> dict[str, torch.Tensor] | None
         return None
     options = StateDictOptions(full_state_dict=True, cpu_offload=False)
     state = get_model_state_dict(run.model, options=options)
-    if isinstance(run.model, nn.ModuleList):  # interleaved: "<stage>.layers.3.w" -> "layers.3.w"
-        state = {k.split(".", 1)[1]: v for k, v in state.items()}
     coords = run.layout.coordinates(dist.get_rank())
     first_of_stage = all(v == 0 for n, v in coords.items() if n != "pp")
     mine = (

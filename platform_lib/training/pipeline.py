@@ -22,7 +22,13 @@ from platform_lib.training.config import ModelConfig
 from platform_lib.training.layout import Layout, stages_per_rank
 from platform_lib.training.loop import compute_loss, resolve_batch_keys
 
-__all__ = ["build_pipeline_step", "split_stages", "stage_boundaries", "stage_indices"]
+__all__ = [
+    "build_pipeline_step",
+    "merge_stages",
+    "split_stages",
+    "stage_boundaries",
+    "stage_indices",
+]
 
 
 def stage_indices(layout: Layout, pp_rank: int) -> list[int]:
@@ -74,6 +80,30 @@ def split_stages(model: nn.Module, layout: Layout, pp_rank: int) -> list[nn.Modu
                 setattr(stage, name, None)
         stages.append(stage)
     return stages
+
+
+def merge_stages(stages: list[nn.Module]) -> nn.Module:
+    """Return one module holding this rank's stages' parts under the whole model's names.
+
+    One stage is returned as is. Several (interleaved) share their submodules with an empty
+    module of the model's class, block containers (`nn.ModuleDict`) merged, so optimizer
+    state and checkpoints name parameters as the whole model does (`layers.3.w`, not
+    `1.layers.3.w`) and reshard to other layouts. The stages keep running the schedule.
+    """
+    if len(stages) == 1:
+        return stages[0]
+    holder = nn.Module()
+    for stage in stages:
+        for name, child in stage.named_children():
+            if isinstance(child, nn.ModuleDict) and isinstance(
+                getattr(holder, name, None), nn.ModuleDict
+            ):
+                cast(nn.ModuleDict, getattr(holder, name)).update(dict(child.items()))
+            elif isinstance(child, nn.ModuleDict):
+                holder.add_module(name, nn.ModuleDict(dict(child.items())))
+            else:
+                holder.add_module(name, child)
+    return holder
 
 
 def build_pipeline_step(

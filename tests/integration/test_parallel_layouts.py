@@ -96,10 +96,12 @@ def test_a_fsdp_checkpoint_resumes_as_pipeline_stages(golden_dataset, tmp_path):
 
 
 @pytest.mark.slow
-def test_checkpoints_reshard_between_fsdp_tp_and_pp(golden_dataset, tmp_path):
-    layouts = {"fsdp": {}, "tp": {"tp": 2}, "pp": {"pp": 2}}
+def test_checkpoints_reshard_between_fsdp_tp_pp_and_interleaved_pp(golden_dataset, tmp_path):
+    interleaved = {"pp": 2, "pp_schedule": "Interleaved1F1B", "pp_microbatches": 2}
+    layouts = {"fsdp": {}, "tp": {"tp": 2}, "pp": {"pp": 2}, "interleaved": interleaved}
     runs = {name: train_layout(golden_dataset, tmp_path / name, d) for name, d in layouts.items()}
-    for source, target in (("fsdp", "tp"), ("tp", "pp"), ("pp", "fsdp"), ("tp", "fsdp")):
+    pairs = [("fsdp", "tp"), ("tp", "pp"), ("pp", "fsdp"), ("tp", "fsdp")]
+    for source, target in [*pairs, ("interleaved", "fsdp"), ("fsdp", "interleaved")]:
         out = tmp_path / f"{source}_to_{target}"
         losses = train_layout(golden_dataset, out, layouts[target], resume_from=tmp_path / source)
         _assert_resumed_the_same(out, losses, tmp_path / source, runs[source])
