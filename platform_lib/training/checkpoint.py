@@ -58,6 +58,7 @@ __all__ = [
     "SaveResult",
     "UntrustedCheckpointError",
     "capture_rng_state",
+    "check_same_model",
     "ensure_private_dir",
     "export_weights",
     "find_latest_checkpoint",
@@ -658,6 +659,16 @@ class Checkpointer:
         key = _RANK_KEY.format(self.rank)
         saved_keys = self._reader(path).read_metadata().state_dict_metadata
         model_sd, optim_sd = get_state_dict(model, optimizer)
+        mismatch = check_same_model(path, saved_keys, model_sd)
+        found = torch.tensor([mismatch is not None], dtype=torch.int32)
+        if dist.get_world_size() > 1:  # every rank raises, or none: no rank left in dcp.load
+            dist.all_reduce(found, op=dist.ReduceOp.MAX, group=self._group)
+        if found.item():
+            raise mismatch or UserError(
+                f"checkpoint {path} holds another model (found by another rank)",
+                "model.name",
+                _MISMATCH_FIX,
+            )
         state: dict[str, Any] = {"model": model_sd, "optim": optim_sd}
         if key in saved_keys:
             state[key] = b""
@@ -685,17 +696,66 @@ class Checkpointer:
                 self._group = None
 
 
+#: What to do about a checkpoint of another model.
+_MISMATCH_FIX = (
+    "resume with the model.name (and preset) that wrote it, or set checkpoint.folder to a new "
+    "folder to start afresh"
+)
+
+
+def check_same_model(
+    path: str, saved: dict[str, Any], model_sd: dict[str, Any]
+) -> UserError | None:
+    """Return the error when checkpoint `path` lacks a parameter of `model_sd` or its global shape.
+
+    `saved` is the checkpoint's DCP `state_dict_metadata` (model entries "model.<name>"); a
+    DTensor's `shape` is its global shape, so a checkpoint written under any layout matches.
+
+    Returns:
+        None when every parameter is there at its shape, else a `UserError` naming
+        `model.name` and the first differing parameters.
+    """
+    missing = [k for k in model_sd if f"model.{k}" not in saved]
+    resized = [
+        f"{k} {tuple(v.shape)} vs {tuple(saved[f'model.{k}'].size)}"
+        for k, v in model_sd.items()
+        if k not in missing
+        and hasattr(v, "shape")
+        and hasattr(saved[f"model.{k}"], "size")
+        and tuple(v.shape) != tuple(saved[f"model.{k}"].size)
+    ]
+    if not missing and not resized:
+        return None
+    shown = ", ".join([*missing, *resized][:3])
+    return UserError(
+        f"checkpoint {path} holds another model: {len(missing)} of this model's "
+        f"{len(model_sd)} parameters are missing and {len(resized)} differ in shape ({shown})",
+        "model.name",
+        _MISMATCH_FIX,
+    )
+
+
 def export_weights(
-    model: nn.Module, path: str | os.PathLike[str], metadata: dict[str, str] | None = None
+    model: nn.Module | None,
+    path: str | os.PathLike[str],
+    metadata: dict[str, str] | None = None,
+    *,
+    state_dict: dict[str, torch.Tensor] | None = None,
 ) -> Path | None:
     """Gather the full (unsharded, fp32) model weights and write them to safetensors; collective.
 
     Rank 0 writes `path` atomically (temporary name, then rename); other ranks return None.
+    With `model` None, rank 0 writes `state_dict`, the full weights gathered already
+    (pipeline stages: `parallel.gather_full_state_dict`).
     """
-    full = get_model_state_dict(
-        model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+    full = (
+        state_dict
+        if model is None
+        else get_model_state_dict(
+            model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+        )
     )
-    if dist.get_rank() != 0:
+    if dist.get_rank() != 0 or full is None:
         return None
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,7 @@ import math
 import os
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -136,9 +136,16 @@ def forward_backward(model: nn.Module, batch: dict[str, Any], cfg: ModelConfig) 
 
 
 def optimizer_step(
-    model: nn.Module, optimizer: torch.optim.Optimizer, step: int, cfg: OptimizerConfig
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    step: int,
+    cfg: OptimizerConfig,
+    clip: Callable[[float], torch.Tensor] | None = None,
 ) -> tuple[float, float]:
     """Clip gradients (global norm over all shards) and take AdamW step `step` (1-based).
+
+    `clip` (max norm -> norm before clipping) is the layout's clipping
+    (`parallel.ParallelModel.clip_grad_norm`); None: torch's `clip_grad_norm_`.
 
     Returns:
         (gradient norm before clipping, learning rate used).
@@ -150,7 +157,10 @@ def optimizer_step(
     model's gradient on every rank.
     """
     max_norm = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
-    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    if clip is None:
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    else:
+        norm = clip(max_norm)
     if hasattr(norm, "full_tensor"):
         norm = norm.full_tensor()
     if not torch.isfinite(norm):

@@ -1,28 +1,49 @@
-"""Parallelism applied from outside the model: FSDP2 (`fully_shard`), mixed precision, activation checkpointing.
+"""Parallelism applied from outside the model: the layout's device mesh, PP, TP, FSDP2, mixed precision.
 
-Each block of the model (`list_blocks`) is one FSDP unit and the root takes the rest; master
-weights, gradients and optimizer state stay fp32, sharded over a 1-D mesh of all ranks. Mixed
-precision: `MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)` under gloo and
-nccl alike (`mixed_precision=False`: fp32 throughout). Activation checkpointing wraps the same
-blocks in `checkpoint_wrapper` before sharding, as torchtitan does.
+`parallelize` applies a `Layout` as torchtitan does (pipeline stages, `parallelize_module`
+with the model's `tp_plan()`, then FSDP2 / HSDP over the data-parallel mesh dimensions) and
+returns the layout's step function, so one train loop serves every layout. Plain FSDP keeps
+the 1-D mesh and step of every run before layouts. Details: docs/parallelism.md.
+
+Each block (`list_blocks`) is one FSDP unit and the root takes the rest; master weights,
+gradients and optimizer state stay fp32. Mixed precision: bf16 parameters, fp32 reduction
+(`mixed_precision=False`: fp32 throughout). Activation checkpointing wraps the same blocks.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, cast
+
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.parallel import parallelize_module
 
+from platform_lib.errors import UserError
+from platform_lib.training import loop, pipeline
+from platform_lib.training.config import ModelConfig, ParallelConfig
 from platform_lib.training.distributed import DistContext
+from platform_lib.training.layout import MESH_DIMS, Layout
 
 __all__ = [
+    "ParallelModel",
     "apply_activation_checkpointing",
     "apply_fsdp",
+    "apply_tp",
+    "build_device_mesh",
     "build_mesh",
     "build_mp_policy",
+    "clip_grad_norm",
+    "gather_full_state_dict",
     "list_blocks",
+    "parallelize",
 ]
 
 
@@ -95,3 +116,165 @@ def apply_fsdp(
         )
     fully_shard(model, mesh=mesh, mp_policy=mp_policy, reshard_after_forward=reshard_after_forward)
     return model
+
+
+def build_device_mesh(layout: Layout, device_type: str) -> DeviceMesh:
+    """Return the layout's device mesh: dims `MESH_DIMS`, or a 1-D "dp_shard" mesh for plain FSDP."""
+    if layout.is_fsdp_only:
+        return init_device_mesh(device_type, (layout.dp_shard,), mesh_dim_names=("dp_shard",))
+    return init_device_mesh(device_type, layout.mesh_shape, mesh_dim_names=MESH_DIMS)
+
+
+def dp_mesh(mesh: DeviceMesh, layout: Layout) -> DeviceMesh:
+    """Return the data-parallel part of `mesh`: ("dp_replicate", "dp_shard") for HSDP, else "dp_shard"."""
+    if layout.dp_replicate > 1:
+        return mesh["dp_replicate", "dp_shard"]
+    return mesh["dp_shard"]
+
+
+def apply_tp(model: nn.Module, tp_mesh: DeviceMesh) -> nn.Module:
+    """Apply the model's tensor-parallel plan (`model.tp_plan()`) over `tp_mesh`, in place.
+
+    Raises:
+        UserError: the model declares no `tp_plan` (naming `parallel.tp`).
+    """
+    plan = getattr(model, "tp_plan", None)
+    if not callable(plan):
+        raise UserError(
+            f"model {type(model).__name__} declares no tensor-parallel plan",
+            "parallel.tp",
+            "set parallel.tp to 1, or pick a model with a TP plan (world_model_*)",
+        )
+    return parallelize_module(model, tp_mesh, plan())
+
+
+def clip_grad_norm(
+    params: Iterable[torch.Tensor], max_norm: float, pp_group: dist.ProcessGroup | None = None
+) -> torch.Tensor:
+    """Clip gradients to a global L2 norm `max_norm` over every layout; return the norm before.
+
+    Gradients are grouped by device mesh (under TP, block weights live on the (dp, tp) mesh,
+    embedding and head on the dp mesh), each group's norm made whole (`full_tensor`), and
+    the squares summed over the pipeline stages (`pp_group`). Same formula as
+    `torch.nn.utils.clip_grad_norm_`: grads scale by min(1, max_norm / (norm + 1e-6)).
+
+    Returns:
+        The global gradient norm (fp32 scalar, plain tensor, equal on every rank).
+    """
+    params = [p for p in params if p.grad is not None]
+    groups: dict[Any, list[torch.Tensor]] = {}
+    for p in params:
+        grad = p.grad
+        assert grad is not None
+        groups.setdefault(grad.device_mesh if isinstance(grad, DTensor) else None, []).append(grad)
+    device = params[0].device if params else torch.device("cpu")
+    total_sq = torch.zeros((), dtype=torch.float32, device=device)
+    for grads in groups.values():
+        norm = torch.nn.utils.get_total_norm(grads, 2.0)
+        norm = norm.full_tensor() if isinstance(norm, DTensor) else norm
+        total_sq = total_sq + norm.float() ** 2
+    if pp_group is not None:
+        dist.all_reduce(total_sq, group=pp_group)
+    total = total_sq.sqrt()
+    coef = float(torch.clamp(max_norm / (total + 1e-6), max=1.0))
+    with torch.no_grad():
+        for p in params:
+            assert p.grad is not None
+            p.grad.mul_(coef)
+    return total
+
+
+@dataclass(kw_only=True, frozen=True)
+class ParallelModel:
+    """A model under a layout, with the layout's step function (what the train loop calls)."""
+
+    layout: Layout
+    """the resolved degrees"""
+    model: nn.Module
+    """this rank's parameters: the whole model, or its pipeline stage(s)"""
+    forward_backward: Callable[[dict[str, Any]], torch.Tensor]
+    """batch -> forward and backward of this rank's part; returns the detached loss of the
+    rank's batch (under PP every stage returns the last stage's)"""
+    clip_grad_norm: Callable[[float], torch.Tensor] | None
+    """max norm -> clip and return the global norm; None: torch's (plain FSDP, as before layouts)"""
+    dp_rank: int
+    """which slice of the global batch this rank loads (TP and PP peers load the same)"""
+
+
+def parallelize(
+    model: nn.Module,
+    layout: Layout,
+    ctx: DistContext,
+    parallel: ParallelConfig,
+    model_cfg: ModelConfig,
+) -> ParallelModel:
+    """Apply `layout` to `model` (unsharded, on `ctx.device`, same weights on every rank).
+
+    Order as torchtitan: pipeline stages, TP, activation checkpointing, FSDP2 over the
+    data-parallel mesh dimensions. Plain FSDP keeps the loop's own `forward_backward` and
+    torch's clipping, so its losses are those of every run before layouts.
+
+    Raises:
+        UserError: TP asked of a model without a TP plan.
+    """
+    mesh = build_device_mesh(layout, ctx.device.type)
+    policy = build_mp_policy(parallel.mixed_precision)
+    coords = layout.coordinates(ctx.rank)
+    parts = pipeline.split_stages(model, layout, coords["pp"]) if layout.pp > 1 else [model]
+    for part in parts:
+        if layout.tp > 1:
+            apply_tp(part, mesh["tp"])
+        if parallel.activation_checkpointing:
+            apply_activation_checkpointing(part)
+        apply_fsdp(
+            part,
+            dp_mesh(mesh, layout),
+            policy,
+            reshard_after_forward=parallel.reshard_after_forward,
+        )
+    if layout.pp > 1:
+        step = pipeline.build_pipeline_step(parts, layout, mesh["pp"], ctx.device, model_cfg)
+        holder = pipeline.merge_stages(parts)
+        pp_group = mesh["pp"].get_group()
+        return ParallelModel(
+            layout=layout,
+            model=holder,
+            forward_backward=step,
+            clip_grad_norm=lambda m: clip_grad_norm(holder.parameters(), m, pp_group),
+            dp_rank=layout.dp_rank(ctx.rank),
+        )
+    return ParallelModel(
+        layout=layout,
+        model=model,
+        forward_backward=lambda batch: loop.forward_backward(model, batch, model_cfg),
+        clip_grad_norm=None
+        if layout.is_fsdp_only
+        else (lambda m: clip_grad_norm(model.parameters(), m)),
+        dp_rank=layout.dp_rank(ctx.rank),
+    )
+
+
+def gather_full_state_dict(run: ParallelModel) -> dict[str, torch.Tensor] | None:
+    """Return the whole model's full fp32 CPU state dict on rank 0 under PP; collective.
+
+    Each stage gathers its full weights (over its dp and tp ranks), the first rank of each
+    stage sends them to rank 0, which merges them under the whole model's names. Returns
+    None without PP (`export_weights` gathers then) and on ranks other than 0. Sized for
+    models whose full weights fit rank 0's host memory.
+    """
+    if run.layout.pp == 1:
+        return None
+    options = StateDictOptions(full_state_dict=True, cpu_offload=False)
+    state = get_model_state_dict(run.model, options=options)
+    coords = run.layout.coordinates(dist.get_rank())
+    first_of_stage = all(v == 0 for n, v in coords.items() if n != "pp")
+    mine = (
+        {k: cast(torch.Tensor, v).detach().float().cpu() for k, v in state.items()}
+        if first_of_stage
+        else None
+    )
+    stages: list[Any] = [None] * dist.get_world_size() if dist.get_rank() == 0 else []
+    dist.gather_object(mine, stages if dist.get_rank() == 0 else None, dst=0)
+    if dist.get_rank() != 0:
+        return None
+    return {k: v for part in stages if part for k, v in part.items()}

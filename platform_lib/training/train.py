@@ -1,4 +1,4 @@
-"""`train()`: one data-parallel FSDP2 training run, from a published dataset to exported weights.
+"""`train()`: one training run under its layout (FSDP2 x TP x PP), from a published dataset to exported weights.
 
 Writes checkpoints, metrics.jsonl, model.safetensors, train_result.json, telemetry and the
 goodput report under `output_dir` (the layout: the package README.md, "Output folder of
@@ -43,23 +43,18 @@ from platform_lib.training.data import build_train_loader, iterate_epochs
 from platform_lib.training.distributed import DistContext, destroy_distributed, init_distributed
 from platform_lib.training.hang import HangWatchdog, enable_flight_recorder, is_collective_timeout
 from platform_lib.training.hooks import HookChain, StepHooks
+from platform_lib.training.layout import resolve_layout
 from platform_lib.training.loop import (
     MetricsLog,
     NonFiniteError,
     build_optimizer,
-    forward_backward,
     next_batch,
     optimizer_step,
     reduce_mean,
     seed_everything,
 )
 from platform_lib.training.observe import build_recorder, publish_goodput
-from platform_lib.training.parallel import (
-    apply_activation_checkpointing,
-    apply_fsdp,
-    build_mesh,
-    build_mp_policy,
-)
+from platform_lib.training.parallel import ParallelModel, gather_full_state_dict, parallelize
 from platform_lib.training.preemption import PreemptedError, PreemptionHandler
 
 __all__ = [
@@ -123,31 +118,36 @@ def resume_loader(loader: StreamingLoader, state: dict[str, Any]) -> None:
 
 def build_run(
     cfg: TrainConfig, ctx: DistContext, dataset_dir: str
-) -> tuple[nn.Module, torch.optim.Optimizer, StreamingLoader]:
-    """Build the FSDP-sharded model (same initial weights on every rank), AdamW and this rank's loader.
+) -> tuple[ParallelModel, torch.optim.Optimizer, StreamingLoader]:
+    """Build the model under its layout (same initial weights on every rank), AdamW and this rank's loader.
 
-    Activation checkpointing wraps the model's blocks first when `cfg.parallel` asks.
+    The layout comes from `cfg.parallel`'s degrees (`resolve_layout`; LOCAL_WORLD_SIZE ranks
+    per node); activation checkpointing wraps the model's blocks when `cfg.parallel` asks.
+    The loader serves data-parallel ranks: TP and PP peers read the same batches.
+
+    Raises:
+        UserError: degrees that do not fit the world size, the node or the model.
     """
+    local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", ctx.world_size))
+    layout = resolve_layout(
+        cfg.parallel,
+        ctx.world_size,
+        local_world_size,
+        model_name=cfg.model.name,
+        batch_size=cfg.data.batch_size,
+    )
     seed_everything(cfg.seed)
     model_cfg = get_model_config(cfg.model.name)
-    model = build_model(model_cfg).to(ctx.device)
-    if cfg.parallel.activation_checkpointing:
-        apply_activation_checkpointing(model)
-    model = apply_fsdp(
-        model,
-        build_mesh(ctx),
-        build_mp_policy(cfg.parallel.mixed_precision),
-        reshard_after_forward=cfg.parallel.reshard_after_forward,
-    )
+    run = parallelize(build_model(model_cfg).to(ctx.device), layout, ctx, cfg.parallel, cfg.model)
     loader = build_train_loader(
         dataset_dir,
         cfg.data,
         build_model_transform(model_cfg),
-        rank=ctx.rank,
-        world_size=ctx.world_size,
+        rank=run.dp_rank,
+        world_size=layout.dp,
         seed=cfg.seed,
     )
-    return model, build_optimizer(model, cfg.optimizer), loader
+    return run, build_optimizer(run.model, cfg.optimizer), loader
 
 
 def restore(
@@ -260,7 +260,7 @@ def preempt(
 
 
 def step_optimizer(
-    model: nn.Module,
+    run: ParallelModel,
     optimizer: torch.optim.Optimizer,
     step: int,
     cfg: TrainConfig,
@@ -272,7 +272,7 @@ def step_optimizer(
     only) finds the ranks whose local loss was non-finite.
     """
     try:
-        return optimizer_step(model, optimizer, step, cfg.optimizer)
+        return optimizer_step(run.model, optimizer, step, cfg.optimizer, run.clip_grad_norm)
     except NonFiniteError as error:
         finite: list[Any] = [None] * dist.get_world_size()
         dist.all_gather_object(finite, math.isfinite(loss.item()))
@@ -286,12 +286,17 @@ def log_step(
     loss: torch.Tensor,
     cfg: TrainConfig,
     ctx: DistContext,
+    data_parallel: int | None = None,
     **values: float,
 ) -> None:
-    """Average the loss over ranks and write one metrics line (rank 0, every `log_interval` steps)."""
+    """Average the loss over ranks and write one metrics line (rank 0, every `log_interval` steps).
+
+    `data_parallel`: ranks that load different samples (the layout's dp degree; None: all).
+    """
     mean_loss, max_steps = reduce_mean(loss), cfg.optimizer.max_steps  # collective: every step
     if step % cfg.metrics.log_interval == 0 or step in (1, max_steps):
-        samples_per_s = cfg.data.batch_size * ctx.world_size / values["step_time_s"]
+        dp = ctx.world_size if data_parallel is None else data_parallel
+        samples_per_s = cfg.data.batch_size * dp / values["step_time_s"]
         metrics.log(
             {
                 "step": step,
@@ -312,7 +317,7 @@ def log_step(
 
 def finish(
     out: Path,
-    model: nn.Module,
+    run: ParallelModel,
     cfg: TrainConfig,
     ctx: DistContext,
     step: int,
@@ -327,7 +332,9 @@ def finish(
         "train_config": json.dumps(cfg.to_dict(), sort_keys=True),
         "step": str(step),
     }
-    weights = export_weights(model, out / "model.safetensors", meta)
+    gathered = gather_full_state_dict(run)  # pipeline stages: rank 0 merges them
+    model = None if run.layout.pp > 1 else run.model
+    weights = export_weights(model, out / "model.safetensors", meta, state_dict=gathered)
     if not ctx.is_main:
         return None
     losses = [r["loss"] for r in metrics.rows]
@@ -403,7 +410,8 @@ def train(
     recorder: StepRecorder | None = None
     try:
         recorder = build_recorder(cfg, ctx, out, sink)
-        model, optimizer, loader = build_run(cfg, ctx, dataset_dir)
+        run, optimizer, loader = build_run(cfg, ctx, dataset_dir)
+        model = run.model
         checkpointer = Checkpointer(
             cfg.checkpoint.folder or out / "checkpoints",
             keep=cfg.checkpoint.keep,
@@ -431,10 +439,10 @@ def train(
             start = time.perf_counter()
             batch, input_wait_s = next_batch(batches, ctx.device)
             recorder.lap("input_wait", input_wait_s)
-            loss = forward_backward(model, step_hooks.on_batch(step + 1, batch), cfg.model)
+            loss = run.forward_backward(step_hooks.on_batch(step + 1, batch))
             recorder.lap("forward_backward")
             step += 1
-            grad_norm, lr = step_optimizer(model, optimizer, step, cfg, loss)
+            grad_norm, lr = step_optimizer(run, optimizer, step, cfg, loss)
             recorder.lap("optimizer")
             samples.log({"step": step, "keys": list(batch["__key__"])})
             saved, blocking_s = maybe_checkpoint(checkpointer, step, model, optimizer, loader, cfg)
@@ -448,6 +456,7 @@ def train(
                 loss,
                 cfg,
                 ctx,
+                run.layout.dp,
                 lr=lr,
                 grad_norm=grad_norm,
                 input_wait_s=input_wait_s,
@@ -458,7 +467,7 @@ def train(
             if preemption.requested():  # collective: every rank stops after the same step
                 raise preempt(checkpointer, preemption, step, model, optimizer, loader, cfg, ctx)
         checkpointer.close()
-        result = finish(out, model, cfg, ctx, step, checkpointer, metrics, meter)
+        result = finish(out, run, cfg, ctx, step, checkpointer, metrics, meter)
         publish_goodput(recorder, cfg, ctx, out, batch)
         return result
     except RuntimeError as error:

@@ -67,6 +67,8 @@ def test_presets_and_unknown_model():
         "bev_fusion_large",
         "bev_fusion_small",
         "bev_fusion_temporal",
+        "world_model_large",
+        "world_model_small",
     ]
     small = build_model("bev_fusion_small")
     assert 50_000 < sum(p.numel() for p in small.parameters()) < 500_000

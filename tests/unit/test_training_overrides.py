@@ -141,11 +141,11 @@ OLD_LINES = [
     ({"lr": INF}, "optimizer.lr=inf is out of range (overrides): give a number > 0.0"),
     (
         {"name": "resnet"},
-        "model.name='resnet' is not one of the allowed values (overrides): give one of 'bev_fusion_base', 'bev_fusion_large', 'bev_fusion_small', 'bev_fusion_temporal'",
+        "model.name='resnet' is not one of the allowed values (overrides): give one of 'bev_fusion_base', 'bev_fusion_large', 'bev_fusion_small', 'bev_fusion_temporal', 'world_model_large', 'world_model_small'",
     ),
     (
         {"name": 5},
-        "model.name=5 is of the wrong type (overrides): give one of 'bev_fusion_base', 'bev_fusion_large', 'bev_fusion_small', 'bev_fusion_temporal'",
+        "model.name=5 is of the wrong type (overrides): give one of 'bev_fusion_base', 'bev_fusion_large', 'bev_fusion_small', 'bev_fusion_temporal', 'world_model_large', 'world_model_small'",
     ),
     ({"folder": 5}, "checkpoint.folder=5 is of the wrong type (overrides): give a string"),
     (
@@ -222,7 +222,7 @@ OLD_LINES = [
     ),
     (
         {"model": {"name": "x"}},
-        "model.name='x' is not one of the allowed values (overrides): give one of 'bev_fusion_base', 'bev_fusion_large', 'bev_fusion_small', 'bev_fusion_temporal'",
+        "model.name='x' is not one of the allowed values (overrides): give one of 'bev_fusion_base', 'bev_fusion_large', 'bev_fusion_small', 'bev_fusion_temporal', 'world_model_large', 'world_model_small'",
     ),
     (
         {"model": None},
@@ -291,7 +291,7 @@ OLD_LINES = [
     ),
     (
         {"name": None},
-        "model.name=None is of the wrong type (overrides): give one of 'bev_fusion_base', 'bev_fusion_large', 'bev_fusion_small', 'bev_fusion_temporal'",
+        "model.name=None is of the wrong type (overrides): give one of 'bev_fusion_base', 'bev_fusion_large', 'bev_fusion_small', 'bev_fusion_temporal', 'world_model_large', 'world_model_small'",
     ),
     (
         {"Max_steps": 1},
