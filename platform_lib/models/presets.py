@@ -5,8 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from platform_lib.models.bev_fusion.config import BEVFusionConfig
+from platform_lib.models.world_model.config import WorldModelConfig
 
-__all__ = ["MODEL_PRESETS", "get_model_config", "list_models"]
+__all__ = ["MODEL_PRESETS", "ModelSpec", "get_model_config", "list_models"]
+
+#: A model preset's config: the model family's own dataclass.
+ModelSpec = BEVFusionConfig | WorldModelConfig
 
 
 def _bev_fusion_small() -> BEVFusionConfig:
@@ -73,12 +77,41 @@ def _bev_fusion_base() -> BEVFusionConfig:
     )
 
 
+def _world_model_small() -> WorldModelConfig:
+    """64 x 64 cells of 0.8 m, 2 context frames, 8 x 8-cell tokens, 4 blocks of width 32: CPU tests."""
+    return WorldModelConfig(name="world_model_small")
+
+
+def _world_model_large() -> WorldModelConfig:
+    """128 x 128 cells of 0.8 m (+-51.2 m), 4 context frames, 24 blocks of width 3072: ~2.7 B params.
+
+    Does not fit one 80 GB accelerator with AdamW state unsharded; memory per rank per layout:
+    docs/parallelism.md.
+    """
+    return WorldModelConfig(
+        name="world_model_large",
+        x_min=-51.2,
+        x_max=51.2,
+        y_min=-51.2,
+        y_max=51.2,
+        lidar_z_bins=8,
+        context_frames=4,
+        patch_size=8,
+        dim=3072,
+        layers=24,
+        heads=24,
+        mlp_hidden=8192,
+    )
+
+
 #: name -> zero-argument function returning the model config.
-MODEL_PRESETS: dict[str, Callable[[], BEVFusionConfig]] = {
+MODEL_PRESETS: dict[str, Callable[[], ModelSpec]] = {
     "bev_fusion_small": _bev_fusion_small,
     "bev_fusion_large": _bev_fusion_large,
     "bev_fusion_temporal": _bev_fusion_temporal,
     "bev_fusion_base": _bev_fusion_base,
+    "world_model_small": _world_model_small,
+    "world_model_large": _world_model_large,
 }
 
 
@@ -87,7 +120,7 @@ def list_models() -> list[str]:
     return sorted(MODEL_PRESETS)
 
 
-def get_model_config(name: str) -> BEVFusionConfig:
+def get_model_config(name: str) -> ModelSpec:
     """Return the config of model preset `name`.
 
     Raises:

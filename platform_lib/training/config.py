@@ -166,7 +166,10 @@ class OptimizerConfig(_Section):
 
 
 class ParallelConfig(_Section):
-    """Process group, FSDP2 sharding, mixed precision and CPU threads of each rank."""
+    """Process group, the layout (FSDP x TP x PP degrees), mixed precision and CPU threads.
+
+    The degrees' product is the world size (`platform_lib.training.layout.resolve_layout`).
+    """
 
     backend: Literal["auto", "gloo", "nccl"] = "auto"
     """process group backend: "auto" (nccl with CUDA, else gloo), "gloo" or "nccl" (CUDA only)"""
@@ -181,7 +184,41 @@ class ParallelConfig(_Section):
     activation_checkpointing: bool = False
     """recompute each model block's activations in backward instead of keeping them (less memory, ~1/3 more compute)"""
 
-    ADDED_FIELDS = frozenset({"activation_checkpointing"})
+    dp_replicate: Int = Field(default=1, ge=1)
+    """replicas of the model across data-parallel groups (HSDP when > 1 with dp_shard > 1), in ranks"""
+    dp_shard: Int = Field(default=-1, ge=-1)
+    """ranks the parameters are FSDP-sharded over; -1: what is left of the world size, in ranks"""
+    tp: Int = Field(default=1, ge=1)
+    """tensor-parallel degree: ranks splitting each layer's matmuls (within a node), in ranks"""
+    pp: Int = Field(default=1, ge=1)
+    """pipeline-parallel degree: ranks holding consecutive stages of the model, in ranks"""
+    cp: Int = Field(default=1, ge=1)
+    """context-parallel degree (a seam: only 1 is supported), in ranks"""
+    pp_schedule: Literal["1F1B", "Interleaved1F1B"] = "1F1B"
+    """pipeline schedule: "1F1B" (one stage per rank) or "Interleaved1F1B" (two per rank)"""
+    pp_microbatches: Int | None = Field(default=None, ge=1)
+    """microbatches each rank's batch is split into under pp > 1; None: the number of stages"""
+
+    ADDED_FIELDS = frozenset(
+        {
+            "activation_checkpointing",
+            "dp_replicate",
+            "dp_shard",
+            "tp",
+            "pp",
+            "cp",
+            "pp_schedule",
+            "pp_microbatches",
+        }
+    )
+
+    @model_validator(mode="after")
+    def _dp_shard_is_a_degree(self) -> ParallelConfig:
+        if self.dp_shard == 0:
+            raise _cross_field(
+                "parallel.dp_shard (0) must be >= 1, or -1 for what is left of the world size"
+            )
+        return self
 
 
 #: Fields that left `DataConfig`, with the value every config had: `data.batch_delay_s` (an
