@@ -422,15 +422,35 @@ class Placement:
         """Return the layout to train `model` (a model preset) with on this placement.
 
         The placement's own `layout` when set, else the launch recipe of the accelerator type
-        for `model` (`LAUNCH_RECIPES`), else `FLAT_FSDP`; resolved (`check_layout`).
+        for `model` (`LAUNCH_RECIPES`), else `FLAT_FSDP`; resolved (`check_layout`) and
+        checked against the model's TP plan and pipeline split points
+        (`platform_lib.training.layout.resolve_layout`).
 
         Raises:
-            PlacementError: the recipe does not fit this placement, naming the recipe's field.
+            PlacementError: the layout does not fit this placement or the model, naming the
+                field (`layout.<degree>` or the recipe's) and the valid choices.
         """
-        if self.layout is not None:
-            return dict(self.layout)
-        recipe = LAUNCH_RECIPES.get(self.accelerator, {}).get(model, FLAT_FSDP)
-        return self.check_layout(recipe, f"LAUNCH_RECIPES[{self.accelerator!r}][{model!r}]")
+        from platform_lib.errors import UserError
+        from platform_lib.training.config import ParallelConfig
+        from platform_lib.training.layout import resolve_layout
+
+        source = "layout"
+        layout = self.layout
+        if layout is None:
+            source = f"LAUNCH_RECIPES[{self.accelerator!r}][{model!r}]"
+            recipe = LAUNCH_RECIPES.get(self.accelerator, {}).get(model, FLAT_FSDP)
+            layout = self.check_layout(recipe, source)
+        try:
+            resolve_layout(
+                ParallelConfig(**layout),
+                self.accelerator_count,
+                self.nproc_per_node,
+                model_name=model,
+            )
+        except UserError as error:
+            field_name = source + error.culprit.removeprefix("parallel")
+            raise PlacementError(field_name, f"{field_name}: {error.what}: {error.fix}") from None
+        return dict(layout)
 
     @property
     def queue(self) -> str:

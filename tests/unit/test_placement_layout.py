@@ -181,3 +181,19 @@ def test_recipes_give_each_model_its_default_layout_and_the_rest_train_flat() ->
         Placement(accelerator="a100-80gb", accelerator_count=4).layout_for("world_model_large")
     assert info.value.field == "LAUNCH_RECIPES['a100-80gb']['world_model_large'].tp"
     assert str(info.value).endswith("valid tp: 1, 2, 4")
+
+
+def test_a_layout_the_model_cannot_run_fails_naming_the_field() -> None:
+    """TP of a model without a TP plan, more pipeline stages than the model has split points."""
+    placement = Placement(accelerator="cpu", accelerator_count=4, layout={"tp": 2})
+    with pytest.raises(PlacementError) as info:
+        placement.layout_for("bev_fusion_small")
+    assert info.value.field == "layout.tp"
+    assert str(info.value) == (
+        "layout.tp: model 'bev_fusion_small' declares no tensor-parallel plan: set "
+        "parallel.tp to 1, or pick a model with a TP plan (world_model_*)"
+    )
+    assert placement.layout_for("world_model_small")["tp"] == 2
+    many_stages = Placement(accelerator="cpu", accelerator_count=8, layout={"pp": 8})
+    with pytest.raises(PlacementError, match=r"^layout.pp: pp=8 with 1F1B needs 8 stages"):
+        many_stages.layout_for("world_model_small")
