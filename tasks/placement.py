@@ -369,14 +369,17 @@ class Placement:
         out: dict[str, int] = {}
         for name in LAYOUT_FIELDS:
             value = degrees.get(name, FLAT_FSDP[name])
-            ok = isinstance(value, int) and not isinstance(value, bool)
-            if not ok or not (value >= 1 or (name == "dp_shard" and value == -1)):
+            if (
+                not isinstance(value, int)
+                or isinstance(value, bool)
+                or not (value >= 1 or (name == "dp_shard" and value == -1))
+            ):
                 rest = " or -1 (the rest of the ranks)" if name == "dp_shard" else ""
                 raise PlacementError(
                     f"{source}.{name}",
                     f"{source}.{name}={value!r}: a degree is a positive integer{rest}",
                 )
-            out[name] = int(value)  # type: ignore[call-overload]
+            out[name] = value
         tp, pp = out["tp"], out["pp"]
         if per_node % tp:
             raise PlacementError(
@@ -409,12 +412,12 @@ class Placement:
                 )
             out["dp_shard"] = ranks // fixed
         elif fixed * out["dp_shard"] != ranks:
-            ok = ranks // fixed if ranks % fixed == 0 else None
+            rest = f" or {ranks // fixed}" if ranks % fixed == 0 else ""
             raise PlacementError(
                 f"{source}.dp_shard",
                 f"{source}: pp x dp_replicate x dp_shard x tp = {pp} x {out['dp_replicate']} x "
                 f"{out['dp_shard']} x {tp} = {fixed * out['dp_shard']}, not the {ranks} ranks "
-                f"({shape}); valid dp_shard: -1{'' if ok is None else f' or {ok}'}",
+                f"({shape}); valid dp_shard: -1{rest}",
             )
         return out
 
@@ -442,7 +445,7 @@ class Placement:
             layout = self.check_layout(recipe, source)
         try:
             resolve_layout(
-                ParallelConfig(**layout),
+                ParallelConfig.model_validate(dict(layout)),
                 self.accelerator_count,
                 self.nproc_per_node,
                 model_name=model,
