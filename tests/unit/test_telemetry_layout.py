@@ -7,12 +7,14 @@ from `_timeline()` below; the timeline is the one drawn in tests/support/timelin
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 import torch
 
+from platform_lib.cli import main
 from platform_lib.telemetry.baseline import workload_of
 from platform_lib.telemetry.goodput import (
     BADPUT_CATEGORIES,
@@ -21,6 +23,7 @@ from platform_lib.telemetry.goodput import (
     pipeline_bubble_fraction,
     summarize_segments,
 )
+from platform_lib.telemetry.publish import TIMELINE_JSON, write_run_report
 from platform_lib.telemetry.report import build_report, format_report
 from platform_lib.telemetry.timeline import Timeline, load_rank_file
 from platform_lib.training.config import ParallelConfig, replace
@@ -151,3 +154,35 @@ def test_the_recorder_writes_the_layout_of_the_run(tmp_path: Path) -> None:
     interleaved = ParallelConfig(pp=2, pp_schedule="Interleaved1F1B")
     assert layout_meta(resolve_layout(interleaved, 4, 4))["stages_per_rank"] == 2
     assert layout_meta(resolve_layout(ParallelConfig(), 4, 4)) is None
+
+
+def test_a_pipelined_run_folder_reports_its_bubble_and_a_corrupt_layout_fails_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`drivetrain goodput` over a real run folder (timeline.json, then rank files), corrupted."""
+    timeline = _timeline(PIPELINED)
+    run = tmp_path / "run"
+    write_run_report(run, timeline, build_report(timeline), html=False)
+    (run / "goodput.json").unlink()  # recompute from the records
+    assert main(["goodput", str(run), "--html", str(tmp_path / "page.html")]) == 0
+    assert "pipeline_bubble " in capsys.readouterr().out
+    assert "pipeline_bubble" in (tmp_path / "page.html").read_text()
+    gathered = json.loads((run / TIMELINE_JSON).read_text())
+    bad_layouts = ({**PIPELINED, "pp": "2"}, {**PIPELINED, "pp_schedule": "GPipe"}, [2])
+    for bad in bad_layouts:
+        gathered["meta"]["layout"] = bad
+        (run / TIMELINE_JSON).write_text(json.dumps(gathered))
+        assert main(["goodput", str(run)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "meta layout" in err
+    (run / TIMELINE_JSON).unlink()
+    rank_file = run / "telemetry" / "rank-00000.jsonl"
+    records = [{"type": "step", **dataclasses.asdict(s)} for s in timeline.for_rank(0).steps]
+    records += [{"type": "event", **dataclasses.asdict(e)} for e in timeline.for_rank(0).events]
+    for bad in bad_layouts:
+        meta = {"type": "meta", **timeline.meta, "layout": bad}
+        rank_file.write_text("".join(json.dumps(r) + "\n" for r in [meta, *records]))
+        assert main(["goodput", str(run)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "rank-00000.jsonl:1: not a telemetry record" in err
+        assert "meta layout" in err
