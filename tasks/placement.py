@@ -16,6 +16,10 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from platform_lib.training.config import ParallelConfig, TrainConfig
 
 __all__ = [
     "ACCELERATORS",
@@ -433,9 +437,7 @@ class Placement:
             PlacementError: the layout does not fit this placement or the model, naming the
                 field (`layout.<degree>` or the recipe's) and the valid choices.
         """
-        from platform_lib.errors import UserError
         from platform_lib.training.config import ParallelConfig
-        from platform_lib.training.layout import resolve_layout
 
         source = "layout"
         layout = self.layout
@@ -443,17 +445,62 @@ class Placement:
             source = f"LAUNCH_RECIPES[{self.accelerator!r}][{model!r}]"
             recipe = LAUNCH_RECIPES.get(self.accelerator, {}).get(model, FLAT_FSDP)
             layout = self.check_layout(recipe, source)
+        self._check_model(ParallelConfig.model_validate(dict(layout)), model, source)
+        return dict(layout)
+
+    def apply_layout(self, config: TrainConfig) -> TrainConfig:
+        """Return `config` laid out on this placement (what the training task trains with).
+
+        A config whose degrees are all `FLAT_FSDP`'s gets `layout_for(config.model.name)`
+        (unchanged when that is flat FSDP too); one that names degrees keeps them. Either way
+        the layout is checked against the placement (`check_layout`), the model and the batch
+        (`platform_lib.training.layout.resolve_layout`).
+
+        Raises:
+            UserError: one line naming the field (`parallel.<degree>`, `layout.<degree>` or the
+                recipe's) and the valid choices.
+        """
+        from platform_lib.errors import UserError
+        from platform_lib.training.config import replace
+
+        parallel, model = config.parallel, config.model.name
+        degrees = {name: getattr(parallel, name) for name in LAYOUT_FIELDS}
+        try:
+            if degrees == FLAT_FSDP:
+                layout = self.layout_for(model)
+                if layout["dp_shard"] == self.accelerator_count:  # flat FSDP: nothing to apply
+                    return config
+                parallel = replace(parallel, **layout)
+            else:
+                self.check_layout(degrees, "parallel")
+            self._check_model(parallel, model, "parallel", batch_size=config.data.batch_size)
+        except PlacementError as error:
+            raise UserError(
+                str(error),
+                error.field,
+                f"change the degrees or the placement ({self.accelerator} x "
+                f"{self.accelerator_count}, docs/cluster.md)",
+            ) from None
+        return config if parallel is config.parallel else replace(config, parallel=parallel)
+
+    def _check_model(
+        self, parallel: ParallelConfig, model: str, source: str, batch_size: int | None = None
+    ) -> None:
+        """Raise `PlacementError` naming `<source>.<degree>` when `model` cannot run `parallel`."""
+        from platform_lib.errors import UserError
+        from platform_lib.training.layout import resolve_layout
+
         try:
             resolve_layout(
-                ParallelConfig.model_validate(dict(layout)),
+                parallel,
                 self.accelerator_count,
                 self.nproc_per_node,
                 model_name=model,
+                batch_size=batch_size,
             )
         except UserError as error:
             field_name = source + error.culprit.removeprefix("parallel")
             raise PlacementError(field_name, f"{field_name}: {error.what}: {error.fix}") from None
-        return dict(layout)
 
     @property
     def queue(self) -> str:

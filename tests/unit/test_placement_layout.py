@@ -13,7 +13,10 @@ import pytest
 from flytekit.configuration import Image, ImageConfig, SerializationSettings
 from flytekit.tools.translator import get_serializable
 
-from platform_lib.models.presets import MODEL_PRESETS
+from platform_lib.errors import UserError, format_user_error
+from platform_lib.models.presets import MODEL_PRESETS, get_model_config
+from platform_lib.training.config import replace
+from platform_lib.training.presets import small
 from tasks.placement import (
     ACCELERATORS,
     FLAT_FSDP,
@@ -197,3 +200,61 @@ def test_a_layout_the_model_cannot_run_fails_naming_the_field() -> None:
     many_stages = Placement(accelerator="cpu", accelerator_count=8, layout={"pp": 8})
     with pytest.raises(PlacementError, match=r"^layout.pp: pp=8 with 1F1B needs 8 stages"):
         many_stages.layout_for("world_model_small")
+
+
+def _config(model: str = "bev_fusion_small", **parallel):
+    cfg = small()
+    frames = get_model_config(model).temporal_frames if model.startswith("world_model") else 1
+    return replace(
+        cfg,
+        model=replace(cfg.model, name=model),
+        data=replace(cfg.data, window_frames=frames),
+        parallel=replace(cfg.parallel, **parallel),
+    )
+
+
+def test_the_training_task_trains_with_the_recipe_layout_of_its_model() -> None:
+    """`train_model` calls `PLACEMENT.apply_layout(config)` first (tasks/train.py)."""
+    cpu8 = Placement(accelerator="cpu", accelerator_count=8)
+    flat = _config()
+    assert cpu8.apply_layout(flat) is flat  # no recipe: the config (and its hash) as it was
+    laid_out = cpu8.apply_layout(_config("world_model_small"))
+    assert (laid_out.parallel.tp, laid_out.parallel.dp_shard, laid_out.parallel.pp) == (2, 4, 1)
+    chosen = _config("world_model_small", pp=2)  # a config that names degrees keeps them
+    assert cpu8.apply_layout(chosen) is chosen
+    explicit = Placement(accelerator="cpu", accelerator_count=8, layout={"pp": 2})
+    assert explicit.apply_layout(_config("world_model_small")).parallel.pp == 2
+
+
+@pytest.mark.parametrize(
+    ("model", "parallel", "culprit", "line"),
+    [
+        (
+            "world_model_small",
+            {"tp": 16},
+            "parallel.tp",
+            "parallel.tp=16: tensor parallel stays inside a node and this placement has "
+            "1 node(s) x 8 cpu; valid tp: 1, 2, 4, 8",
+        ),
+        (
+            "bev_fusion_small",
+            {"tp": 2},
+            "parallel.tp",
+            "parallel.tp: model 'bev_fusion_small' declares no tensor-parallel plan",
+        ),
+        (
+            "world_model_small",
+            {"pp": 2, "pp_microbatches": 3},
+            "parallel.pp_microbatches",
+            "parallel.pp_microbatches: 3 microbatches do not divide data.batch_size=2",
+        ),
+    ],
+)
+def test_a_config_layout_that_cannot_run_fails_the_task_in_one_line(
+    model, parallel, culprit, line
+) -> None:
+    with pytest.raises(UserError) as info:
+        Placement(accelerator="cpu", accelerator_count=8).apply_layout(_config(model, **parallel))
+    assert info.value.culprit == culprit
+    assert format_user_error(info.value).startswith(f"error: {line}")
+    assert "change the degrees or the placement (cpu x 8, docs/cluster.md)" in str(info.value)
