@@ -80,6 +80,8 @@ def resolve_run_dir(dataset_hash: str, config_hash: str, agent_pid: int | None =
 
 def train_model(dataset: FlyteDirectory, config: TrainConfig) -> FlyteDirectory:
     """Train on `dataset` in every elastic worker; return the run folder (rank 0's)."""
+    with task_errors("laying out the training config on the placement"):
+        config = PLACEMENT.apply_layout(config)  # the launch recipe's layout; fits the nodes
     with task_errors("training on the dataset", str(dataset.remote_source or dataset.path)):
         local = download_input(dataset, "merge_dataset")
         dataset_hash = load_manifest(local).dataset_hash

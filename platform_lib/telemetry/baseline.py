@@ -1,6 +1,7 @@
 """Per-workload baselines: every finished run's summary, and regression flags against them.
 
-A workload is (model preset, dataset hash, world size, device type, precision). Each finished
+A workload is (model preset, dataset hash, world size, device type, precision, and the layout
+when it is not flat FSDP). Each finished
 run adds its summary to the baseline store (the MLflow experiment `drivetrain-baselines`);
 a new run is compared with the median of its workload's last `BASELINE_RUNS` summaries and
 flagged when step time, peak memory or checkpoint blocking per save exceed it by more than the
@@ -26,6 +27,7 @@ __all__ = [
     "Workload",
     "aggregate_baseline",
     "compare_with_baseline",
+    "layout_key",
     "summarize_run",
     "workload_of",
 ]
@@ -66,13 +68,33 @@ class Workload:
     """"bf16" (mixed precision) or "fp32" """
     batch_size: int
     """samples per rank per step"""
+    layout: str = ""
+    """the ranks' layout (`layout_key`); "" for flat FSDP, the layout of every run before layouts"""
 
     def key(self) -> str:
-        """Return the key tagged on baseline runs, e.g. "bev_fusion_small/3f2a9c1d0b7e/ws2/cpu/bf16/b4"."""
-        return (
+        """Return the key tagged on baseline runs, e.g. "bev_fusion_small/3f2a9c1d0b7e/ws2/cpu/bf16/b4".
+
+        A layout other than flat FSDP adds a last part, e.g. ".../b4/pp2-dpr1-dps1-tp2-1F1B-m4".
+        """
+        key = (
             f"{self.model}/{self.dataset_hash[:12]}/ws{self.world_size}/{self.device_type}/"
             f"{self.precision}/b{self.batch_size}"
         )
+        return f"{key}/{self.layout}" if self.layout else key
+
+
+def layout_key(layout: dict[str, Any] | None) -> str:
+    """Return the workload key part of a report's `job.layout` ("" for none: flat FSDP).
+
+    Degrees in mesh order, then the pipeline schedule and microbatches when pipelined:
+    "pp2-dpr1-dps2-tp1-1F1B-m4"; both change step time as much as the degrees do.
+    """
+    if not layout:
+        return ""
+    key = f"pp{layout['pp']}-dpr{layout['dp_replicate']}-dps{layout['dp_shard']}-tp{layout['tp']}"
+    if int(layout["pp"]) > 1:
+        key += f"-{layout['pp_schedule']}-m{layout['pp_microbatches']}"
+    return key
 
 
 def workload_of(report: dict[str, Any], dataset_hash: str) -> Workload:
@@ -93,6 +115,7 @@ def workload_of(report: dict[str, Any], dataset_hash: str) -> Workload:
         device_type=job.get("device_name") or job["device_type"] or "cpu",
         precision=job["precision"],
         batch_size=int(job["batch_size"]),
+        layout=layout_key(job.get("layout")),
     )
 
 

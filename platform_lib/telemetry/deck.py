@@ -20,7 +20,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after selecting the non-interactive backend)
 
 from platform_lib.redact import redact  # noqa: E402
-from platform_lib.telemetry.goodput import BADPUT_CATEGORIES  # noqa: E402
 from platform_lib.telemetry.report import format_report, steady_steps  # noqa: E402
 from platform_lib.telemetry.timeline import StepRecord, Timeline  # noqa: E402
 
@@ -120,12 +119,10 @@ def _plot_goodput(report: dict[str, Any]) -> str:
         title=f"seconds by category (goodput {report['goodput']['compatible']:.0%} / "
         f"{report['goodput']['input_adjusted']:.0%})",
     )
-    labels = ["productive", *BADPUT_CATEGORIES]
-    values = [
-        report["productive_s"]["input_adjusted"],
-        *(report["badput_s"][k] for k in BADPUT_CATEGORIES),
-    ]
-    colors = ["tab:green"] + ["tab:red"] * len(BADPUT_CATEGORIES)
+    badput = report["badput_s"]  # BADPUT_CATEGORIES, and the pipeline bubble when pipelined
+    labels = ["productive", *badput]
+    values = [report["productive_s"]["input_adjusted"], *badput.values()]
+    colors = ["tab:green"] + ["tab:red"] * len(badput)
     ax.barh(labels, values, color=colors)
     ax.invert_yaxis()
     ax.tick_params(axis="y", labelsize=7)

@@ -1,12 +1,12 @@
 """Goodput and badput of a run from its timeline: where every accelerator-second went.
 
-The job's wall time, from the first process start (or from `queued`, when known) to
-`job_end`, is cut into labelled segments (productive, queue, program_startup, ...,
-unaccounted), so the whole-run figures and any time window (`window_breakdown`) are sums of
-the same segments and always agree. Two goodput figures: `compatible` = (productive +
-data_loading_input_wait) / job wall time, following Google's ml-goodput-measurement, and
-`input_adjusted` = productive / job wall time. Every segment and figure is defined in
-docs/goodput.md.
+The job's wall time is cut into labelled segments (productive, queue, program_startup, ...,
+unaccounted), so whole-run figures and any window (`window_breakdown`) sum the same segments.
+Goodput `compatible` = (productive + data_loading_input_wait) / wall (Google's
+ml-goodput-measurement), `input_adjusted` = productive / wall. A pipelined run's idle share of
+forward + backward is `pipeline_bubble`: (p - 1) / (v m + p - 1) for p stages, m microbatches,
+v stages per rank (Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU
+Clusters Using Megatron-LM", sec. 2.2). Every segment and figure: docs/goodput.md.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from platform_lib.telemetry.timeline import Event, StepRecord, Timeline
 
@@ -21,10 +22,13 @@ __all__ = [
     "BADPUT_CATEGORIES",
     "INPUT_BOUND_AT",
     "INPUT_LIMITED_AT",
+    "PIPELINE_BUBBLE",
     "Segment",
+    "badput_categories",
     "build_segments",
     "goodput_figures",
     "input_verdict",
+    "pipeline_bubble_fraction",
     "split_lost_steps",
     "summarize_segments",
     "window_breakdown",
@@ -45,6 +49,8 @@ BADPUT_CATEGORIES = (
     "unaccounted",
 )
 PRODUCTIVE = "productive"
+#: Badput of pipelined runs only (a layout with pp > 1), listed after the input wait.
+PIPELINE_BUBBLE = "pipeline_bubble"
 
 #: Input wait shares (steady-state wait / step time) of the input verdict.
 INPUT_LIMITED_AT = 0.05
@@ -63,6 +69,41 @@ class Segment:
     def length_s(self) -> float:
         """Duration, in s."""
         return self.end - self.start
+
+
+def pipeline_bubble_fraction(stages: int, microbatches: int, stages_per_rank: int = 1) -> float:
+    """Return the idle share of a pipeline schedule's forward + backward, unitless in [0, 1).
+
+    (p - 1) / (v m + p - 1) for p = `stages` pipeline ranks, m = `microbatches` and
+    v = `stages_per_rank` (1: 1F1B; 2 or more: interleaved 1F1B), Narayanan et al. 2021 sec. 2.2.
+
+    Raises:
+        ValueError: if a count is < 1.
+    """
+    if min(stages, microbatches, stages_per_rank) < 1:
+        raise ValueError(
+            f"stages, microbatches and stages_per_rank must be >= 1, got "
+            f"{stages}, {microbatches}, {stages_per_rank}"
+        )
+    return (stages - 1) / (stages_per_rank * microbatches + stages - 1)
+
+
+def _bubble_of(meta: dict[str, Any]) -> float:
+    """Return the bubble fraction of the layout in a timeline's meta (0.0 without pipelining)."""
+    layout = meta.get("layout") or {}
+    if int(layout.get("pp", 1)) <= 1:
+        return 0.0
+    return pipeline_bubble_fraction(
+        int(layout["pp"]), int(layout["pp_microbatches"]), int(layout.get("stages_per_rank", 1))
+    )
+
+
+def badput_categories(meta: dict[str, Any]) -> tuple[str, ...]:
+    """Return the badput categories of a run: `BADPUT_CATEGORIES`, with `PIPELINE_BUBBLE` when pipelined."""
+    if not _bubble_of(meta):
+        return BADPUT_CATEGORIES
+    at = BADPUT_CATEGORIES.index("data_loading_input_wait") + 1
+    return (*BADPUT_CATEGORIES[:at], PIPELINE_BUBBLE, *BADPUT_CATEGORIES[at:])
 
 
 def split_lost_steps(steps: Iterable[StepRecord]) -> tuple[list[StepRecord], list[StepRecord]]:
@@ -108,7 +149,9 @@ def _first_step_prep(attempt_steps: list[StepRecord]) -> float:
     return max(0.0, attempt_steps[0].compute_s - mean_compute)
 
 
-def _step_segments(step: StepRecord, *, first: bool, prep_s: float) -> list[Segment]:
+def _step_segments(
+    step: StepRecord, *, first: bool, prep_s: float, bubble: float = 0.0
+) -> list[Segment]:
     t = step.start
     wait = Segment(
         t, t + step.input_wait_s, "data_loading_first_load" if first else "data_loading_input_wait"
@@ -119,7 +162,9 @@ def _step_segments(step: StepRecord, *, first: bool, prep_s: float) -> list[Segm
         out.append(Segment(t, t + prep_s, "training_prep"))
         t += prep_s
     ckpt_start = step.end - step.checkpoint_s
-    out.append(Segment(t, ckpt_start, PRODUCTIVE))
+    bubble_start = max(t, ckpt_start - bubble * step.forward_backward_s)
+    out.append(Segment(t, bubble_start, PRODUCTIVE))
+    out.append(Segment(bubble_start, ckpt_start, PIPELINE_BUBBLE))
     out.append(Segment(ckpt_start, step.end, "checkpoint_save"))
     return [s for s in out if s.length_s > 0]
 
@@ -128,7 +173,10 @@ def build_segments(timeline: Timeline) -> tuple[list[Segment], float, float]:
     """Cut one rank's timeline into labelled segments; return (segments, job start, job end).
 
     Args:
-        timeline: records of ONE rank (`Timeline.for_rank`); rank 0 by convention.
+        timeline: records of ONE rank (`Timeline.for_rank`); rank 0 by convention. A
+            pipelined layout in its meta (`layout`: pp, pp_microbatches, stages_per_rank)
+            moves the bubble share of each kept step's forward + backward from productive
+            to `pipeline_bubble` (`pipeline_bubble_fraction`).
 
     Returns:
         Segments sorted by start (gaps are `unaccounted`, not listed), the job start
@@ -143,6 +191,7 @@ def build_segments(timeline: Timeline) -> tuple[list[Segment], float, float]:
         raise ValueError("empty timeline: no steps and no events recorded")
     kept, lost = split_lost_steps(steps)
     lost_ids = {id(s) for s in lost}
+    bubble = _bubble_of(timeline.meta)
     by_kind: dict[str, list[Event]] = {}
     for event in sorted(events, key=lambda e: e.time):
         by_kind.setdefault(event.kind, []).append(event)
@@ -185,7 +234,7 @@ def build_segments(timeline: Timeline) -> tuple[list[Segment], float, float]:
             if id(step) in lost_ids:
                 segments.append(Segment(step.start, step.end, "lost_work"))
             else:
-                segments += _step_segments(step, first=index == 0, prep_s=prep_s)
+                segments += _step_segments(step, first=index == 0, prep_s=prep_s, bubble=bubble)
         if attempt_steps:
             previous_end = attempt_steps[-1].end
     if kept:
@@ -197,13 +246,14 @@ def build_segments(timeline: Timeline) -> tuple[list[Segment], float, float]:
 def summarize_segments(segments: list[Segment], start: float, end: float) -> dict[str, float]:
     """Return seconds per category within [start, end], `unaccounted` = the uncovered rest.
 
-    Keys: "productive" and every name of BADPUT_CATEGORIES (0.0 when absent), plus "wall".
+    Keys: "productive" and every name of BADPUT_CATEGORIES (0.0 when absent), plus "wall";
+    `PIPELINE_BUBBLE` when a segment of it overlaps the window.
     """
     totals = dict.fromkeys((PRODUCTIVE, *BADPUT_CATEGORIES), 0.0)
     for seg in segments:
         overlap = min(seg.end, end) - max(seg.start, start)
         if overlap > 0:
-            totals[seg.category] += overlap
+            totals[seg.category] = totals.get(seg.category, 0.0) + overlap
     wall = end - start
     totals["unaccounted"] = wall - sum(v for k, v in totals.items() if k != "unaccounted")
     totals["wall"] = wall

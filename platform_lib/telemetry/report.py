@@ -3,7 +3,11 @@
 `build_report(timeline)` computes everything from the records (docs/goodput.md defines each
 figure); `format_report(report)` prints it. Rank 0's timeline gives the job's wall-time
 breakdown (ranks of a synchronous data-parallel job share it); every rank gives its step
-times, input wait and straggler score.
+times, input wait and straggler score. A run with a layout other than flat FSDP (`meta["layout"]`:
+degrees pp, dp_replicate, dp_shard, tp and the pipeline schedule) names it in `job.layout`,
+reports its pipeline bubble as badput, and counts FLOPs per rank as the model's / (tp x pp): the
+ranks of one tensor- and pipeline-parallel group share each sample (Narayanan et al. 2021).
+Flat-FSDP reports are unchanged by layouts.
 """
 
 from __future__ import annotations
@@ -18,8 +22,8 @@ from platform_lib.telemetry.anomaly import (
     score_stragglers,
 )
 from platform_lib.telemetry.goodput import (
-    BADPUT_CATEGORIES,
     PRODUCTIVE,
+    badput_categories,
     build_segments,
     goodput_figures,
     input_verdict,
@@ -29,7 +33,13 @@ from platform_lib.telemetry.goodput import (
 )
 from platform_lib.telemetry.timeline import StepRecord, Timeline
 
-__all__ = ["REPORT_FORMAT", "build_report", "format_report", "steady_steps"]
+__all__ = [
+    "REPORT_FORMAT",
+    "build_report",
+    "describe_layout",
+    "format_report",
+    "steady_steps",
+]
 
 REPORT_FORMAT = "drivetrain-goodput/1"
 DEFAULT_WINDOWS = 10
@@ -70,12 +80,20 @@ def _rank_stats(steps: list[StepRecord]) -> dict[str, Any]:
 
 
 def _throughput(meta: dict[str, Any], ranks: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    samples_per_s = sum(r["samples_per_s"] for r in ranks.values())
+    """Samples/s, achieved FLOP/s and MFU of the run (PaLM's definition, see `telemetry.mfu`).
+
+    Every rank of a tensor- and pipeline-parallel group records its group's samples, so the
+    model's samples/s is the ranks' sum / (tp x pp), and each rank does the model's FLOPs per
+    sample / (tp x pp) of each sample it records.
+    """
+    layout = meta.get("layout")
+    group = int(layout["tp"]) * int(layout["pp"]) if layout else 1
+    samples_per_s = sum(r["samples_per_s"] for r in ranks.values()) / group
     flops_per_sample = meta.get("flops_per_sample")
     peak = meta.get("peak_flops")
     devices = len(ranks) or 1
     achieved = flops_per_sample * samples_per_s if flops_per_sample else None
-    return {
+    out = {
         "samples_per_s": samples_per_s,
         "flops_per_sample": flops_per_sample,
         "achieved_flops": achieved,
@@ -84,6 +102,9 @@ def _throughput(meta: dict[str, Any], ranks: dict[int, dict[str, Any]]) -> dict[
         "peak_method": meta.get("peak_method"),
         "mfu": achieved / (peak * devices) if achieved and peak else None,
     }
+    if layout:
+        out["flops_per_sample_per_rank"] = flops_per_sample / group if flops_per_sample else None
+    return out
 
 
 def build_report(
@@ -126,22 +147,25 @@ def build_report(
     windows = window_breakdown(
         segments, start, end, window_s or max((end - start) / DEFAULT_WINDOWS, 1e-6)
     )
-    badput = {k: totals[k] for k in BADPUT_CATEGORIES}
+    badput = {k: totals.get(k, 0.0) for k in badput_categories(timeline.meta)}
+    job: dict[str, Any] = {
+        "start": start,
+        "end": end,
+        "wall_s": totals["wall"],
+        "world_size": world_size,
+        "device_type": timeline.meta.get("device_type"),
+        "accelerator_hours": totals["wall"] * hours,
+        "model": timeline.meta.get("model"),
+        "precision": timeline.meta.get("precision"),
+        "preset": timeline.meta.get("preset"),
+        "batch_size": timeline.meta.get("batch_size"),
+        "device_name": timeline.meta.get("device_name"),
+    }
+    if timeline.meta.get("layout"):
+        job["layout"] = dict(timeline.meta["layout"])
     return {
         "format": REPORT_FORMAT,
-        "job": {
-            "start": start,
-            "end": end,
-            "wall_s": totals["wall"],
-            "world_size": world_size,
-            "device_type": timeline.meta.get("device_type"),
-            "accelerator_hours": totals["wall"] * hours,
-            "model": timeline.meta.get("model"),
-            "precision": timeline.meta.get("precision"),
-            "preset": timeline.meta.get("preset"),
-            "batch_size": timeline.meta.get("batch_size"),
-            "device_name": timeline.meta.get("device_name"),
-        },
+        "job": job,
         "goodput": figures,
         "productive_s": {
             "compatible": totals[PRODUCTIVE] + totals["data_loading_input_wait"],
@@ -175,6 +199,14 @@ def build_report(
     }
 
 
+def describe_layout(layout: dict[str, Any]) -> str:
+    """Return a layout in one line, e.g. "pp=2 x dp_replicate=1 x dp_shard=2 x tp=1, 1F1B, 4 microbatches"."""
+    degrees = " x ".join(f"{n}={layout[n]}" for n in ("pp", "dp_replicate", "dp_shard", "tp"))
+    if int(layout["pp"]) <= 1:
+        return degrees
+    return f"{degrees}, {layout['pp_schedule']}, {layout['pp_microbatches']} microbatches"
+
+
 def _fmt_s(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f} s"
 
@@ -182,9 +214,11 @@ def _fmt_s(value: float | None) -> str:
 def format_report(report: dict[str, Any]) -> str:
     """Render a report as plain text for the terminal (`drivetrain goodput`)."""
     job, good = report["job"], report["goodput"]
+    layout = job.get("layout")
     lines = [
         f"job: {job['wall_s']:.2f} s wall, {job['world_size']} rank(s) on {job['device_type']}, "
-        f"{job['accelerator_hours']:.5f} accelerator-hours",
+        f"{job['accelerator_hours']:.5f} accelerator-hours"
+        + (f", layout {describe_layout(layout)}" if layout else ""),
         f"goodput: {good['compatible']:.1%} (ml-goodput-measurement compatible)   "
         f"{good['input_adjusted']:.1%} (input-adjusted)",
         "",
@@ -193,7 +227,8 @@ def format_report(report: dict[str, Any]) -> str:
     wall = job["wall_s"] or 1.0
     rows = [("productive (compatible)", report["productive_s"]["compatible"], None)]
     rows += [
-        (k, report["badput_s"][k], report["badput_accelerator_hours"][k]) for k in BADPUT_CATEGORIES
+        (k, seconds, report["badput_accelerator_hours"][k])
+        for k, seconds in report["badput_s"].items()
     ]
     for name, seconds, acc_h in rows:
         acc = acc_h if acc_h is not None else seconds * job["world_size"] / 3600

@@ -22,6 +22,7 @@ __all__ = [
     "Event",
     "StepRecord",
     "Timeline",
+    "check_layout_meta",
     "load_rank_file",
     "load_timeline",
     "rank_file",
@@ -100,6 +101,31 @@ class Event:
     """free-form JSON-serialisable facts (paths, methods)"""
 
 
+#: Keys of a run's `meta["layout"]` (`training.observe.layout_meta`): the degrees and the
+#: pipeline schedule's microbatches and stages per rank, each an integer >= 1.
+LAYOUT_META_INTS = ("pp", "dp_replicate", "dp_shard", "tp", "pp_microbatches", "stages_per_rank")
+LAYOUT_SCHEDULES = ("1F1B", "Interleaved1F1B")
+
+
+def check_layout_meta(layout: Any) -> dict[str, Any]:
+    """Return `layout` (a run's `meta["layout"]`) when it is one the goodput report can read.
+
+    Raises:
+        ValueError: naming the key that is missing or out of range.
+    """
+    if not isinstance(layout, dict):
+        raise ValueError(f"meta layout is {type(layout).__name__}, not an object")
+    for key in LAYOUT_META_INTS:
+        value = layout.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 2**20:
+            raise ValueError(f"meta layout.{key}={value!r}: not an integer in 1..{2**20}")
+    if layout.get("pp_schedule") not in LAYOUT_SCHEDULES:
+        raise ValueError(
+            f"meta layout.pp_schedule={layout.get('pp_schedule')!r}: one of {', '.join(LAYOUT_SCHEDULES)}"
+        )
+    return layout
+
+
 @dataclass(kw_only=True)
 class Timeline:
     """Every record of a run: per-rank steps and events plus run facts.
@@ -142,13 +168,16 @@ class Timeline:
             ValueError: a record lacks a required field (the message names it).
         """
         try:
-            return cls(
+            timeline = cls(
                 steps=[StepRecord(**s) for s in data.get("steps", [])],
                 events=[Event(**e) for e in data.get("events", [])],
                 meta=dict(data.get("meta", {})),
             )
         except TypeError as exc:
             raise ValueError(f"bad telemetry record: {exc}") from exc
+        if "layout" in timeline.meta:
+            check_layout_meta(timeline.meta["layout"])
+        return timeline
 
 
 def rank_file(telemetry_dir: str | os.PathLike[str], rank: int) -> Path:
@@ -180,6 +209,8 @@ def load_rank_file(
                 elif kind == "event":
                     events.append(Event(**row))
                 elif kind == "meta":
+                    if "layout" in row:
+                        check_layout_meta(row["layout"])
                     meta.update(row)
                 else:
                     raise ValueError(f"unknown record type {kind!r}")

@@ -1,6 +1,7 @@
 """Telemetry of a training run: the step recorder the loop feeds, and the goodput report at the end.
 
-`build_recorder` opens this rank's `StepRecorder` (with the profiler window, when set);
+`build_recorder` opens this rank's `StepRecorder` (with the profiler window, when set, and the
+run's layout in its meta unless it is flat FSDP: `layout_meta`);
 `publish_goodput` gathers every rank's records (collective) and, on rank 0, counts the
 model's FLOPs per sample once, resolves the device peak, builds the report and writes
 `goodput.json` (and `telemetry/timeline.json`) into the run folder (see `platform_lib.telemetry`).
@@ -23,9 +24,35 @@ from platform_lib.telemetry.recorder import MetricsSink, StepRecorder
 from platform_lib.telemetry.report import build_report
 from platform_lib.training.config import TrainConfig
 from platform_lib.training.distributed import DistContext
+from platform_lib.training.layout import Layout, resolve_layout, stages_per_rank
 from platform_lib.training.loop import forward_backward
 
-__all__ = ["TELEMETRY_DIR", "build_recorder", "count_model_flops", "publish_goodput"]
+__all__ = [
+    "TELEMETRY_DIR",
+    "build_recorder",
+    "count_model_flops",
+    "layout_meta",
+    "publish_goodput",
+]
+
+
+def layout_meta(layout: Layout) -> dict[str, Any] | None:
+    """Return the telemetry meta of `layout` (goodput report, workload key); None for flat FSDP.
+
+    Keys: the degrees pp, dp_replicate, dp_shard, tp; pp_schedule, pp_microbatches and
+    stages_per_rank (the pipeline bubble's p, m and v).
+    """
+    if layout.is_fsdp_only:
+        return None
+    return {
+        "pp": layout.pp,
+        "dp_replicate": layout.dp_replicate,
+        "dp_shard": layout.dp_shard,
+        "tp": layout.tp,
+        "pp_schedule": layout.pp_schedule,
+        "pp_microbatches": layout.pp_microbatches,
+        "stages_per_rank": stages_per_rank(layout.pp_schedule),
+    }
 
 
 def build_recorder(
@@ -43,6 +70,11 @@ def build_recorder(
             cuda=ctx.device.type == "cuda",
         )
     precision = "bf16" if cfg.parallel.mixed_precision else "fp32"
+    meta: dict[str, Any] = {"model": cfg.model.name, "precision": precision, "preset": cfg.preset}
+    # the training run resolved (and checked) this layout before; one node's worth is no bound here
+    layout = layout_meta(resolve_layout(cfg.parallel, ctx.world_size, ctx.world_size))
+    if layout is not None:
+        meta["layout"] = layout
     return StepRecorder(
         out / TELEMETRY_DIR,
         rank=ctx.rank,
@@ -53,7 +85,7 @@ def build_recorder(
         sink=sink if ctx.is_main and metrics.mlflow_interval else None,
         sink_interval=max(1, metrics.mlflow_interval),
         profiler=profiler,
-        meta={"model": cfg.model.name, "precision": precision, "preset": cfg.preset},
+        meta=meta,
     )
 
 
