@@ -1,30 +1,12 @@
 """Device check of one accelerator: nvJPEG vs CPU decode, one FSDP bf16 step with its MFU, versions.
 
-A prepared script for a borrowed GPU machine (at most 5 minutes on one GPU). It runs a list of
-named checks (`CHECKS`), each in its own child process under its own deadline, so a hung CUDA
-call costs one check, not the whole run; more checks (e.g. a multi-GPU collective check) join
-as entries of that list. Prints one line per check and the JSON of all results (also written
-to --json, default $OUT/gpu_check.json when $OUT is set); exits 1 when any check failed or
-ran past its deadline.
-
-Checks:
-    versions       torch, CUDA, cuDNN, NCCL, driver, device name, torchvision (or why absent)
-    decode         the PandaSet sample's camera frames (full size): nvJPEG batched
-                   (`torchvision.io.decode_jpeg(list, device="cuda")`) vs the CPU decode
-                   (simplejpeg, libjpeg-turbo) of the same frames in the same run, frames/s and
-                   MB/s; then both at the 704x256 model input through the platform's decoders
-                   (`imaging.decode.decode_jpegs_gpu` / `decode_jpeg_cpu`) with their mean
-                   absolute difference (fails above 3 levels, the unit tests' tolerance)
-    fsdp_step      the largest zoo preset (bev_fusion_base) wrapped in FSDP2 with bf16 mixed
-                   precision (`training.parallel`) on one rank: warm-up steps, then the timed
-                   steps' median time, samples/s, FLOPs per sample (`telemetry.mfu`) and MFU
-                   against the device's data-sheet peak
-
-`--dry-run` runs the same checks on the CPU with tiny sizes (2 frames, bev_fusion_small on a
-16 x 16 grid, batch 1, gloo): what CI smoke-tests (tests/integration/test_gpu_check.py). Without it a missing CUDA
-device fails the decode and fsdp_step checks.
-
-    python bench/gpu_check.py [--frames DIR] [--json PATH] [--dry-run]
+A prepared script for a borrowed GPU machine (at most 5 minutes on one GPU). It runs the named
+checks of `CHECKS` (versions, decode, fsdp_step; each described in its function's docstring),
+each in its own child process under its own deadline, so a hung CUDA call costs one check.
+Prints one line per check and the JSON of all results (also written to --json, default
+$OUT/gpu_check.json when $OUT is set); exits 1 when any check failed or ran past its deadline.
+`--dry-run` runs the same checks on the CPU with tiny sizes: what CI smoke-tests
+(tests/integration/test_gpu_check.py).
 """
 
 from __future__ import annotations
@@ -82,6 +64,7 @@ def _sync(device: Any) -> None:
 
 # -- versions ------------------------------------------------------------------------------
 def check_versions(args: argparse.Namespace) -> dict[str, Any]:
+    """torch, CUDA, cuDNN, NCCL, driver, device name and torchvision (or why it is absent)."""
     import torch
 
     out: dict[str, Any] = {
@@ -152,6 +135,12 @@ def _rate(fn: Callable[[], Any], frames: int, device: Any, min_s: float) -> dict
 
 
 def check_decode(args: argparse.Namespace) -> dict[str, Any]:
+    """The sample's full-size camera frames: nvJPEG batched vs simplejpeg on the CPU, frames/s.
+
+    Then both at the 704x256 model input through the platform's decoders
+    (`decode_jpegs_gpu` / `decode_jpeg_cpu`) with their mean absolute difference; fails above
+    3 levels (the unit tests' tolerance).
+    """
     import numpy as np
     import simplejpeg
 
@@ -229,6 +218,11 @@ def _random_batch(model: Any, batch: int, device: Any) -> dict[str, Any]:
 
 
 def check_fsdp_step(args: argparse.Namespace) -> dict[str, Any]:
+    """bev_fusion_base under FSDP2 with bf16 mixed precision on one rank: step time and MFU.
+
+    Warm-up steps, then the timed steps' median, samples/s, FLOPs per sample (`telemetry.mfu`)
+    and MFU against the device's data-sheet peak.
+    """
     import torch
     import torch.distributed as dist
 

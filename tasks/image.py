@@ -7,8 +7,7 @@ local runs ignore it. The project's own code is not baked in: Flyte's fast regis
 hands it to its spawned workers.
 
 `PINNED` holds one exact version per runtime dependency of pyproject.toml, each within the
-range pyproject allows (checked by tests/unit/test_flyte_spec.py). On Linux x86_64 the PyPI
-wheel of torch 2.13.0 is the CUDA build; the NVIDIA driver comes from the GPU node.
+range pyproject allows (tests/unit/test_flyte_spec.py); the PyPI torch wheel is the CUDA build.
 `GPU_TASK_IMAGE` adds pyproject's `gpu` extra (`GPU_PINNED`: torchvision, whose nvJPEG decode
 `decode="gpu"`/`"auto"` uses); `task_image` picks it for tasks placed on accelerators.
 """

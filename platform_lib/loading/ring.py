@@ -292,6 +292,7 @@ class Ring:
             self._mm, dtype=np.int32, count=n, offset=at + 16 * n + 8 * self.num_workers
         )
         self._pinned = self.header_bytes  # main process: ring offset pinned up to
+        self._registered: list[int] = []  # main process: start addresses of pinned ranges
         #: this process: which `_GROW_STEP`s of the ring it has mapped (`map_pages`)
         self._mapped = bytearray(-(-self.size // _GROW_STEP))
         #: main process: most bytes reserved at once (`LoaderStats.ring_peak_bytes_in_flight`)
@@ -304,7 +305,8 @@ class Ring:
                 "LoaderConfig.multiprocessing_context set before the loader is built"
             )
         skip = {"_mm", "_all", "_base", "control", "offsets", "lengths", "states", "_fd"}
-        skip |= {"worker_generations", "_finalizer", "_pinned", "peak_in_use", "_owner"}
+        skip |= {"worker_generations", "_finalizer", "_pinned", "_registered", "peak_in_use"}
+        skip |= {"_owner"}
         return {k: v for k, v in self.__dict__.items() if k not in skip}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -318,6 +320,7 @@ class Ring:
 
     def close(self) -> None:
         """Unlink the ring's file (if named); the mapping goes with the last reference."""
+        self._unpin()
         if self._finalizer is not None:
             self._finalizer()
 
@@ -564,9 +567,22 @@ class Ring:
             return
         have = self.shm_bytes()
         if have > self._pinned:
-            start, self._pinned = self._pinned, have
-            with contextlib.suppress(Exception):  # unpinned still works
-                torch.cuda.cudart().cudaHostRegister(self._base + start, have - start, 0)
+            start = self._pinned
+            try:
+                status = torch.cuda.cudart().cudaHostRegister(self._base + start, have - start, 0)
+            except Exception:  # noqa: BLE001 - unpinned still works
+                status = -1
+            if int(status) != 0:  # cudaSuccess; else stop pinning (copies stay correct, slower)
+                self.pin = False
+                return
+            self._registered.append(self._base + start)
+            self._pinned = have
+
+    def _unpin(self) -> None:
+        """Unregister the page-locked ranges (before the mapping can go)."""
+        while self._registered:
+            with contextlib.suppress(Exception):
+                torch.cuda.cudart().cudaHostUnregister(self._registered.pop())
 
 
 _NO_SLOT = Extent(-1, 0, 0)

@@ -86,10 +86,39 @@ def next_batch(
     start = time.perf_counter()
     batch = next(batches)
     wait_s = time.perf_counter() - start
-    moved = {
-        k: v.to(device, non_blocking=True) if torch.is_tensor(v) else v for k, v in batch.items()
-    }
-    return moved, wait_s
+    if device.type != "cuda":
+        return {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}, wait_s
+    return _copy_to_cuda(batch, device), wait_s
+
+
+_COPY_STREAMS: dict[torch.device, Any] = {}
+
+
+def _copy_to_cuda(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    """Copy `batch`'s tensors to `device` on a side stream; return once the copies are done.
+
+    The host tensors may lie in the loader's ring, page-locked by `cudaHostRegister` rather
+    than by torch's allocator, so torch records no event that keeps them alive while an
+    asynchronous copy reads them: the ring frees a slot when its last array goes, and a worker
+    may then overwrite it. The host therefore waits for the copies (not for the compute queued
+    before them: they run on their own stream), and the compute stream waits for them on the GPU.
+    """
+    stream = _COPY_STREAMS.get(device)
+    if stream is None:
+        stream = _COPY_STREAMS[device] = torch.cuda.Stream(device)
+    compute = torch.cuda.current_stream(device)
+    with torch.cuda.stream(stream):
+        moved = {
+            k: v.to(device, non_blocking=True) if torch.is_tensor(v) else v
+            for k, v in batch.items()
+        }
+    copied = stream.record_event()
+    compute.wait_stream(stream)
+    for value in moved.values():
+        if torch.is_tensor(value):
+            value.record_stream(compute)  # allocated on the side stream, used on the compute one
+    copied.synchronize()
+    return moved
 
 
 def resolve_batch_keys(model: nn.Module) -> tuple[tuple[str, ...], str]:
