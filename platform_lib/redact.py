@@ -57,11 +57,13 @@ _lock = threading.Lock()
 
 # scheme://user:password@host -> scheme://user:***@host; scheme://token@host -> scheme://***@host
 _STOP = r"/\s\"'<>"
-# (also "scheme:/user:...", the form a URL takes after a path normalised its slashes)
+# (also "scheme:/user:password@", the form a URL takes after a path normalised its slashes; a
+# lone "scheme:/name@" is not userinfo: it is MLflow's `models:/<name>@<alias>`, and a model
+# name cannot hold ":")
 _USERINFO = re.compile(
     rf"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*:/+)(?P<user>[^{_STOP}:@]*):(?P<password>[^{_STOP}]*)@"
 )
-_USER_ONLY = re.compile(rf"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*:/+)[^{_STOP}:@]+@")
+_USER_ONLY = re.compile(rf"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^{_STOP}:@]+@")
 _SECRET_KEYS = (
     r"[\w.-]*(?:token|signature|password|passwd|secret|credential|api[_-]?key|access[_-]?key"
     r"|private[_-]?key|session[_-]?key)"
@@ -169,7 +171,8 @@ def redact(text: str) -> str:
     environment variable (MLFLOW_TRACKING_URI) and secrets registered with `register_secret`
     or `register_uri_secrets` (a Flyte secret read from a mounted file, a URL on the command
     line), raw and percent-encoded, wherever they appear; the password of URI userinfo
-    (`scheme://user:***@host`, a lone `scheme://***@host`); values of secret query/key-value
+    (`scheme://user:***@host`, a lone `scheme://***@host`; MLflow model URIs such as
+    `models:/<name>@<alias>` are not userinfo and are kept); values of secret query/key-value
     parameters (`token=`, `X-Amz-Signature=`, `sig=`, `password=`, `?key=`, JSON
     `"password": "..."`); Authorization headers and bearer tokens; and key shapes that are
     secrets wherever they appear (AWS access key ids and 40-character secret keys, GitHub and

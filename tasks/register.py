@@ -1,7 +1,10 @@
-"""Registration task: MLflow run (params, step metrics, eval table) + model version + aliases.
+"""Registration task: goodput report, MLflow run (params, step metrics, eval table) + model version.
 
-The champion gate (`platform_lib.registry.gate`) evaluates the champion on the same frames and
-decides; its page (decision, plots, per-slice table) is the task's "Promotion" Deck.
+First it finishes the run's goodput report on this CPU pod (`finish_goodput`: baseline
+comparison, final figures and flags, report files, in the MLflow run training streamed to); its
+page is the task's "Goodput" Deck. Then the champion gate (`platform_lib.registry.gate`)
+evaluates the champion on the same frames and decides; its page (decision, plots, per-slice
+table) is the task's "Promotion" Deck.
 
 MLflow credentials: `tasks/secrets.py` (environment or the Flyte secrets `mlflow/*`).
 """
@@ -16,6 +19,8 @@ from flytekit.types.directory import FlyteDirectory
 
 from platform_lib.registry.lineage import resolve_code_version
 from platform_lib.registry.record import record_training_run
+from platform_lib.telemetry.mlflow_goodput import finish_goodput
+from platform_lib.telemetry.publish import GOODPUT_HTML
 from platform_lib.training.config import TrainConfig
 from tasks.errors import download_input, task_errors
 from tasks.image import TASK_IMAGE
@@ -45,15 +50,19 @@ def register_model(
     eval_table: FlyteDirectory,
     config: TrainConfig,
 ) -> str:
-    """Register the run's model with lineage tags; return `models:/<name>/<version>`.
+    """Publish the run's goodput report, register its model with lineage tags; return its URI.
 
-    `model_name` "" registers as "drivetrain-bev-<source>"; `eval_table` is the evaluation
-    folder (`evaluate_model`). The champion moves only when the gate promotes.
+    Returns `models:/<name>/<version>`. `model_name` "" registers as "drivetrain-bev-<source>";
+    `eval_table` is the evaluation folder (`evaluate_model`). The champion moves only when the
+    gate promotes.
     """
     with task_errors("logging to MLflow"), mlflow_credentials():
+        run_dir = download_input(run, "train_model")
+        finish_goodput(run_dir, config=config)  # before registration: it names the MLflow run
+        Deck("Goodput", (Path(run_dir) / GOODPUT_HTML).read_text(encoding="utf-8"))
         registration = record_training_run(
             model_name=model_name or f"drivetrain-bev-{source}",
-            run_dir=download_input(run, "train_model"),
+            run_dir=run_dir,
             dataset_dir=download_input(dataset, "merge_dataset"),
             eval_json=str(Path(download_input(eval_table, "evaluate_model")) / "eval_metrics.json"),
             config=config,

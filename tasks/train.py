@@ -2,10 +2,11 @@
 
 `train_model` runs `platform_lib.training.train_run.train_and_publish` in `nproc_per_node`
 torch elastic workers (`Elastic`: one pod for nnodes=1, a PyTorchJob beyond), placed by
-`tasks.placement`. Rank 0 returns a handle on the run folder, never tensors, and its "Goodput"
-Deck; `max_restarts` restarts the worker group in place from the last checkpoint, task
-`retries` apply on a cluster only; an exception leaving a rank becomes its triage verdict
-(`tasks.triage.explain_failures`). See docs/pipeline.md and docs/goodput.md.
+`tasks.placement`. Rank 0 returns a handle on the run folder, never tensors; its goodput report
+is finished off the accelerators, by `register_model`. `max_restarts` restarts the worker group
+in place from the last checkpoint, task `retries` apply on a cluster only; an exception leaving
+a rank becomes its triage verdict (`tasks.triage.explain_failures`). See docs/pipeline.md and
+docs/goodput.md.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from flytekit import Cache, Deck, PodTemplate, Resources, task
+from flytekit import Cache, PodTemplate, Resources, task
 from flytekit.core.python_function_task import PythonFunctionTask
 from flytekit.deck import DeckField
 from flytekit.types.directory import FlyteDirectory
@@ -83,7 +84,7 @@ def train_model(dataset: FlyteDirectory, config: TrainConfig) -> FlyteDirectory:
     with task_errors("laying out the training config on the placement"):
         config = PLACEMENT.apply_layout(config)  # the launch recipe's layout; fits the nodes
     with task_errors("training on the dataset", str(dataset.remote_source or dataset.path)):
-        local = download_input(dataset, "merge_dataset")
+        local = download_input(dataset, "build_training_view")
         dataset_hash = load_manifest(local).dataset_hash
         run_dir = resolve_run_dir(dataset_hash, hash_config(config))
     tags = {
@@ -94,10 +95,8 @@ def train_model(dataset: FlyteDirectory, config: TrainConfig) -> FlyteDirectory:
     folder = config.checkpoint.folder or str(run_dir / "checkpoints")
     with explain_failures(run_dir, checkpoint_folder=folder, tags=tags):
         with task_errors("training on the dataset", local), mlflow_credentials():
-            run = train_and_publish(config, local, run_dir, dataset_hash=dataset_hash)
-    if run.goodput_html is not None:  # rank 0: the plugin carries its Decks to the task
-        Deck("Goodput", run.goodput_html.read_text(encoding="utf-8"))
-    return FlyteDirectory(str(run.run_dir))
+            train_and_publish(config, local, run_dir, dataset_hash=dataset_hash)
+    return FlyteDirectory(str(run_dir))
 
 
 _TRAIN_FUNCTION = train_model
@@ -135,14 +134,15 @@ def build_train_task(placement: Placement) -> PythonFunctionTask:
         # no "Dependencies" deck: flytekit runs `pip list` and `pip freeze` for it after the
         # task body, in the post-training tail; the task image pins the environment
         deck_fields=(DeckField.SOURCE_CODE, DeckField.TIMELINE, DeckField.INPUT, DeckField.OUTPUT),
-        cache=Cache(version="1"),
+        # 2: the run folder's goodput report is finished downstream (`register_model`)
+        cache=Cache(version="2"),
         retries=2,
         requests=Resources(cpu=res["cpu"], mem=res["memory"], gpu=gpus),
         limits=Resources(mem=res["memory"], gpu=gpus),
         labels=placement.labels,
         environment={**placement.environment, **AGENT_ENVIRONMENT},
         pod_template=PodTemplate(pod_spec=pod_spec),
-        secret_requests=MLFLOW_SECRETS,  # metrics, goodput and a failed rank's verdict go to MLflow
+        secret_requests=MLFLOW_SECRETS,  # metrics and a failed rank's verdict go to MLflow
         shared_memory=True,  # /dev/shm for the loader workers' tensors
     )
 

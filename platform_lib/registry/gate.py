@@ -45,7 +45,6 @@ __all__ = [
     "ChampionGate",
     "compute_masks",
     "decide_champion",
-    "first_version_gate",
     "load_frame_counts",
     "render_promotion_page",
     "render_version_description",
@@ -146,18 +145,6 @@ def resolve_slice_masks(
     return masks, skipped
 
 
-def _interval_text(interval: dict[str, Any]) -> str:
-    if interval["status"] == "ok":
-        return f"{interval['estimate']:.4f} [{interval['low']:.4f}, {interval['high']:.4f}]"
-    if interval["estimate"] is None:
-        return interval["status"]
-    return f"{interval['estimate']:.4f} ({interval['status']}: {interval['num_logs']} logs)"
-
-
-def _slice_tags(rows: list[dict[str, Any]], who: str) -> dict[str, str]:
-    return {f"slice.{r['slice']}.{r['metric']}": _interval_text(r[who]) for r in rows}
-
-
 def _write(out: Path, record: dict[str, Any], plots: list[Path]) -> tuple[Path, ...]:
     out.mkdir(parents=True, exist_ok=True)
     decision_json = out / DECISION_JSON
@@ -167,42 +154,28 @@ def _write(out: Path, record: dict[str, Any], plots: list[Path]) -> tuple[Path, 
     return (decision_json, *plots, page)
 
 
-def first_version_gate(
-    name: str,
-    challenger: FrameCounts,
-    masks: dict[str, np.ndarray],
-    skipped: list[str],
-    config: PromotionConfig,
-    out_dir: str | os.PathLike[str],
-) -> ChampionGate:
-    """Return the gate of a model's first version: promoted as first, its own table recorded."""
+def _first_version_record(
+    name: str, challenger: FrameCounts, masks: dict[str, np.ndarray], config: PromotionConfig
+) -> dict[str, Any]:
+    """Return the record of a model's first version: promoted as first, its own table."""
     specs = list(dict.fromkeys((config.primary, config.gated_metric)))
     table = summarize_slices(challenger, masks, specs, config.bootstrap)
-    rows = [
-        {"slice": r["slice"], "metric": r["metric"], "challenger": r, "role": "report"}
-        for r in table
-    ]
-    reasons = [f"{name} has no champion yet: the first version becomes champion"]
-    record = {
+    return {
         "decision": "promoted:first",
         "promote": True,
-        "reasons": reasons,
+        "reasons": [f"{name} has no champion yet: the first version becomes champion"],
         "compared_with": None,
-        "rows": rows,
-        "skipped_slices": skipped,
+        "rows": [
+            {"slice": r["slice"], "metric": r["metric"], "challenger": r, "role": "report"}
+            for r in table
+        ],
         "config": config.model_dump(mode="json"),
     }
-    tags = {"champion_decision": "promoted:first", "promotion_reasons": reasons[0]}
-    tags |= _slice_tags(rows, "challenger")
-    files = _write(Path(out_dir), record, [])
-    return ChampionGate(
-        decision="promoted:first", compared_with=None, tags=tags, files=files, record=record
-    )
 
 
 def decide_champion(
-    champion_version: str,
-    champion: FrameCounts,
+    name: str,
+    champion: tuple[str, FrameCounts] | None,
     challenger: FrameCounts,
     masks: dict[str, np.ndarray],
     skipped: list[str],
@@ -211,30 +184,43 @@ def decide_champion(
 ) -> ChampionGate:
     """Apply the paired promotion rule to the champion's and the new model's counts.
 
+    With no champion (a model's first version) the new version is promoted as first and its
+    own per-slice table is recorded.
+
     Args:
-        champion_version: version holding `champion` whose counts these are.
-        champion: its per-frame counts on the new model's evaluation frames.
+        name: the registered model's name.
+        champion: the version holding `champion` and its per-frame counts on the new model's
+            evaluation frames; None when the model has no champion yet.
         challenger: the new model's per-frame counts.
         masks: slice name -> (N,) bool, "all" first (`resolve_slice_masks`).
         skipped: built-in slices left out (no frame).
         config: primary metric, gated slices, margins, bootstrap settings.
-        out_dir: where promotion.json, the plots and promotion.html are written.
+        out_dir: where promotion.json, the plots (not for a first version) and promotion.html
+            are written.
 
     Raises:
         PairingError: the counts are not of the same frames, classes and bands.
         EvaluationError: the config gates a slice the spec lacks.
     """
-    decision = decide_promotion(champion, challenger, masks, config)
-    record = {**decision.to_dict(), "compared_with": champion_version, "skipped_slices": skipped}
-    tags = decision.to_tags() | {"compared_with": champion_version}
-    tags |= _slice_tags(record["rows"], "challenger")
-    plots = render_promotion_plots(decision, out_dir)
-    files = _write(Path(out_dir), record, plots)
+    if champion is None:
+        record = _first_version_record(name, challenger, masks, config)
+        tags = {"champion_decision": record["decision"], "promotion_reasons": record["reasons"][0]}
+        plots: list[Path] = []
+    else:
+        version, counts = champion
+        decision = decide_promotion(counts, challenger, masks, config)
+        record = {**decision.to_dict(), "compared_with": version}
+        tags = decision.to_tags() | {"compared_with": version}
+        plots = render_promotion_plots(decision, out_dir)
+    record["skipped_slices"] = skipped
+    tags |= {
+        f"slice.{r['slice']}.{r['metric']}": format_metric(r["challenger"]) for r in record["rows"]
+    }
     return ChampionGate(
-        decision=decision.decision,
-        compared_with=champion_version,
+        decision=record["decision"],
+        compared_with=record["compared_with"],
         tags=tags,
-        files=files,
+        files=_write(Path(out_dir), record, plots),
         record=record,
     )
 
@@ -258,7 +244,7 @@ def render_promotion_page(record: dict[str, Any], plots: list[Path]) -> str:
     so that a browser screenshot can check them; the table follows below the plots.
 
     Args:
-        record: promotion.json's content (`decide_champion` / `first_version_gate`).
+        record: promotion.json's content (`decide_champion`).
         plots: PNG files named as in `PLOT_BOXES`.
     """
     esc = html.escape
@@ -320,7 +306,7 @@ def render_version_description(record: dict[str, Any], decision: str) -> str:
     5,000 characters are left out and counted; all of them are in promotion/promotion.html.
 
     Args:
-        record: promotion.json's content (`decide_champion` / `first_version_gate`).
+        record: promotion.json's content (`decide_champion`).
         decision: the decision registration recorded (may differ from the gate's).
     """
     compared = record.get("compared_with")

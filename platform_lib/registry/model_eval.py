@@ -24,6 +24,7 @@ from platform_lib.errors import UserError
 from platform_lib.evaluation.bootstrap import BootstrapConfig, summarize_slices
 from platform_lib.evaluation.metrics import MetricSpec
 from platform_lib.evaluation.slices import load_slice_spec, parse_slice_spec
+from platform_lib.evaluation.text import format_metric
 from platform_lib.mlflow_store import configure_mlflow, log_json, redact_values
 from platform_lib.registry.gate import DEFAULT_SLICE_SPEC, compute_masks
 from platform_lib.shards.manifest import load_manifest
@@ -58,7 +59,6 @@ def resolve_model_version(model_uri: str, client: MlflowClient | None = None) ->
         raise UserError(f"malformed model URI {model_uri!r}", "model_uri", fix)
     client = client or configure_mlflow()
     name = match["name"]
-    # named apart, not as "models:/<name>@<alias>": redaction reads "<x>@<y>" as a credential
     wanted = f"version {match['version']}" if match["version"] else f"alias {match['alias']!r}"
     try:
         if match["version"]:
@@ -157,14 +157,6 @@ def evaluate_model_version(
     }
 
 
-def _text(row: dict[str, Any]) -> str:
-    if row["status"] == "ok":
-        return f"{row['estimate']:.4f} [{row['low']:.4f}, {row['high']:.4f}]"
-    if row["estimate"] is None:
-        return row["status"]
-    return f"{row['estimate']:.4f} ({row['status']}: {row['num_logs']} logs)"
-
-
 def attach_evaluation(result: dict[str, Any], client: MlflowClient | None = None) -> dict[str, str]:
     """Tag the evaluated version with `eval.<dataset_hash[:12]>.*` and log the result's JSON.
 
@@ -186,7 +178,7 @@ def attach_evaluation(result: dict[str, Any], client: MlflowClient | None = None
     }
     primary = MetricSpec().label
     tags |= {
-        f"{prefix}{r['slice']}.{r['metric']}": _text(r)
+        f"{prefix}{r['slice']}.{r['metric']}": format_metric(r)
         for r in result["rows"]
         if r["metric"] == primary
     }
@@ -206,6 +198,6 @@ def summarize(result: dict[str, Any]) -> str:
     )
     return (
         f"{result['model']} on dataset {result['dataset_hash'][:12]} ({result['split']}, "
-        f"{result['num_frames']} frames): iou/mean/all {_text(overall)}; tags "
+        f"{result['num_frames']} frames): iou/mean/all {format_metric(overall)}; tags "
         f"{EVAL_TAG_PREFIX}{result['dataset_hash'][:12]}.*"
     )

@@ -33,7 +33,6 @@ from platform_lib.registry.gate import (
     ChampionGate,
     compute_masks,
     decide_champion,
-    first_version_gate,
     load_frame_counts,
 )
 from platform_lib.registry.lineage import build_lineage
@@ -202,10 +201,12 @@ def _champion_gate(
     masks, skipped = compute_masks(dataset_dir, challenger, slice_spec)
     champion = current_champion(client, model_name)
     if champion is None:
-        return first_version_gate(model_name, challenger, masks, skipped, promotion, out_dir)
+        return decide_champion(model_name, None, challenger, masks, skipped, promotion, out_dir)
     version = str(champion.version)
     _, champion_config, local = load_model_version(f"models:/{model_name}/{version}")
     counts = count_model_frames(
         str(local / "model.safetensors"), champion_config, str(dataset_dir), split=split
     )
-    return decide_champion(version, counts, challenger, masks, skipped, promotion, out_dir)
+    return decide_champion(
+        model_name, (version, counts), challenger, masks, skipped, promotion, out_dir
+    )

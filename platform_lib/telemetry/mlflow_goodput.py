@@ -5,7 +5,8 @@
   MLflow's own asynchronous logging, so training never waits on MLflow.
 - `compare_with_workload_baseline`: compare a run's report with its workload's baseline
   (`telemetry.baseline`) and add the run to the baseline store.
-- `finish_goodput` (rank 0, right after `train()`): all of the above for a finished run.
+- `record_streamed_run` (rank 0, after `train()`): close the stream, name its run in `mlflow_run.json`.
+- `finish_goodput` (the registration task, on a CPU pod): all of the above for a finished run.
 - `log_goodput`: final goodput metrics, regression flags as tags `goodput.regression.<name>`,
   and the report files as artifacts under `goodput/`.
 - `load_goodput_from_mlflow`: the report of a past run, for `drivetrain goodput RUN_ID`.
@@ -13,6 +14,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import tempfile
 import threading
@@ -30,7 +32,6 @@ from mlflow.utils.async_logging.run_operations import RunOperations
 from platform_lib.mlflow_store import (
     configure_mlflow,
     log_redacted_file,
-    resolve_tracking_uri,
     start_training_run,
 )
 from platform_lib.redact import redact
@@ -61,7 +62,7 @@ __all__ = [
     "finish_goodput",
     "load_goodput_from_mlflow",
     "log_goodput",
-    "warm_up_finish",
+    "record_streamed_run",
 ]
 
 logger = logging.getLogger(__name__)
@@ -280,52 +281,80 @@ def load_goodput_from_mlflow(
         return load_run_telemetry(local)
 
 
-def finish_goodput(
+def record_streamed_run(
     run_dir: str | Path,
     *,
-    config: Any,
     dataset_hash: str,
     stream: MlflowMetricsStream | None = None,
-    tolerance: float | None = None,
+    timeout_s: float = 60.0,
 ) -> dict[str, Any]:
-    """Rank 0, right after `train()`: baseline comparison, MLflow logging, the plots page.
+    """Rank 0, right after `train()`: close the metrics stream and write `run_dir/mlflow_run.json`.
 
-    Closes the metrics stream (its run becomes the run's MLflow run; a new run when training
-    did not stream or the stream could not create one), compares `run_dir/goodput.json` with
-    its workload's baseline (and adds the run to it), logs the final figures, flags and report
-    files to that MLflow run, writes `goodput.json` / `goodput.html` again with the comparison,
-    and records the run id in `run_dir/mlflow_run.json` so that registration continues the
-    same MLflow run (with the stream's error, if any, and `finish_goodput_s`). It runs in the
-    post-training tail, so waits overlap: the stream drains while the report is read, and the
-    plots are drawn while MLflow stores the figures and flags.
+    The record names the MLflow run the stream logged to (None when training did not stream
+    or the stream could not create one), the dataset's hash and the stream's error, if any;
+    `finish_goodput` and registration continue that run.
 
     Args:
-        run_dir: the run folder (`goodput.json`, `telemetry/`).
-        config: the run's TrainConfig (`metrics.baseline_tolerance`).
-        dataset_hash: the dataset's hash (part of the workload key).
+        run_dir: the run folder.
+        dataset_hash: the hash of the dataset trained on (part of the workload key).
         stream: the metrics stream training logged to, if any.
+        timeout_s: bound on draining the stream, in s (`MlflowMetricsStream.close`).
+
+    Returns:
+        The record written.
+    """
+    record: dict[str, Any] = {
+        "run_id": stream.close(timeout_s) if stream is not None else None,
+        "dataset_hash": dataset_hash,
+    }
+    if stream is not None and stream.error is not None:
+        record["stream_error"] = repr(stream.error)
+    write_json_atomic(Path(run_dir) / MLFLOW_RUN_JSON, record)
+    return record
+
+
+def finish_goodput(
+    run_dir: str | Path, *, config: Any, tolerance: float | None = None
+) -> dict[str, Any]:
+    """After training, on a CPU pod: baseline comparison, MLflow logging, the plots page.
+
+    Reads what training left in `run_dir`: `mlflow_run.json` (`record_streamed_run`: the
+    MLflow run training streamed to, the dataset's hash) and `goodput.json`. Compares the
+    report with its workload's baseline (and adds the run to it), logs the final figures, flags
+    and report files to the streamed MLflow run (a new run when training did not stream),
+    writes `goodput.json` / `goodput.html` again with the comparison, and rewrites
+    `mlflow_run.json` with the run id and `finish_goodput_s`, so that registration continues
+    the same MLflow run. The plots are drawn while MLflow stores the figures and flags.
+
+    Args:
+        run_dir: the run folder (`mlflow_run.json`, `goodput.json`, `telemetry/`).
+        config: the run's TrainConfig (`metrics.baseline_tolerance`).
         tolerance: overrides the config's baseline tolerance (a fraction, 0.05 = 5 %).
 
     Returns:
         The report, with its "baseline" section filled in.
 
     Raises:
-        FileNotFoundError: `goodput.json` is missing (training did not finish).
+        FileNotFoundError: `mlflow_run.json` or `goodput.json` is missing (training did not
+            finish).
         TimeoutError: drawing the page took longer than `PAGE_TIMEOUT_S`.
     """
     started = time.perf_counter()
     run_dir = Path(run_dir)
-    # the stream drains (MLflow I/O) while the report is read
-    closed = _in_daemon_thread(stream.close) if stream is not None else None
+    streamed = run_dir / MLFLOW_RUN_JSON
+    if not streamed.is_file():
+        raise FileNotFoundError(f"{streamed} is missing: train() did not finish")
+    record = json.loads(streamed.read_text(encoding="utf-8"))
     timeline, report = load_run_telemetry(run_dir)
     if report is None:
         raise FileNotFoundError(f"{run_dir / GOODPUT_JSON} is missing: train() did not finish")
     client = configure_mlflow()
-    run_id = closed.result() if closed is not None else None  # close() is bounded, never raises
-    run_id = run_id or start_training_run(client, run_name=f"train-{run_dir.name}", tags={})
+    run_id = record.get("run_id") or start_training_run(
+        client, run_name=f"train-{run_dir.name}", tags={}
+    )
     report["baseline"] = compare_with_workload_baseline(
         report,
-        workload_of(report, dataset_hash),
+        workload_of(report, record["dataset_hash"]),
         client=client,
         source_run_id=run_id,
         tolerance=config.metrics.baseline_tolerance if tolerance is None else tolerance,
@@ -335,22 +364,7 @@ def finish_goodput(
     _log_figures(client, run_id, report)
     page.result(timeout=PAGE_TIMEOUT_S)
     _log_report_files(client, run_id, run_dir)
-    record: dict[str, Any] = {"run_id": run_id, "dataset_hash": dataset_hash}
-    if stream is not None and stream.error is not None:
-        record["stream_error"] = repr(stream.error)
     write_json_atomic(
-        run_dir / MLFLOW_RUN_JSON, {**record, "finish_goodput_s": time.perf_counter() - started}
+        streamed, {**record, "run_id": run_id, "finish_goodput_s": time.perf_counter() - started}
     )
     return report
-
-
-def warm_up_finish() -> None:
-    """Import what `finish_goodput` needs (matplotlib and its font cache, the MLflow store)."""
-    from PIL import Image
-
-    import platform_lib.telemetry.deck  # noqa: F401  (matplotlib, pyplot, font manager)
-
-    Image.preinit()  # the image plugins PIL loads on the first save (PNG plots)
-    if resolve_tracking_uri().split(":", 1)[0] not in ("http", "https", "databricks"):
-        import alembic.command  # noqa: F401  (the store checks its schema on first use)
-        import mlflow.store.tracking.sqlalchemy_store  # noqa: F401  (a database URI)

@@ -41,7 +41,9 @@ def test_too_few_logs_read_insufficient_everywhere_and_say_what_to_do(
 ) -> None:
     champion, challenger, masks = _pair(num_logs)
     logs = "1 log" if num_logs == 1 else "2 logs"
-    gate = decide_champion("1", champion, challenger, masks, [], PromotionConfig(), tmp_path)
+    gate = decide_champion(
+        "bev", ("1", champion), challenger, masks, [], PromotionConfig(), tmp_path
+    )
     assert gate.decision == "kept:insufficient" and not gate.promote
 
     assert gate.tags["diff.all.iou/mean/all"] == "insufficient"
@@ -76,7 +78,9 @@ def test_too_few_logs_read_insufficient_everywhere_and_say_what_to_do(
 
 def test_a_long_table_is_cut_to_mlflows_description_limit_and_counted(tmp_path: Path) -> None:
     champion, challenger, masks = _pair(2)
-    gate = decide_champion("1", champion, challenger, masks, [], PromotionConfig(), tmp_path)
+    gate = decide_champion(
+        "bev", ("1", champion), challenger, masks, [], PromotionConfig(), tmp_path
+    )
     record = {**gate.record, "rows": gate.record["rows"] * 200}
     description = render_version_description(record, "kept:champion_changed")
     assert len(description) <= 5000

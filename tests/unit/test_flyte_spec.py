@@ -46,8 +46,14 @@ IO_TASKS = {
 }
 #: Cache versions bumped when a task's output type changed (older cached literals no longer load).
 #: evaluate_model returns the evaluation folder (with per-frame counts) and register_model
-#: takes it: both keys changed with the champion gate.
-CACHE_VERSIONS = {"resolve_config": "2", "evaluate_model": "2", "register_model": "2"}
+#: takes it: both keys changed with the champion gate. train_model's run folder no longer holds
+#: the finished goodput report (register_model finishes it).
+CACHE_VERSIONS = {
+    "resolve_config": "2",
+    "train_model": "2",
+    "evaluate_model": "2",
+    "register_model": "2",
+}
 
 
 def _short(name: str) -> str:
@@ -152,7 +158,7 @@ def test_multi_node_training_becomes_an_elastic_pytorch_job() -> None:
         "nprocPerNode": 8,
         "maxRestarts": 1,
     }
-    assert template.metadata.discovery_version == "1" and template.metadata.retries.retries == 2
+    assert template.metadata.discovery_version == "2" and template.metadata.retries.retries == 2
     # the queue label rides on the task metadata, which Flyte copies onto the PyTorchJob
     assert dict(template.metadata.k8s_object_metadata.labels) == {QUEUE_LABEL: "planning"}
     pod = template.k8s_pod.pod_spec

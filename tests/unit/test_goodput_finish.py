@@ -1,5 +1,5 @@
-"""Finishing a run's goodput on rank 0 (baseline, MLflow, plots, the record registration
-continues), the MLflow metrics stream on MLflow's asynchronous logging (failures and a stuck
+"""Finishing a run's goodput after training (baseline, MLflow, plots, the record registration
+continues) from what rank 0 left (`record_streamed_run`), the MLflow metrics stream on MLflow's asynchronous logging (failures and a stuck
 server are warnings, bounded), and the exit-time collection skip (in
 tests/integration/test_goodput_finish_processes.py)."""
 
@@ -18,6 +18,7 @@ from platform_lib.telemetry.mlflow_goodput import (
     MLFLOW_RUN_JSON,
     MlflowMetricsStream,
     finish_goodput,
+    record_streamed_run,
 )
 from platform_lib.telemetry.publish import GOODPUT_HTML, GOODPUT_JSON, write_run_report
 from platform_lib.telemetry.report import build_report
@@ -43,7 +44,11 @@ def run_dir(tmp_path, monkeypatch, mlflow_db):
 
 
 def test_finish_publishes_the_report_and_records_the_run_for_registration(run_dir):
-    report = finish_goodput(run_dir, config=small(), dataset_hash=DATASET_HASH)
+    assert record_streamed_run(run_dir, dataset_hash=DATASET_HASH) == {
+        "run_id": None,  # training did not stream
+        "dataset_hash": DATASET_HASH,
+    }
+    report = finish_goodput(run_dir, config=small())
     record = json.loads((run_dir / MLFLOW_RUN_JSON).read_text())
     assert record["dataset_hash"] == DATASET_HASH and record["run_id"]
     assert record["finish_goodput_s"] > 0 and "stream_error" not in record
@@ -59,7 +64,7 @@ def test_finish_publishes_the_report_and_records_the_run_for_registration(run_di
         report["goodput"]["compatible"]
     )
     # the next run of the workload is compared with this one
-    again = finish_goodput(run_dir, config=small(), dataset_hash=DATASET_HASH)
+    again = finish_goodput(run_dir, config=small())
     assert again["baseline"]["runs"] == 1
 
 
@@ -67,9 +72,12 @@ def test_finish_continues_the_streamed_run(run_dir):
     stream = MlflowMetricsStream(run_name="train-x", tags={"preset": "small"})
     for step in range(1, 6):
         stream(step, {"loss": 1.0 / step})
-    finish_goodput(run_dir, config=small(), dataset_hash=DATASET_HASH, stream=stream)
+    streamed = record_streamed_run(run_dir, dataset_hash=DATASET_HASH, stream=stream)
+    assert streamed["run_id"] == stream.run_id and stream.error is None
+    # what rank 0 left is all the finish needs: the stream is closed, its points are in MLflow
+    finish_goodput(run_dir, config=small())
     record = json.loads((run_dir / MLFLOW_RUN_JSON).read_text())
-    assert record["run_id"] == stream.run_id and stream.error is None
+    assert record["run_id"] == stream.run_id and record["finish_goodput_s"] > 0
     client = MlflowClient()
     history = client.get_metric_history(stream.run_id, "loss")
     assert [(m.step, m.value) for m in history] == [(n, 1.0 / n) for n in range(1, 6)]
@@ -119,7 +127,18 @@ def test_points_before_the_run_exists_are_bounded(run_dir):
     assert [m.step for m in history] == [1, 2] and stream.dropped == 4
 
 
+def test_a_failed_stream_is_recorded_for_registration(run_dir, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "bogus-scheme://nowhere")
+    stream = MlflowMetricsStream(run_name="train-x", tags={})
+    record = record_streamed_run(run_dir, dataset_hash=DATASET_HASH, stream=stream)
+    assert record["run_id"] is None and "bogus-scheme" in record["stream_error"]
+    assert json.loads((run_dir / MLFLOW_RUN_JSON).read_text()) == record
+
+
 def test_finish_without_a_report_names_the_missing_file(run_dir):
+    with pytest.raises(FileNotFoundError, match=r"mlflow_run\.json is missing"):
+        finish_goodput(run_dir, config=small())  # rank 0 did not record its run
+    record_streamed_run(run_dir, dataset_hash=DATASET_HASH)
     (run_dir / GOODPUT_JSON).unlink()
     with pytest.raises(FileNotFoundError, match=r"goodput\.json is missing"):
-        finish_goodput(run_dir, config=small(), dataset_hash=DATASET_HASH)
+        finish_goodput(run_dir, config=small())

@@ -1,5 +1,5 @@
-"""`platform_lib.redact`: every secret form is masked, ordinary text is left alone, and the
-one-line user errors, log records, MLflow values and the Deck page go through it."""
+"""`platform_lib.redact`: every secret form is masked, ordinary text (MLflow model URIs too) is
+left alone, and the one-line user errors, log records, MLflow values and the Deck page go through it."""
 
 from __future__ import annotations
 
@@ -31,6 +31,11 @@ MARKER = "MARKERpw9z"
         ("s3://key:MARKERpw9z@bucket/logs/", "s3://key:***@bucket/logs/"),
         ("clone https://MARKERpw9z@github.com/org/repo", "clone https://***@github.com/org/repo"),
         ("'http://u:p@ss:MARKERpw9z@h/x'", "'http://u:***@h/x'"),  # unencoded @ in a password
+        ("s3:/key:MARKERpw9z@bucket/logs/", "s3:/key:***@bucket/logs/"),  # Path() normalised it
+        (
+            "champion models:/bev@champion, store http://u:MARKERpw9z@h/",
+            "champion models:/bev@champion, store http://u:***@h/",
+        ),
         (
             "https://b.s3.amazonaws.com/k?X-Amz-Algorithm=AWS4-HMAC-SHA256"
             "&X-Amz-Credential=MARKERpw9z%2F20240101&X-Amz-Signature=MARKERpw9z&x=1",
@@ -64,6 +69,8 @@ def test_secret_forms_are_masked(text: str, expected: str) -> None:
     [
         "http://127.0.0.1:5000/api/2.0/mlflow/runs/get?run_id=0123456789abcdef0123456789abcdef",
         "s3://bucket/pandaset/002/lidar/00.pkl.gz",
+        "evaluating models:/drivetrain-bev-synthetic@champion on the dataset",
+        "models:/drivetrain-bev-synthetic/3",
         "commit 0123456789abcdef0123456789abcdef01234567+dirty",
         "sha256 " + "ab" * 32,
         "exit code=1, sample key=log0/000012, num_tokens=5, token_count=7",
