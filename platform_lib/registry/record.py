@@ -43,7 +43,7 @@ from platform_lib.registry.register import (
     register_model_version,
 )
 from platform_lib.shards.manifest import load_manifest
-from platform_lib.telemetry.mlflow_goodput import MLFLOW_RUN_JSON
+from platform_lib.telemetry.mlflow_goodput import load_streamed_run
 from platform_lib.training.evaluate import FRAME_COUNTS_JSON, count_model_frames
 from platform_lib.training.trained_on import load_trained_on
 
@@ -132,8 +132,8 @@ def record_training_run(
     )
     client = configure_mlflow()
     tags = redact_values(lineage.to_tags() | {"model_name": model_name, "source": manifest.source})
-    streamed = run_dir / MLFLOW_RUN_JSON  # training streamed metrics to this run: continue it
-    run_id = json.loads(streamed.read_text()).get("run_id") if streamed.is_file() else None
+    streamed = load_streamed_run(run_dir)  # training streamed metrics to this run: continue it
+    run_id = streamed.get("run_id") if streamed else None
     if run_id:
         client.log_batch(run_id, tags=[RunTag(k, v) for k, v in sorted(tags.items())])
     else:

@@ -29,6 +29,8 @@ from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 from mlflow.utils.async_logging.run_operations import RunOperations
 
+from platform_lib.errors import UserError
+from platform_lib.fsguard import read_regular
 from platform_lib.mlflow_store import (
     configure_mlflow,
     log_redacted_file,
@@ -62,6 +64,7 @@ __all__ = [
     "finish_goodput",
     "load_goodput_from_mlflow",
     "log_goodput",
+    "load_streamed_run",
     "record_streamed_run",
 ]
 
@@ -313,6 +316,43 @@ def record_streamed_run(
     return record
 
 
+#: Largest `mlflow_run.json` read back, in bytes.
+MAX_RUN_RECORD_BYTES = 64 * 1024
+
+
+def load_streamed_run(run_dir: str | Path) -> dict[str, Any] | None:
+    """Return `run_dir/mlflow_run.json` (`record_streamed_run`), or None when it is absent.
+
+    The file crosses from the training task to registration through the task-output store:
+    a regular file of at most `MAX_RUN_RECORD_BYTES`, a JSON object whose `run_id` is None
+    or an MLflow run id (32 hex digits).
+
+    Raises:
+        UserError: anything else, naming the file.
+    """
+    path = Path(run_dir) / MLFLOW_RUN_JSON
+    if not path.exists():
+        return None
+    try:
+        record = json.loads(read_regular(path, max_bytes=MAX_RUN_RECORD_BYTES))
+    except (ValueError, RecursionError) as exc:
+        raise UserError(
+            f"not a streamed-run record: {exc}", str(path), "rerun the training task"
+        ) from None
+    run_id = record.get("run_id") if isinstance(record, dict) else "-"
+    if run_id is not None and not (
+        isinstance(run_id, str)
+        and len(run_id) == 32
+        and all(c in "0123456789abcdef" for c in run_id)
+    ):
+        raise UserError(
+            "not a streamed-run record: an object with run_id None or 32 hex digits expected",
+            str(path),
+            "rerun the training task",
+        )
+    return record
+
+
 def finish_goodput(
     run_dir: str | Path, *, config: Any, tolerance: float | None = None
 ) -> dict[str, Any]:
@@ -341,10 +381,9 @@ def finish_goodput(
     """
     started = time.perf_counter()
     run_dir = Path(run_dir)
-    streamed = run_dir / MLFLOW_RUN_JSON
-    if not streamed.is_file():
-        raise FileNotFoundError(f"{streamed} is missing: train() did not finish")
-    record = json.loads(streamed.read_text(encoding="utf-8"))
+    record = load_streamed_run(run_dir)
+    if record is None:
+        raise FileNotFoundError(f"{run_dir / MLFLOW_RUN_JSON} is missing: train() did not finish")
     timeline, report = load_run_telemetry(run_dir)
     if report is None:
         raise FileNotFoundError(f"{run_dir / GOODPUT_JSON} is missing: train() did not finish")
@@ -365,6 +404,7 @@ def finish_goodput(
     page.result(timeout=PAGE_TIMEOUT_S)
     _log_report_files(client, run_id, run_dir)
     write_json_atomic(
-        streamed, {**record, "run_id": run_id, "finish_goodput_s": time.perf_counter() - started}
+        run_dir / MLFLOW_RUN_JSON,
+        {**record, "run_id": run_id, "finish_goodput_s": time.perf_counter() - started},
     )
     return report

@@ -142,3 +142,38 @@ def test_finish_without_a_report_names_the_missing_file(run_dir):
     (run_dir / GOODPUT_JSON).unlink()
     with pytest.raises(FileNotFoundError, match=r"goodput\.json is missing"):
         finish_goodput(run_dir, config=small())
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "fifo",
+        "x" * (64 * 1024 + 1),
+        '{"run_id": "../../etc"}',
+        '["not", "an", "object"]',
+        "[" * 100_000,
+    ],
+    ids=["fifo", "too-big", "bad-run-id", "not-an-object", "deep"],
+)
+def test_a_hostile_streamed_run_record_is_one_line(tmp_path, content):
+    import os
+
+    from platform_lib.errors import UserError
+    from platform_lib.telemetry.mlflow_goodput import MLFLOW_RUN_JSON, load_streamed_run
+
+    path = tmp_path / MLFLOW_RUN_JSON
+    if content == "fifo":
+        os.mkfifo(path)
+    else:
+        path.write_text(content, encoding="utf-8")
+    with pytest.raises(UserError) as info:
+        load_streamed_run(tmp_path)
+    assert str(path) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_streamed_run_record_reads_back(tmp_path):
+    from platform_lib.telemetry.mlflow_goodput import MLFLOW_RUN_JSON, load_streamed_run
+
+    assert load_streamed_run(tmp_path) is None
+    (tmp_path / MLFLOW_RUN_JSON).write_text('{"run_id": "' + "a" * 32 + '", "dataset_hash": "d"}')
+    assert load_streamed_run(tmp_path)["run_id"] == "a" * 32
