@@ -200,21 +200,47 @@ class MlflowBaselineStore:
         found = client.get_experiment_by_name(experiment)
         self.experiment_id = found.experiment_id if found else client.create_experiment(experiment)
 
-    def load(self, workload_key: str, max_runs: int = BASELINE_RUNS) -> list[dict[str, float]]:
-        """Return the summaries of the last `max_runs` runs of `workload_key`, newest first."""
+    def load(
+        self, workload_key: str, max_runs: int = BASELINE_RUNS, *, exclude_run_id: str = ""
+    ) -> list[dict[str, float]]:
+        """Return the summaries of the last `max_runs` runs of `workload_key`, newest first.
+
+        `exclude_run_id`: leave out the summary of that training run (a retried registration
+        compares the run with the others, not with itself).
+        """
         escaped = workload_key.replace("'", "\\'")
         runs = self.client.search_runs(
             [self.experiment_id],
             filter_string=f"tags.workload_key = '{escaped}'",
             order_by=[f"metrics.{RECORDED_AT} DESC"],
-            max_results=max_runs,
+            max_results=max_runs + 1,
         )
-        return [{k: v for k, v in run.data.metrics.items() if k in SUMMARY_KEYS} for run in runs]
+        kept = [
+            r
+            for r in runs
+            if not exclude_run_id or r.data.tags.get("source_run_id") != exclude_run_id
+        ]
+        return [
+            {k: v for k, v in run.data.metrics.items() if k in SUMMARY_KEYS}
+            for run in kept[:max_runs]
+        ]
 
     def add(self, workload_key: str, summary: dict[str, float], source_run_id: str = "") -> str:
-        """Store one run's summary for `workload_key`; return the baseline run id."""
+        """Store one run's summary for `workload_key`; return the baseline run id.
+
+        A training run already in the store (a retried registration) is not added twice.
+        """
         from mlflow.entities import Metric
 
+        if source_run_id:
+            escaped = source_run_id.replace("'", "\\'")
+            found = self.client.search_runs(
+                [self.experiment_id],
+                filter_string=f"tags.source_run_id = '{escaped}'",
+                max_results=1,
+            )
+            if found:
+                return str(found[0].info.run_id)
         run = self.client.create_run(
             self.experiment_id,
             tags={"workload_key": redact(workload_key), "source_run_id": source_run_id},

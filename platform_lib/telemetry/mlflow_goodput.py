@@ -205,7 +205,7 @@ def compare_with_workload_baseline(
     client = client or configure_mlflow()
     store = MlflowBaselineStore(client)
     key = workload.key()
-    earlier = store.load(key, BASELINE_RUNS)
+    earlier = store.load(key, BASELINE_RUNS, exclude_run_id=source_run_id or "")
     summary = summarize_run(report)
     baseline = aggregate_baseline(earlier)
     flags = compare_with_baseline(summary, baseline, tolerance) if earlier else {}

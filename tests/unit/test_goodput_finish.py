@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import socket
 import time
 from concurrent.futures import Future
@@ -63,9 +64,15 @@ def test_finish_publishes_the_report_and_records_the_run_for_registration(run_di
     assert mlflow_run.data.metrics["goodput_compatible"] == pytest.approx(
         report["goodput"]["compatible"]
     )
-    # the next run of the workload is compared with this one
+    # a retried registration neither compares the run with itself nor adds it twice
     again = finish_goodput(run_dir, config=small())
-    assert again["baseline"]["runs"] == 1
+    assert again["baseline"]["runs"] == 0
+    # the next run of the workload is compared with this one
+    following = run_dir.with_name("next-run")
+    shutil.copytree(run_dir, following)
+    record_streamed_run(following, dataset_hash=DATASET_HASH)
+    assert finish_goodput(following, config=small())["baseline"]["runs"] == 1
+    assert finish_goodput(following, config=small())["baseline"]["runs"] == 1
 
 
 def test_finish_continues_the_streamed_run(run_dir):

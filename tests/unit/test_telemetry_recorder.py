@@ -228,12 +228,12 @@ def test_mlflow_baseline_store_round_trip(tmp_path, mlflow_db):
     client = MlflowClient(tracking_uri=mlflow_db(tmp_path / "mlflow.db"))
     store = MlflowBaselineStore(client)
     assert store.load("w/1") == []
-    for median in (0.3, 0.2, 0.25):
-        store.add("w/1", summarize_run(report_with(median, 0.0, 0.1, 10)), source_run_id="r")
+    for run, median in enumerate((0.3, 0.2, 0.25)):
+        store.add("w/1", summarize_run(report_with(median, 0.0, 0.1, 10)), source_run_id=f"r{run}")
+    first = store.add("w/1", summarize_run(report_with(7.0, 0.0, 0.1, 10)), source_run_id="r0")
     store.add("w/2", summarize_run(report_with(9.0, 0.0, 0.1, 10)))
     loaded = store.load("w/1", max_runs=2)
-    assert [s["median_step_s"] for s in loaded] == [
-        0.25,
-        0.2,
-    ]  # newest first, other workloads apart
+    assert [s["median_step_s"] for s in loaded] == [0.25, 0.2]  # newest first, workloads apart
+    assert first == store.add("w/1", {}, source_run_id="r0")  # a run is added once
+    assert [s["median_step_s"] for s in store.load("w/1", exclude_run_id="r2")] == [0.2, 0.3]
     assert json.loads(json.dumps(loaded))  # plain floats
