@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from platform_lib.models.bev_fusion.config import BEVFusionConfig
+from platform_lib.models.targets import square_extent
 from platform_lib.models.world_model.config import WorldModelConfig
 
 __all__ = ["MODEL_PRESETS", "ModelSpec", "get_model_config", "list_models"]
@@ -22,10 +23,7 @@ def _bev_fusion_large() -> BEVFusionConfig:
     """256 x 256 cells of 0.4 m (+-51.2 m), 128 x 224 camera inputs, ~0.7 M parameters: GPU runs."""
     return BEVFusionConfig(
         name="bev_fusion_large",
-        x_min=-51.2,
-        x_max=51.2,
-        y_min=-51.2,
-        y_max=51.2,
+        **square_extent(51.2),
         resolution=0.4,
         lidar_z_bins=8,
         camera_height=128,
@@ -53,10 +51,7 @@ def _bev_fusion_base() -> BEVFusionConfig:
     """
     return BEVFusionConfig(
         name="bev_fusion_base",
-        x_min=-51.2,
-        x_max=51.2,
-        y_min=-51.2,
-        y_max=51.2,
+        **square_extent(51.2),
         resolution=0.8,
         lidar_z_bins=8,
         camera_height=256,
@@ -90,10 +85,7 @@ def _world_model_large() -> WorldModelConfig:
     """
     return WorldModelConfig(
         name="world_model_large",
-        x_min=-51.2,
-        x_max=51.2,
-        y_min=-51.2,
-        y_max=51.2,
+        **square_extent(51.2),
         lidar_z_bins=8,
         context_frames=4,
         patch_size=8,

@@ -17,13 +17,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
 from schemas.classes import CLASS_GROUPS
 
-__all__ = ["BEVGrid", "rasterise_cuboids"]
+__all__ = ["BEVGrid", "Extent", "GridModelConfig", "rasterise_cuboids", "square_extent"]
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -88,6 +88,53 @@ class BEVGrid:
         cols = np.floor((np.asarray(y) - self.y_min) / self.resolution).astype(np.int64)
         inside = (rows >= 0) & (rows < self.height) & (cols >= 0) & (cols < self.width)
         return rows, cols, inside
+
+
+@dataclass(kw_only=True, frozen=True)
+class GridModelConfig:
+    """The fields every zoo model config opens with: its preset name and its BEV grid.
+
+    Model configs subclass it, so these fields come first in each, in this order (recorded
+    config hashes depend on it).
+    """
+
+    name: str
+    """preset name, recorded with exported weights"""
+    x_min: float = -25.6
+    """rear edge of the BEV grid, in m (ego x)"""
+    x_max: float = 25.6
+    """front edge of the BEV grid, in m (ego x)"""
+    y_min: float = -25.6
+    """right edge of the BEV grid, in m (ego y)"""
+    y_max: float = 25.6
+    """left edge of the BEV grid, in m (ego y)"""
+    resolution: float = 0.8
+    """BEV cell edge length, in m/cell"""
+
+    @property
+    def grid(self) -> BEVGrid:
+        """The BEV grid (H = rows along ego x, W = columns along ego y)."""
+        return BEVGrid(
+            x_min=self.x_min,
+            x_max=self.x_max,
+            y_min=self.y_min,
+            y_max=self.y_max,
+            resolution=self.resolution,
+        )
+
+
+class Extent(TypedDict):
+    """The extent fields of a `GridModelConfig`, in m (ego frame)."""
+
+    x_min: float
+    x_max: float
+    y_min: float
+    y_max: float
+
+
+def square_extent(half_m: float) -> Extent:
+    """Return the extent fields of a square grid of +-`half_m` m around the ego origin."""
+    return Extent(x_min=-half_m, x_max=half_m, y_min=-half_m, y_max=half_m)
 
 
 def rasterise_cuboids(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from platform_lib.models.targets import BEVGrid
+from platform_lib.models.targets import GridModelConfig
 
 __all__ = ["BEVFusionConfig", "Backbone", "LidarEncoder"]
 
@@ -18,7 +18,7 @@ LidarEncoder = Literal["bev", "pillars"]
 
 
 @dataclass(kw_only=True, frozen=True)
-class BEVFusionConfig:
+class BEVFusionConfig(GridModelConfig):
     """BEV grid, sensor inputs and channel widths of a `BEVFusion` model.
 
     Flat scalar fields only (no tuples or nested configs), so the config serialises
@@ -27,16 +27,6 @@ class BEVFusionConfig:
 
     name: str = "bev_fusion_small"
     """preset name, recorded with exported weights"""
-    x_min: float = -25.6
-    """rear edge of the BEV grid, in m (ego x)"""
-    x_max: float = 25.6
-    """front edge of the BEV grid, in m (ego x)"""
-    y_min: float = -25.6
-    """right edge of the BEV grid, in m (ego y)"""
-    y_max: float = 25.6
-    """left edge of the BEV grid, in m (ego y)"""
-    resolution: float = 0.8
-    """BEV cell edge length, in m/cell"""
     z_min: float = -3.0
     """lowest LiDAR/radar point kept, in m (ego z; the ego origin is the LiDAR)"""
     z_max: float = 3.0
@@ -139,17 +129,6 @@ class BEVFusionConfig:
                 f"the BEV grid ({self.grid.height}x{self.grid.width} cells from x_min/x_max/"
                 f"y_min/y_max/resolution) must have an even number of rows and columns"
             )
-
-    @property
-    def grid(self) -> BEVGrid:
-        """The BEV grid (H = rows along ego x, W = columns along ego y)."""
-        return BEVGrid(
-            x_min=self.x_min,
-            x_max=self.x_max,
-            y_min=self.y_min,
-            y_max=self.y_max,
-            resolution=self.resolution,
-        )
 
     @property
     def lidar_features(self) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from platform_lib.models.bev_fusion.config import BEVFusionConfig
-from platform_lib.models.targets import BEVGrid
+from platform_lib.models.targets import GridModelConfig
 
 __all__ = ["WorldModelConfig"]
 
@@ -21,21 +21,11 @@ MOTION_FEATURES = 16
 
 
 @dataclass(kw_only=True, frozen=True)
-class WorldModelConfig:
+class WorldModelConfig(GridModelConfig):
     """Sizes of a `WorldModel`; flat scalar fields, so it serialises as a Flyte / MLflow parameter."""
 
     name: str = "world_model_small"
     """preset name, recorded with exported weights"""
-    x_min: float = -25.6
-    """rear edge of the BEV grid, in m (ego x)"""
-    x_max: float = 25.6
-    """front edge of the BEV grid, in m (ego x)"""
-    y_min: float = -25.6
-    """right edge of the BEV grid, in m (ego y)"""
-    y_max: float = 25.6
-    """left edge of the BEV grid, in m (ego y)"""
-    resolution: float = 0.8
-    """BEV cell edge length, in m/cell"""
     lidar_z_bins: int = 4
     """LiDAR height slices of each frame's BEV input (`prepare_sample`)"""
     context_frames: int = 2
@@ -74,17 +64,6 @@ class WorldModelConfig:
     def temporal_frames(self) -> int:
         """Frames per loader window: the k context frames and the predicted one."""
         return self.context_frames + 1
-
-    @property
-    def grid(self) -> BEVGrid:
-        """The BEV grid (H = rows along ego x, W = columns along ego y)."""
-        return BEVGrid(
-            x_min=self.x_min,
-            x_max=self.x_max,
-            y_min=self.y_min,
-            y_max=self.y_max,
-            resolution=self.resolution,
-        )
 
     @property
     def input_features(self) -> int:
