@@ -290,9 +290,7 @@ class DataConfig(_Section):
     mix: list[DatasetMix] = Field(default_factory=list, max_length=64)
     """more datasets mixed into training: [{"dataset": url, "weight": w}, ...]; [] trains on one"""
     camera_decode: Literal["worker", "device"] = "worker"
-    """where camera JPEGs are decoded: "worker" in the loader workers; "device" in the training
-    process (nvJPEG and an on-device resize on CUDA, the CPU decoder elsewhere), the workers
-    sending the JPEG bytes (`training.data.decode_camera_batch`)"""
+    """where camera JPEGs are decoded: "worker" (loader workers) or "device" (training process: nvJPEG on CUDA)"""
 
     @model_validator(mode="before")
     @classmethod
