@@ -130,7 +130,7 @@ def decode_camera_batch(
     data, offsets = np.asarray(runs["data"]), np.asarray(runs["offsets"]).tolist()
     b, n = int(sizes.shape[0]), int(sizes.shape[1])
     filled = [i for i in range(b * n) if offsets[i + 1] > offsets[i]]
-    jpegs = [memoryview(data[offsets[i] : offsets[i + 1]]) for i in filled]
+    jpegs = [data[offsets[i] : offsets[i + 1]].data for i in filled]
     images = torch.zeros(
         (b * n, 3, resize.height, resize.width), dtype=torch.float32, device=device
     )
