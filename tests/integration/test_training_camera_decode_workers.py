@@ -4,6 +4,7 @@ training process's decode (the CPU twin here) gives the batches of `camera_decod
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,9 @@ from platform_lib.shards.build import BuildConfig, build_dataset
 from platform_lib.training.config import DataConfig
 from platform_lib.training.data import camera_batch_decoder
 from platform_lib.training.loop import next_batch
+from platform_lib.training.overrides import apply_overrides
+from platform_lib.training.presets import small
+from platform_lib.training.train import train
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -70,3 +74,15 @@ def test_device_decode_gives_the_worker_batches(pandaset_dataset: Path):
         for key, value in want.items():
             if torch.is_tensor(value):
                 assert torch.equal(got[key], value), key
+
+
+def test_training_with_device_decode_has_the_losses_of_worker_decode(golden_dataset, tmp_path):
+    """train() end to end, 2 loader workers: the CPU twin trains on exactly the same inputs."""
+    overrides = {"optimizer.max_steps": 3, "data.num_workers": 2, "checkpoint.interval": 3}
+    losses = {}
+    for mode in ("worker", "device"):
+        cfg = apply_overrides(small(), {**overrides, "data.camera_decode": mode})
+        result = train(cfg, str(golden_dataset), str(tmp_path / mode))
+        rows = Path(result.metrics_path).read_text().splitlines()
+        losses[mode] = [json.loads(row)["loss"] for row in rows]
+    assert len(losses["device"]) == 3 and losses["device"] == losses["worker"]
