@@ -1,7 +1,7 @@
 """Device check of one accelerator: nvJPEG vs CPU decode, one FSDP bf16 step with its MFU, versions.
 
 A prepared script for a borrowed GPU machine (at most 5 minutes on one GPU). It runs the named
-checks of `CHECKS` (versions, decode, fsdp_step; each described in its function's docstring),
+checks of `CHECKS` (versions, decode, fsdp_step, train_decode; each described in its function's docstring),
 each in its own child process under its own deadline, so a hung CUDA call costs one check.
 Prints one line per check and the JSON of all results (also written to --json, default
 $OUT/gpu_check.json when $OUT is set); exits 1 when any check failed or ran past its deadline.
@@ -301,11 +301,117 @@ def check_fsdp_step(args: argparse.Namespace) -> dict[str, Any]:
         dist.destroy_process_group()
 
 
+# -- training steps with camera_decode="device" -------------------------------------------
+def check_train_decode(args: argparse.Namespace) -> dict[str, Any]:
+    """3 training steps of bev_fusion_small with data.camera_decode="device": decode ms per batch.
+
+    The PandaSet sample is built into a dataset (in a temporary folder), read by 2 loader
+    workers that send each batch's JPEGs through the ring; the training process decodes them
+    (`training.data.decode_camera_batch`: nvJPEG + on-device resize on CUDA, the CPU decoder
+    with --dry-run), then forward, backward and an AdamW step. Reports the decode time of each
+    batch (device synchronised), the same batches' CPU-decoder time, the step times and the
+    largest difference from the CPU decode in uint8 levels (fails above 3, the unit tests'
+    tolerance).
+    """
+    import tempfile
+
+    import torch
+
+    from platform_lib.loading.config import LoaderConfig
+    from platform_lib.loading.loader import build_loader
+    from platform_lib.models.bev_fusion.prepare import build_sample_transform, camera_resize
+    from platform_lib.models.catalog import build_model
+    from platform_lib.models.presets import get_model_config
+    from platform_lib.shards.build import BuildConfig, build_dataset
+    from platform_lib.training.config import ModelConfig, OptimizerConfig
+    from platform_lib.training.data import decode_camera_batch
+    from platform_lib.training.loop import build_optimizer, forward_backward, next_batch
+
+    device = _device(args)
+    camera_dir = Path(args.frames) if args.frames else next(d for d in _FRAME_DIRS if d.is_dir())
+    model_cfg = get_model_config("bev_fusion_small")
+    if args.dry_run:  # the fsdp_step dry-run's 16 x 16 grid with 16 x 32 cameras: CPU seconds
+        model_cfg = dataclasses.replace(
+            model_cfg,
+            **{"x_min": -6.4, "x_max": 6.4, "y_min": -6.4, "y_max": 6.4},
+            camera_height=16,
+            camera_width=32,
+        )
+    batch_size, steps = (1, 3) if args.dry_run else (args.batch_size, 3)
+    resize = camera_resize(model_cfg)
+    cpu = torch.device("cpu")
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
+        root = Path(tmp) / "ds"
+        build_dataset("pandaset", camera_dir.parents[1], root, BuildConfig(progress=False))
+        loader = build_loader(
+            str(root),
+            rank=0,
+            world_size=1,
+            batch_size=batch_size,
+            num_workers=2,
+            seed=0,
+            decode="none",
+            config=LoaderConfig(
+                sample_transform=build_sample_transform(model_cfg, "device"),
+                multiprocessing_context="fork",
+            ),
+        )
+        torch.manual_seed(0)
+        model = build_model(model_cfg).to(device)
+        optimizer = build_optimizer(model, OptimizerConfig())
+        decode_ms, cpu_ms, step_s, diffs = [], [], [], []
+        batches = iter(loader)
+        try:
+            for _ in range(steps):
+                host = next(batches)
+                start = time.perf_counter()
+                reference = decode_camera_batch(host, cpu, resize=resize)["camera_images"]
+                cpu_ms.append((time.perf_counter() - start) * 1e3)
+                _sync(device)
+                start = time.perf_counter()
+                batch, _ = next_batch(
+                    iter([host]), device, lambda b, d: decode_camera_batch(b, d, resize=resize)
+                )
+                _sync(device)
+                decode_ms.append((time.perf_counter() - start) * 1e3)
+                diffs.append(float((batch["camera_images"].cpu() - reference).abs().mean() * 255))
+                start = time.perf_counter()
+                loss = forward_backward(model, batch, ModelConfig())
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                _sync(device)
+                step_s.append(time.perf_counter() - start)
+        finally:
+            loader.close()
+    if not torch.isfinite(loss):
+        raise FloatingPointError(f"loss is {float(loss)}")
+    out = {
+        "model": model_cfg.name,
+        "camera": f"{resize.width}x{resize.height}",
+        "batch": batch_size,
+        "cameras_per_batch": int(batch["camera_images"].abs().sum(dim=(2, 3, 4)).gt(0).sum()),
+        "decoder": "nvjpeg" if device.type == "cuda" else "cpu (--dry-run)",
+        "decode_ms_per_batch": [round(v, 2) for v in decode_ms],
+        "decode_ms_median": round(statistics.median(decode_ms), 2),
+        "cpu_decode_ms_median": round(statistics.median(cpu_ms), 2),
+        "step_s": [round(v, 4) for v in step_s],
+        "mean_abs_diff_levels": round(max(diffs), 3),
+        "loss": round(float(loss), 4),
+    }
+    if max(diffs) > _MAX_MEAN_ABS_DIFF:
+        raise AssertionError(
+            f"camera_decode='device' differs from the CPU decode by {max(diffs):.2f} levels "
+            f"(mean abs), more than {_MAX_MEAN_ABS_DIFF}: {out}"
+        )
+    return out
+
+
 #: the checks, in order; deadlines add up to at most 5 minutes (300 s)
 CHECKS: list[Check] = [
-    Check("versions", check_versions, 40.0),
-    Check("decode", check_decode, 100.0),
-    Check("fsdp_step", check_fsdp_step, 160.0),
+    Check("versions", check_versions, 30.0),
+    Check("decode", check_decode, 80.0),
+    Check("fsdp_step", check_fsdp_step, 130.0),
+    Check("train_decode", check_train_decode, 60.0),
 ]
 
 

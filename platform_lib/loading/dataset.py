@@ -41,7 +41,7 @@ from platform_lib.loading.mixing import EpochOrders
 from platform_lib.loading.partition import EpochPlan, positions_for_batch, steps_for_worker
 from platform_lib.loading.ring import RING_KEY, Ring, SlotWriter, aligned
 from platform_lib.loading.shared_order import SharedOrders
-from platform_lib.loading.transport import WorkerFailure
+from platform_lib.loading.transport import ByteRuns, WorkerFailure
 from platform_lib.shards.codec import decode_sample
 from platform_lib.shards.errors import DatasetError
 from platform_lib.shards.view import DatasetView
@@ -464,6 +464,7 @@ class BatchStream(IterableDataset):
             fns = {
                 **default_collate_fn_map,
                 torch.Tensor: lambda b, *, collate_fn_map=None: writer.stack_tensors(b),
+                ByteRuns: lambda b, *, collate_fn_map=None: _concat_runs(b, writer),
             }
             batch = collate(samples, collate_fn_map=fns)
         else:
@@ -487,6 +488,27 @@ class BatchStream(IterableDataset):
         sent.update(totals)
         delta["ring_fallbacks"] = int(slow)
         return {"worker": worker_id, "counters": delta, "skipped": skipped}
+
+
+def _concat_runs(samples: list[ByteRuns], writer: SlotWriter) -> dict[str, np.ndarray]:
+    """Collate B samples' `ByteRuns` into one uint8 array (in the ring's output area) + offsets.
+
+    Raises:
+        ValueError: the samples hold different numbers of runs.
+    """
+    counts = {len(runs) for runs in samples}
+    if len(counts) != 1:
+        raise ValueError(f"ByteRuns of one batch must have one length, got {sorted(counts)}")
+    runs = [np.frombuffer(run, dtype=np.uint8) for sample in samples for run in sample]
+    offsets = np.zeros(len(runs) + 1, dtype=np.int64)
+    np.cumsum([run.nbytes for run in runs], out=offsets[1:])
+    total = int(offsets[-1])
+    data = writer.output_array((total,), np.dtype(np.uint8)) if total else None
+    if data is None:
+        data = np.empty(total, dtype=np.uint8)
+    for run, start in zip(runs, offsets[:-1].tolist(), strict=True):
+        data[start : start + run.nbytes] = run
+    return {"data": data, "offsets": offsets}
 
 
 def _counters(files: list[ShardFiles]) -> dict[str, int]:

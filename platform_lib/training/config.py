@@ -265,7 +265,9 @@ class DatasetMix(_Section):
 class DataConfig(_Section):
     """The batches: splits, batch size and the streaming loader's knobs (`training.data`)."""
 
-    ADDED_FIELDS = frozenset({"window_frames", "window_stride", "dataset_weight", "mix"})
+    ADDED_FIELDS = frozenset(
+        {"window_frames", "window_stride", "dataset_weight", "mix", "camera_decode"}
+    )
 
     batch_size: Int = Field(default=4, ge=1)
     """samples per rank per optimizer step, in samples"""
@@ -287,6 +289,8 @@ class DataConfig(_Section):
     """relative share of the samples drawn from the run's own dataset when mixing, unitless"""
     mix: list[DatasetMix] = Field(default_factory=list, max_length=64)
     """more datasets mixed into training: [{"dataset": url, "weight": w}, ...]; [] trains on one"""
+    camera_decode: Literal["worker", "device"] = "worker"
+    """where camera JPEGs are decoded: "worker" (loader workers) or "device" (training process: nvJPEG on CUDA)"""
 
     @model_validator(mode="before")
     @classmethod

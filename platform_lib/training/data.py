@@ -9,10 +9,16 @@ evaluation (windows only for a temporal model). Batches are dicts of stacked ten
 model's sample transform plus "__key__" (list of B sample keys; a window's key is its last
 frame's) and "__source__" (index of each sample's dataset: 0 the run's own, i the i-th of
 `data.mix`).
+
+With `data.camera_decode` "device" the workers send each batch's camera JPEGs instead of
+pixels and `decode_camera_batch` decodes them in the training process, before the batch
+moves to the device: nvJPEG plus an on-device crop/resize on CUDA, the workers' own CPU
+decoder elsewhere (the same pixels as "worker", bit for bit).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 import warnings
@@ -20,15 +26,34 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import torch
 
+from platform_lib.imaging.decode import (
+    CameraResize,
+    decode_jpeg_cpu,
+    decode_jpegs_gpu,
+    plan_camera_resize,
+)
 from platform_lib.loading.config import LoaderConfig
 from platform_lib.loading.loader import DatasetSpec, StreamingLoader, build_loader
+from platform_lib.models.bev_fusion.config import BEVFusionConfig
+from platform_lib.models.bev_fusion.prepare import (
+    build_sample_transform,
+    camera_resize,
+    normalise_camera,
+)
+from platform_lib.models.catalog import build_model_transform
+from platform_lib.models.presets import ModelSpec
 from platform_lib.shards.reader import DatasetReader, open_dataset
 from platform_lib.training.config import ConfigError, DataConfig, normalise_dataset
 
 __all__ = [
+    "BatchDecode",
     "build_eval_loader",
+    "build_train_transform",
+    "camera_batch_decoder",
+    "decode_camera_batch",
     "dataset_sources",
     "build_train_loader",
     "iterate_epochs",
@@ -42,7 +67,84 @@ __all__ = [
 #: (seconds each on a small CPU). Workers never touch CUDA, so fork is safe.
 _WORKER_START: Literal["fork"] = "fork"
 
-Transform = Callable[[Mapping[str, Any]], dict[str, torch.Tensor]]
+Transform = Callable[[Mapping[str, Any]], dict[str, Any]]
+#: A hook run on each host batch in the training process before it moves to the device.
+BatchDecode = Callable[[dict[str, Any], torch.device], dict[str, Any]]
+
+
+def build_train_transform(model_cfg: ModelSpec, data: DataConfig) -> Transform:
+    """Return the loader workers' sample transform for `data.camera_decode`.
+
+    Raises:
+        ConfigError: camera_decode "device" for a model other than a single-frame BEV
+            fusion model (field data.camera_decode).
+    """
+    if data.camera_decode == "worker":
+        return build_model_transform(model_cfg)
+    if not isinstance(model_cfg, BEVFusionConfig) or model_cfg.temporal_frames > 1:
+        raise ConfigError(
+            f"data.camera_decode='device' is not supported for model {model_cfg.name!r} "
+            "(only single-frame BEV fusion models)",
+            "data.camera_decode",
+            "set data.camera_decode='worker'",
+            fields=("data.camera_decode",),
+        )
+    return build_sample_transform(model_cfg, camera_decode="device")
+
+
+def camera_batch_decoder(model_cfg: ModelSpec, data: DataConfig) -> BatchDecode | None:
+    """Return the training process's batch hook for `data.camera_decode` (None for "worker")."""
+    if data.camera_decode == "worker" or not isinstance(model_cfg, BEVFusionConfig):
+        return None
+    return functools.partial(decode_camera_batch, resize=camera_resize(model_cfg))
+
+
+def decode_camera_batch(
+    batch: dict[str, Any], device: torch.device, *, resize: CameraResize
+) -> dict[str, Any]:
+    """Decode a batch's camera JPEGs (camera_decode "device") into its "camera_images".
+
+    On CUDA all JPEGs of the batch go to nvJPEG in one call (`decode_jpegs_gpu`, which
+    copies the bytes out of the ring first), are cropped/resized on the device
+    (`resize_on_device`) and normalised as the workers do (`normalise_camera`). Elsewhere
+    each camera is decoded with the workers' CPU decoder (`decode_jpeg_cpu`, DCT scaling),
+    giving exactly the pixels of camera_decode "worker".
+
+    Args:
+        batch: a host batch with "camera_jpegs" {"data": (total,) uint8, "offsets": (B * N +
+            1,) int64} (`loading.transport.ByteRuns`) and "camera_jpeg_size" (B, N, 2) int64
+            source (height, width); empty slots have empty runs.
+        device: where "camera_images" is made.
+        resize: the model's camera input size (`prepare.camera_resize`).
+
+    Returns:
+        the batch without those two keys, with "camera_images" (B, N, 3, h, w) float32 in
+        [-0.5, 0.5] on `device` (zero for empty slots).
+
+    Raises:
+        RuntimeError: CUDA without torchvision (`decode_jpegs_gpu`).
+        ValueError: a JPEG that does not decode (the CPU decoder's error).
+    """
+    out = dict(batch)
+    runs, sizes = out.pop("camera_jpegs"), out.pop("camera_jpeg_size")
+    data, offsets = np.asarray(runs["data"]), np.asarray(runs["offsets"]).tolist()
+    b, n = int(sizes.shape[0]), int(sizes.shape[1])
+    filled = [i for i in range(b * n) if offsets[i + 1] > offsets[i]]
+    jpegs = [data[offsets[i] : offsets[i + 1]].data for i in filled]
+    images = torch.zeros(
+        (b * n, 3, resize.height, resize.width), dtype=torch.float32, device=device
+    )
+    if jpegs and device.type == "cuda":
+        pixels = torch.stack(decode_jpegs_gpu(jpegs, resize, device=str(device)))
+        images[filled] = pixels.float() / 255.0 - 0.5
+    elif jpegs:
+        flat_sizes = np.asarray(sizes).reshape(b * n, 2)
+        for i, jpeg in zip(filled, jpegs, strict=True):
+            height, width = (int(v) for v in flat_sizes[i])
+            plan = plan_camera_resize(width, height, resize)
+            images[i] = torch.from_numpy(normalise_camera(decode_jpeg_cpu(jpeg, plan=plan)))
+    out["camera_images"] = images.reshape(b, n, 3, resize.height, resize.width)
+    return out
 
 
 def split_keys(reader: DatasetReader, split: str) -> list[str]:

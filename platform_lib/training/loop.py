@@ -80,12 +80,20 @@ def compute_lr(step: int, cfg: OptimizerConfig) -> float:
 
 
 def next_batch(
-    batches: Iterator[dict[str, Any]], device: torch.device
+    batches: Iterator[dict[str, Any]],
+    device: torch.device,
+    decode: Callable[[dict[str, Any], torch.device], dict[str, Any]] | None = None,
 ) -> tuple[dict[str, Any], float]:
-    """Return the next batch on `device` and the input wait: seconds blocked on the loader."""
+    """Return the next batch on `device` and the input wait: seconds blocked on the loader.
+
+    `decode` (`training.data.camera_batch_decoder`) runs on the host batch first, after the
+    wait (its time is not input wait).
+    """
     start = time.perf_counter()
     batch = next(batches)
     wait_s = time.perf_counter() - start
+    if decode is not None:
+        batch = decode(batch, device)
     if device.type != "cuda":
         return {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}, wait_s
     return _copy_to_cuda(batch, device), wait_s

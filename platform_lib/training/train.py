@@ -29,7 +29,7 @@ from platform_lib.faults import FaultPlan
 from platform_lib.loading.errors import ResumeStateError
 from platform_lib.loading.input_wait import InputWaitMeter
 from platform_lib.loading.loader import StreamingLoader
-from platform_lib.models.catalog import build_model, build_model_transform
+from platform_lib.models.catalog import build_model
 from platform_lib.models.presets import get_model_config
 from platform_lib.telemetry.recorder import MetricsSink, StepRecorder
 from platform_lib.training.checkpoint import (
@@ -39,7 +39,12 @@ from platform_lib.training.checkpoint import (
     restore_rng_state,
 )
 from platform_lib.training.config import TrainConfig
-from platform_lib.training.data import build_train_loader, iterate_epochs
+from platform_lib.training.data import (
+    build_train_loader,
+    build_train_transform,
+    camera_batch_decoder,
+    iterate_epochs,
+)
 from platform_lib.training.distributed import DistContext, destroy_distributed, init_distributed
 from platform_lib.training.hang import HangWatchdog, enable_flight_recorder, is_collective_timeout
 from platform_lib.training.hooks import HookChain, StepHooks
@@ -142,7 +147,7 @@ def build_run(
     loader = build_train_loader(
         dataset_dir,
         cfg.data,
-        build_model_transform(model_cfg),
+        build_train_transform(model_cfg, cfg.data),
         rank=run.dp_rank,
         world_size=layout.dp,
         seed=cfg.seed,
@@ -428,6 +433,7 @@ def train(
             out / "samples" / f"rank-{ctx.rank:05d}.jsonl", enabled=True, resume_step=step
         )
         record_restart(out, step, samples, metrics, time.perf_counter() - restore_start)
+        decode = camera_batch_decoder(get_model_config(cfg.model.name), cfg.data)
         batches, meter = (
             iterate_epochs(loader, faults.batch_delay_s()),
             InputWaitMeter(skip_first=1),
@@ -437,7 +443,7 @@ def train(
             step_hooks.at_step(step + 1)
             recorder.begin_step(step + 1)
             start = time.perf_counter()
-            batch, input_wait_s = next_batch(batches, ctx.device)
+            batch, input_wait_s = next_batch(batches, ctx.device, decode)
             recorder.lap("input_wait", input_wait_s)
             loss = run.forward_backward(step_hooks.on_batch(step + 1, batch))
             recorder.lap("forward_backward")

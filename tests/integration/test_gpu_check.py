@@ -35,7 +35,7 @@ def test_dry_run_passes_every_check_on_the_cpu_and_writes_json(pandaset_root, tm
     )
     assert done.returncode == 0, done.stdout + done.stderr
     results = json.loads(out.read_text())
-    assert list(results) == ["versions", "decode", "fsdp_step"]
+    assert list(results) == ["versions", "decode", "fsdp_step", "train_decode"]
     assert all(r["status"] == "ok" for r in results.values()), results
     decode = results["decode"]["result"]
     assert decode["frames"] == 2 and decode["size"] == "1920x1080"
@@ -43,6 +43,9 @@ def test_dry_run_passes_every_check_on_the_cpu_and_writes_json(pandaset_root, tm
     step = results["fsdp_step"]["result"]
     assert step["step_s_median"] > 0 and step["flops_per_sample"] > 0
     assert 0 < step["mfu"] < 1 and step["peak"]["device"] == "cpu"
+    train = results["train_decode"]["result"]
+    assert len(train["decode_ms_per_batch"]) == 3 and train["decode_ms_median"] > 0
+    assert train["cameras_per_batch"] == 6 and train["mean_abs_diff_levels"] == 0.0  # CPU twin
 
 
 def test_a_failing_check_fails_the_run_and_names_it(tmp_path):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import numpy as np
 import simplejpeg
@@ -24,16 +24,30 @@ import torch
 
 from platform_lib.imaging.decode import (
     CameraResize,
+    ResizePlan,
     adjust_intrinsics,
     decode_jpeg_cpu,
     plan_camera_resize,
     resize_camera_image,
 )
+from platform_lib.loading.transport import ByteRuns
 from platform_lib.models.bev_fusion.config import BEVFusionConfig
 from platform_lib.models.bev_fusion.pillars import build_pillars
 from platform_lib.models.targets import rasterise_cuboids
 
-__all__ = ["build_sample_transform", "camera_resize", "compute_camera_index", "prepare_sample"]
+__all__ = [
+    "CameraDecode",
+    "build_sample_transform",
+    "camera_resize",
+    "compute_camera_index",
+    "normalise_camera",
+    "prepare_sample",
+]
+
+#: Where camera JPEGs are decoded: in the loader worker, or in the training process
+#: (nvJPEG on CUDA, the CPU decoder otherwise); `DataConfig.camera_decode`.
+CameraDecode = Literal["worker", "device"]
+_NO_BYTES = np.empty(0, dtype=np.uint8)
 
 
 def _scatter_lidar(points: np.ndarray, cfg: BEVFusionConfig) -> np.ndarray:
@@ -90,10 +104,13 @@ def camera_resize(cfg: BEVFusionConfig) -> CameraResize:
     )
 
 
-def _camera_input(
+def _camera_plan(
     image: np.ndarray | bytes, calib: Mapping[str, Any], cfg: BEVFusionConfig, where: str
-) -> tuple[np.ndarray, dict[str, Any]]:
-    """Decode/crop/resize one camera to the model input; return (3, h, w) float32 and its calib."""
+) -> tuple[ResizePlan, bool, dict[str, Any]]:
+    """Plan one camera's crop/resize from its size: (plan, is JPEG bytes, calib of the output).
+
+    The size is the JPEG header's (no decode) or the array's; it must equal its calib entry's.
+    """
     resize = camera_resize(cfg)
     size = (int(calib["width"]), int(calib["height"]))
     encoded = isinstance(image, bytes | bytearray | memoryview) or np.ndim(image) == 1  # JPEG bytes
@@ -107,19 +124,32 @@ def _camera_input(
             "the intrinsics would not match the pixels (rebuild the shard)"
         )
     plan = plan_camera_resize(width, height, resize)
-    if encoded:
-        pixels = decode_jpeg_cpu(
-            memoryview(cast(bytes, image)), plan=plan
-        )  # DCT-domain downscaling (bytes or 1-D uint8 array)
-    else:
-        pixels = resize_camera_image(np.ascontiguousarray(image, dtype=np.uint8), plan)
     adjusted = {
         **calib,
         "width": plan.width,
         "height": plan.height,
         "intrinsics": adjust_intrinsics(calib["intrinsics"], plan),
     }
-    return (pixels.astype(np.float32) / 255.0 - 0.5).transpose(2, 0, 1), adjusted
+    return plan, encoded, adjusted
+
+
+def normalise_camera(pixels: np.ndarray) -> np.ndarray:
+    """(h, w, 3) uint8 RGB -> the model's (3, h, w) float32 in [-0.5, 0.5]."""
+    return (pixels.astype(np.float32) / 255.0 - 0.5).transpose(2, 0, 1)
+
+
+def _camera_input(
+    image: np.ndarray | bytes, calib: Mapping[str, Any], cfg: BEVFusionConfig, where: str
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """Decode/crop/resize one camera to the model input; return (3, h, w) float32 and its calib."""
+    plan, encoded, adjusted = _camera_plan(image, calib, cfg, where)
+    if encoded:
+        pixels = decode_jpeg_cpu(
+            memoryview(cast(bytes, image)), plan=plan
+        )  # DCT-domain downscaling (bytes or 1-D uint8 array)
+    else:
+        pixels = resize_camera_image(np.ascontiguousarray(image, dtype=np.uint8), plan)
+    return normalise_camera(pixels), adjusted
 
 
 def compute_camera_index(calib: Mapping[str, Any], cfg: BEVFusionConfig) -> np.ndarray:
@@ -178,7 +208,9 @@ def _cached_camera_index(
     return index
 
 
-def prepare_sample(sample: Mapping[str, Any], cfg: BEVFusionConfig) -> dict[str, torch.Tensor]:
+def prepare_sample(
+    sample: Mapping[str, Any], cfg: BEVFusionConfig, camera_decode: CameraDecode = "worker"
+) -> dict[str, Any]:
     """Build the model inputs and the BEV target of one decoded sample.
 
     Args:
@@ -189,14 +221,22 @@ def prepare_sample(sample: Mapping[str, Any], cfg: BEVFusionConfig) -> dict[str,
             camera_height x camera_width (`imaging/decode.py`); the lift uses the intrinsics
             of those pixels.
         cfg: model config.
+        camera_decode: "worker" decodes the cameras here; "device" leaves the pixels to the
+            training process (`training.data.decode_camera_batch`: nvJPEG on CUDA): cameras
+            must be JPEG bytes, and travel as such.
 
     Returns:
         dict with "lidar_bev" (or "lidar_pillars" and "lidar_pillar_index"), "radar_bev",
-        "camera_images", "camera_index", "target" (shapes in the module docstring).
+        "camera_images", "camera_index", "target" (shapes in the module docstring). With
+        camera_decode "device", instead of "camera_images": "camera_jpegs", a `ByteRuns` of
+        max_cameras JPEGs (views of the sample's bytes; empty for empty slots) and
+        "camera_jpeg_size" (N, 2) int64 source (height, width) per slot (0 for empty slots);
+        "camera_index" is the same as with "worker" (from the JPEG header's size).
 
     Raises:
         ValueError: naming the sample key, if it has more cameras than `cfg.max_cameras`,
-            a camera without calibration, or an image whose size disagrees with its calibration.
+            a camera without calibration, an image whose size disagrees with its calibration,
+            or (camera_decode "device") a camera that is not JPEG bytes.
     """
     key = sample.get("__key__", "?")
     cameras = dict(sample.get("cameras") or {})
@@ -207,14 +247,29 @@ def prepare_sample(sample: Mapping[str, Any], cfg: BEVFusionConfig) -> dict[str,
             f"{cfg.max_cameras}; raise max_cameras in the model config"
         )
     grid = cfg.grid
-    images = np.zeros((cfg.max_cameras, 3, cfg.camera_height, cfg.camera_width), dtype=np.float32)
+    on_device = camera_decode == "device"
+    images = np.zeros(
+        (0 if on_device else cfg.max_cameras, 3, cfg.camera_height, cfg.camera_width),
+        dtype=np.float32,
+    )
+    jpegs = [_NO_BYTES] * cfg.max_cameras
+    jpeg_size = np.zeros((cfg.max_cameras, 2), dtype=np.int64)
     index = np.full((cfg.max_cameras, grid.height, grid.width), -1, dtype=np.int64)
     for slot, name in enumerate(sorted(cameras)):
         if name not in calib:
             raise ValueError(f"sample {key}: camera {name!r} has no entry in calib.json")
-        images[slot], model_calib = _camera_input(
-            cameras[name], calib[name], cfg, f"sample {key} camera {name}"
-        )
+        where = f"sample {key} camera {name}"
+        if on_device:
+            plan, encoded, model_calib = _camera_plan(cameras[name], calib[name], cfg, where)
+            if not encoded:
+                raise ValueError(
+                    f"{where}: camera_decode='device' needs JPEG bytes, got a decoded array; "
+                    "load with decode='none' or use camera_decode='worker'"
+                )
+            jpegs[slot] = np.frombuffer(cameras[name], dtype=np.uint8)  # a view, no copy
+            jpeg_size[slot] = plan.source_height, plan.source_width
+        else:
+            images[slot], model_calib = _camera_input(cameras[name], calib[name], cfg, where)
         index[slot] = _cached_camera_index(
             np.asarray(model_calib["intrinsics"], dtype=np.float64).tobytes(),
             np.asarray(model_calib["extrinsics"], dtype=np.float64).tobytes(),
@@ -230,17 +285,22 @@ def prepare_sample(sample: Mapping[str, Any], cfg: BEVFusionConfig) -> dict[str,
         }
     else:
         lidar = {"lidar_bev": torch.from_numpy(_scatter_lidar(sample["lidar"], cfg))}
+    cams: dict[str, Any] = (
+        {"camera_jpegs": ByteRuns(jpegs), "camera_jpeg_size": torch.from_numpy(jpeg_size)}
+        if on_device
+        else {"camera_images": torch.from_numpy(images)}
+    )
     return {
         **lidar,
         "radar_bev": torch.from_numpy(_scatter_radar(sample.get("radar"), cfg)),
-        "camera_images": torch.from_numpy(images),
+        **cams,
         "camera_index": torch.from_numpy(index),
         "target": torch.from_numpy(rasterise_cuboids(sample.get("cuboids") or {}, grid)),
     }
 
 
 def build_sample_transform(
-    cfg: BEVFusionConfig,
-) -> Callable[[Mapping[str, Any]], dict[str, torch.Tensor]]:
+    cfg: BEVFusionConfig, camera_decode: CameraDecode = "worker"
+) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
     """Return a picklable `sample -> tensors` callable for loader workers (`prepare_sample` bound to `cfg`)."""
-    return functools.partial(prepare_sample, cfg=cfg)
+    return functools.partial(prepare_sample, cfg=cfg, camera_decode=camera_decode)
