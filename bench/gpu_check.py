@@ -302,8 +302,15 @@ def check_fsdp_step(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # -- layouts: the world model under FSDP, FSDP x TP, PP x FSDP --------------------------------
-#: steps per layout; global batch (samples, split over the data-parallel ranks)
-_LAYOUT_STEPS, _LAYOUT_BATCH = 5, 8
+#: steps per layout
+_LAYOUT_STEPS = 5
+
+
+def _layouts_global_batch(world: int) -> int:
+    """Samples per step on `world` ranks: 8, or 2 per rank (every layout's dp degree divides it)."""
+    return max(8, 2 * world)
+
+
 #: largest |layout loss - single-process fp32 loss| / |single-process loss| per step, by precision
 _LAYOUT_RTOL = {"bf16": 3e-2, "fp32": 1e-5}
 
@@ -329,12 +336,12 @@ def _layouts_model(dry_run: bool) -> Any:
     )
 
 
-def _layouts_batch(cfg: Any, step: int, device: Any) -> dict[str, Any]:
+def _layouts_batch(cfg: Any, step: int, device: Any, size: int) -> dict[str, Any]:
     """The global batch of `step` (1-based): random BEV frames, ego motion, sparse target; seeded."""
     import torch
 
     g = torch.Generator().manual_seed(1000 + step)
-    b, t, h, w = _LAYOUT_BATCH, cfg.temporal_frames, cfg.grid.height, cfg.grid.width
+    b, t, h, w = size, cfg.temporal_frames, cfg.grid.height, cfg.grid.width
     batch = {
         "lidar_bev": torch.rand(b, t, cfg.input_features - 2, h, w, generator=g),
         "radar_bev": torch.rand(b, t, 2, h, w, generator=g),
@@ -365,10 +372,9 @@ def _train_layout(degrees: dict[str, Any], dry_run: bool) -> dict[str, Any]:
     ctx = init_distributed(backend, 120.0)
     try:
         cfg = _layouts_model(dry_run)
+        size = _layouts_global_batch(ctx.world_size)
         dp = ctx.world_size // (parallel.tp * parallel.pp)
-        layout = resolve_layout(
-            parallel, ctx.world_size, ctx.world_size, batch_size=_LAYOUT_BATCH // dp
-        )
+        layout = resolve_layout(parallel, ctx.world_size, ctx.world_size, batch_size=size // dp)
         seed_everything(0)
         run = parallelize(
             build_model(cfg).to(ctx.device),
@@ -381,11 +387,11 @@ def _train_layout(degrees: dict[str, Any], dry_run: bool) -> dict[str, Any]:
         optimizer = build_optimizer(run.model, opt_cfg)
         if ctx.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(ctx.device)
-        local, losses, times = _LAYOUT_BATCH // layout.dp, [], []
+        local, losses, times = size // layout.dp, [], []
         for step in range(1, _LAYOUT_STEPS + 1):
             batch = {
                 k: v[run.dp_rank * local : (run.dp_rank + 1) * local]
-                for k, v in _layouts_batch(cfg, step, ctx.device).items()
+                for k, v in _layouts_batch(cfg, step, ctx.device, size).items()
             }
             _sync(ctx.device)
             start = time.perf_counter()
@@ -483,7 +489,7 @@ def _spawn_layout(degrees: dict[str, Any], world: int, dry_run: bool, deadline_s
     return [results[r] for r in range(world)]
 
 
-def _reference_losses(cfg: Any, device: Any) -> tuple[list[float], float | None]:
+def _reference_losses(cfg: Any, device: Any, size: int) -> tuple[list[float], float | None]:
     """One process, no parallelism, fp32: the per-step losses of the same global batches."""
     import torch
 
@@ -503,7 +509,7 @@ def _reference_losses(cfg: Any, device: Any) -> tuple[list[float], float | None]
     model_cfg = ModelConfig(name="world_model_small")
     losses = []
     for step in range(1, _LAYOUT_STEPS + 1):
-        loss = forward_backward(model, _layouts_batch(cfg, step, device), model_cfg)
+        loss = forward_backward(model, _layouts_batch(cfg, step, device, size), model_cfg)
         optimizer_step(model, optimizer, step, opt_cfg)
         losses.append(float(loss))
     peak = None
@@ -529,7 +535,7 @@ def check_layouts(args: argparse.Namespace) -> dict[str, Any]:
     world = 2 if args.dry_run else torch.cuda.device_count()
     cfg = _layouts_model(args.dry_run)
     precision = "fp32" if args.dry_run else "bf16"
-    reference, reference_peak = _reference_losses(cfg, device)
+    reference, reference_peak = _reference_losses(cfg, device, _layouts_global_batch(world))
     layouts: dict[str, dict[str, Any]] = {"fsdp": {}}
     if world >= 2 and world % 2 == 0:
         layouts |= {"fsdp_tp2": {"tp": 2}, "pp2_fsdp": {"pp": 2}}
@@ -540,12 +546,12 @@ def check_layouts(args: argparse.Namespace) -> dict[str, Any]:
         "ranks": world,
         "backend": "gloo" if args.dry_run else "nccl",
         "precision": precision,
-        "global_batch": _LAYOUT_BATCH,
+        "global_batch": _layouts_global_batch(world),
         "reference_losses": [round(x, 6) for x in reference],
         "reference_peak_memory_gb": reference_peak,
     }
-    if world < 2:
-        out["skipped"] = "FSDP x TP and PP x FSDP need >= 2 GPUs (an even count)"
+    if len(layouts) == 1:
+        out["skipped"] = f"FSDP x TP 2 and PP 2 x FSDP need an even count >= 2 of GPUs, not {world}"
     rtol, worst = _LAYOUT_RTOL[precision], {}
     for name, degrees in layouts.items():
         ranks = _spawn_layout(
