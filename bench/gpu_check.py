@@ -1,8 +1,8 @@
-"""Device check of one accelerator: nvJPEG vs CPU decode, one FSDP bf16 step with its MFU, versions.
+"""Device check of one accelerator: versions, nvJPEG decode, an FSDP bf16 step and its MFU, layouts.
 
-A prepared script for a borrowed GPU machine (at most 5 minutes on one GPU). It runs the named
-checks of `CHECKS` (versions, decode, fsdp_step, train_decode; each described in its function's docstring),
-each in its own child process under its own deadline, so a hung CUDA call costs one check.
+A prepared script for a borrowed GPU machine (under 10 minutes). It runs the named checks of
+`CHECKS` (versions, decode, fsdp_step, train_decode, layouts; each described in its
+function's docstring), each in its own child process under its own deadline.
 Prints one line per check and the JSON of all results (also written to --json, default
 $OUT/gpu_check.json when $OUT is set); exits 1 when any check failed or ran past its deadline.
 `--dry-run` runs the same checks on the CPU with tiny sizes: what CI smoke-tests
@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # `python bench/gpu_check.py` from anywhere
@@ -406,12 +406,288 @@ def check_train_decode(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-#: the checks, in order; deadlines add up to at most 5 minutes (300 s)
+# -- layouts: the world model under FSDP, FSDP x TP, PP x FSDP --------------------------------
+#: steps per layout
+_LAYOUT_STEPS = 5
+
+
+def _layouts_global_batch(world: int) -> int:
+    """Samples per step on `world` ranks: 8, or 2 per rank (every layout's dp degree divides it)."""
+    return max(8, 2 * world)
+
+
+#: largest |layout loss - single-process fp32 loss| / |single-process loss| per step, by precision
+_LAYOUT_RTOL = {"bf16": 3e-2, "fp32": 1e-5}
+
+
+def _layouts_model(dry_run: bool) -> Any:
+    """The world model of the check: `world_model_small` on the CPU; ~0.1 B parameters on a GPU."""
+    from platform_lib.models.world_model.config import WorldModelConfig
+
+    if dry_run:
+        return WorldModelConfig(name="world_model_small")
+    # 128 x 128 cells, 4 context frames: 4 x 256 tokens per sample, 8 blocks of width 1024
+    return WorldModelConfig(
+        name="world_model_small",  # a size of the family, not a preset (the losses' pos_weight)
+        x_min=-51.2,
+        x_max=51.2,
+        y_min=-51.2,
+        y_max=51.2,
+        context_frames=4,
+        dim=1024,
+        layers=8,
+        heads=16,
+        mlp_hidden=2816,
+    )
+
+
+def _layouts_batch(cfg: Any, step: int, device: Any, size: int) -> dict[str, Any]:
+    """The global batch of `step` (1-based): random BEV frames, ego motion, sparse target; seeded."""
+    import torch
+
+    g = torch.Generator().manual_seed(1000 + step)
+    b, t, h, w = size, cfg.temporal_frames, cfg.grid.height, cfg.grid.width
+    batch = {
+        "lidar_bev": torch.rand(b, t, cfg.input_features - 2, h, w, generator=g),
+        "radar_bev": torch.rand(b, t, 2, h, w, generator=g),
+        "ego_motion": torch.eye(4).repeat(b, t, 1, 1) + 0.1 * torch.randn(b, t, 4, 4, generator=g),
+        "target": (torch.rand(b, cfg.num_classes, h, w, generator=g) < 0.05).float(),
+    }
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+def _train_layout(degrees: dict[str, Any], dry_run: bool) -> dict[str, Any]:
+    """On this torchrun-style rank: `_LAYOUT_STEPS` steps under `degrees`; this rank's figures."""
+    import torch
+
+    from platform_lib.models.catalog import build_model
+    from platform_lib.training.config import ModelConfig, OptimizerConfig, ParallelConfig
+    from platform_lib.training.distributed import destroy_distributed, init_distributed
+    from platform_lib.training.layout import resolve_layout
+    from platform_lib.training.loop import (
+        build_optimizer,
+        optimizer_step,
+        reduce_mean,
+        seed_everything,
+    )
+    from platform_lib.training.parallel import parallelize
+
+    backend: Literal["gloo", "nccl"] = "gloo" if dry_run else "nccl"
+    parallel = ParallelConfig(backend=backend, mixed_precision=not dry_run, **degrees)
+    ctx = init_distributed(backend, 120.0)
+    try:
+        cfg = _layouts_model(dry_run)
+        size = _layouts_global_batch(ctx.world_size)
+        dp = ctx.world_size // (parallel.tp * parallel.pp)
+        layout = resolve_layout(parallel, ctx.world_size, ctx.world_size, batch_size=size // dp)
+        seed_everything(0)
+        run = parallelize(
+            build_model(cfg).to(ctx.device),
+            layout,
+            ctx,
+            parallel,
+            ModelConfig(name="world_model_small"),  # the loss's pos_weight only
+        )
+        opt_cfg = OptimizerConfig(warmup_steps=1, max_steps=10)
+        optimizer = build_optimizer(run.model, opt_cfg)
+        if ctx.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(ctx.device)
+        local, losses, times = size // layout.dp, [], []
+        for step in range(1, _LAYOUT_STEPS + 1):
+            batch = {
+                k: v[run.dp_rank * local : (run.dp_rank + 1) * local]
+                for k, v in _layouts_batch(cfg, step, ctx.device, size).items()
+            }
+            _sync(ctx.device)
+            start = time.perf_counter()
+            loss = run.forward_backward(batch)
+            optimizer_step(run.model, optimizer, step, opt_cfg, run.clip_grad_norm)
+            _sync(ctx.device)
+            times.append(time.perf_counter() - start)
+            losses.append(reduce_mean(loss))
+        return {
+            "layout": layout.describe(),
+            "losses": losses,
+            "step_s_median": round(statistics.median(times[1:]), 4),  # step 1 warms up
+            "param_bytes": sum(
+                (p.to_local() if hasattr(p, "to_local") else p).numel() * p.element_size()
+                for p in run.model.parameters()
+            ),
+            "peak_memory_gb": (
+                round(torch.cuda.max_memory_allocated(ctx.device) / 1e9, 3)
+                if ctx.device.type == "cuda"
+                else None
+            ),
+        }
+    finally:
+        destroy_distributed(ctx)
+
+
+def _layout_rank(
+    rank: int, world: int, port: int, degrees: dict, dry_run: bool, queue: Any
+) -> None:
+    """Spawned rank `rank` of `world`: run `_train_layout` and put (rank, figures or error)."""
+    os.environ.update(
+        RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_RANK=str(rank),
+        LOCAL_WORLD_SIZE=str(world),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        OMP_NUM_THREADS="1",
+    )
+    try:
+        queue.put((rank, _train_layout(degrees, dry_run)))
+    except BaseException as exc:
+        queue.put((rank, {"error": f"{type(exc).__name__}: {exc}"}))
+        raise
+
+
+def _spawn_layout(degrees: dict[str, Any], world: int, dry_run: bool, deadline_s: float) -> list:
+    """Run `degrees` on `world` spawned ranks; return their figures by rank.
+
+    Raises:
+        RuntimeError: a rank failed (its error), or not all reported within `deadline_s`.
+    """
+    import queue as queues
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [
+        ctx.Process(target=_layout_rank, args=(r, world, port, degrees, dry_run, out))
+        for r in range(world)
+    ]
+    for proc in procs:
+        proc.start()
+    results: dict[int, dict[str, Any]] = {}
+    end = time.monotonic() + deadline_s
+    try:
+        while len(results) < world:
+            if time.monotonic() > end:
+                raise RuntimeError(
+                    f"{degrees}: ranks {sorted(set(range(world)) - set(results))} "
+                    f"did not report within {deadline_s:.0f} s"
+                )
+            try:
+                rank, figures = out.get(timeout=1.0)
+            except queues.Empty:
+                if any(p.exitcode not in (None, 0) for p in procs):
+                    codes = [p.exitcode for p in procs]
+                    raise RuntimeError(f"{degrees}: a rank died (exit codes {codes})") from None
+                continue
+            if "error" in figures:
+                raise RuntimeError(f"{degrees}: rank {rank}: {figures['error']}")
+            results[rank] = figures
+        for proc in procs:
+            proc.join(timeout=max(1.0, end - time.monotonic()))
+    finally:
+        for proc in procs:
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=5)
+    return [results[r] for r in range(world)]
+
+
+def _reference_losses(cfg: Any, device: Any, size: int) -> tuple[list[float], float | None]:
+    """One process, no parallelism, fp32: the per-step losses of the same global batches."""
+    import torch
+
+    from platform_lib.models.catalog import build_model
+    from platform_lib.training.config import ModelConfig, OptimizerConfig
+    from platform_lib.training.loop import (
+        build_optimizer,
+        forward_backward,
+        optimizer_step,
+        seed_everything,
+    )
+
+    seed_everything(0)
+    model = build_model(cfg).to(device)
+    opt_cfg = OptimizerConfig(warmup_steps=1, max_steps=10)
+    optimizer = build_optimizer(model, opt_cfg)
+    model_cfg = ModelConfig(name="world_model_small")
+    losses = []
+    for step in range(1, _LAYOUT_STEPS + 1):
+        loss = forward_backward(model, _layouts_batch(cfg, step, device, size), model_cfg)
+        optimizer_step(model, optimizer, step, opt_cfg)
+        losses.append(float(loss))
+    peak = None
+    if device.type == "cuda":
+        peak = round(torch.cuda.max_memory_allocated(device) / 1e9, 3)
+        del model, optimizer
+        torch.cuda.empty_cache()
+    return losses, peak
+
+
+def check_layouts(args: argparse.Namespace) -> dict[str, Any]:
+    """The world model's GPU path (NCCL, bf16) under each layout that fits the device's GPUs.
+
+    5 steps of the same global batches under FSDP over all ranks, FSDP x TP 2 and PP 2 x FSDP
+    (the last two need >= 2 ranks, an even count), against one process without parallelism in
+    fp32: per-step losses within 3 % (bf16), the median step time, parameter bytes per rank and
+    peak CUDA memory per rank. One GPU runs world size 1 (FSDP only). `--dry-run`: the CPU,
+    gloo, 2 ranks, `world_model_small`, fp32 (losses within 1e-5).
+    """
+    import torch
+
+    device = _device(args)
+    world = 2 if args.dry_run else torch.cuda.device_count()
+    cfg = _layouts_model(args.dry_run)
+    precision = "fp32" if args.dry_run else "bf16"
+    reference, reference_peak = _reference_losses(cfg, device, _layouts_global_batch(world))
+    layouts: dict[str, dict[str, Any]] = {"fsdp": {}}
+    if world >= 2 and world % 2 == 0:
+        layouts |= {"fsdp_tp2": {"tp": 2}, "pp2_fsdp": {"pp": 2}}
+    out: dict[str, Any] = {
+        "model": f"world_model (dim {cfg.dim}, {cfg.layers} blocks)",
+        "params_m": round(cfg.count_parameters() / 1e6, 2),
+        "model_bytes": cfg.count_parameters() * 4,
+        "ranks": world,
+        "backend": "gloo" if args.dry_run else "nccl",
+        "precision": precision,
+        "global_batch": _layouts_global_batch(world),
+        "reference_losses": [round(x, 6) for x in reference],
+        "reference_peak_memory_gb": reference_peak,
+    }
+    if len(layouts) == 1:
+        out["skipped"] = f"FSDP x TP 2 and PP 2 x FSDP need an even count >= 2 of GPUs, not {world}"
+    rtol, worst = _LAYOUT_RTOL[precision], {}
+    for name, degrees in layouts.items():
+        ranks = _spawn_layout(
+            degrees, world, args.dry_run, deadline_s=60.0 if args.dry_run else 70.0
+        )
+        losses = ranks[0]["losses"]
+        worst[name] = max(abs(a - b) / abs(b) for a, b in zip(losses, reference, strict=True))
+        out[name] = {
+            "layout": ranks[0]["layout"],
+            "losses": [round(x, 6) for x in losses],
+            "max_rel_loss_diff": float(f"{worst[name]:.2e}"),
+            "step_s_median": max(r["step_s_median"] for r in ranks),
+            "param_bytes_per_rank": [r["param_bytes"] for r in ranks],
+            "peak_memory_gb_per_rank": [r["peak_memory_gb"] for r in ranks],
+        }
+    bad = {n: w for n, w in worst.items() if not w <= rtol}
+    if bad:
+        raise AssertionError(
+            f"losses differ from the single-process fp32 run by more than {rtol:g} (relative, "
+            f"{precision}): {bad}: {out}"
+        )
+    return out
+
+
+#: the checks, in order; deadlines add up to under 10 minutes (the device machine's command limit)
 CHECKS: list[Check] = [
     Check("versions", check_versions, 30.0),
     Check("decode", check_decode, 80.0),
     Check("fsdp_step", check_fsdp_step, 130.0),
     Check("train_decode", check_train_decode, 60.0),
+    Check("layouts", check_layouts, 240.0),
 ]
 
 

@@ -2,18 +2,12 @@
 
 Both go through the streaming loader (`platform_lib.loading.loader.build_loader`):
 `build_train_loader` is the one place training obtains batches and receives the data section
-(`DataConfig`) whole: the run's dataset, mixed with `data.mix` by weight when given, in
-windows of `data.window_frames` frames; `loader_config` is the one place its fields meet the
-loader's options. `build_eval_loader` reads one split of one dataset in index order for
-evaluation (windows only for a temporal model). Batches are dicts of stacked tensors from the
-model's sample transform plus "__key__" (list of B sample keys; a window's key is its last
-frame's) and "__source__" (index of each sample's dataset: 0 the run's own, i the i-th of
-`data.mix`).
-
-With `data.camera_decode` "device" the workers send each batch's camera JPEGs instead of
-pixels and `decode_camera_batch` decodes them in the training process, before the batch
-moves to the device: nvJPEG plus an on-device crop/resize on CUDA, the workers' own CPU
-decoder elsewhere (the same pixels as "worker", bit for bit).
+(`DataConfig`) whole (the run's dataset, `data.mix`, windows); `loader_config` is the one place
+its fields meet the loader's options. `build_eval_loader` reads one split of one dataset in
+index order. Batches are dicts of stacked tensors from the model's sample transform plus
+"__key__" (B sample keys; a window's is its last frame's) and "__source__" (0 the run's own
+dataset, i the i-th of `data.mix`). With `data.camera_decode` "device" the workers send camera
+JPEGs and `decode_camera_batch` decodes them in the training process (nvJPEG on CUDA).
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ def test_dry_run_passes_every_check_on_the_cpu_and_writes_json(pandaset_root, tm
     )
     assert done.returncode == 0, done.stdout + done.stderr
     results = json.loads(out.read_text())
-    assert list(results) == ["versions", "decode", "fsdp_step", "train_decode"]
+    assert list(results) == ["versions", "decode", "fsdp_step", "train_decode", "layouts"]
     assert all(r["status"] == "ok" for r in results.values()), results
     decode = results["decode"]["result"]
     assert decode["frames"] == 2 and decode["size"] == "1920x1080"
@@ -46,6 +46,19 @@ def test_dry_run_passes_every_check_on_the_cpu_and_writes_json(pandaset_root, tm
     train = results["train_decode"]["result"]
     assert len(train["decode_ms_per_batch"]) == 3 and train["decode_ms_median"] > 0
     assert train["cameras_per_batch"] == 6 and train["mean_abs_diff_levels"] == 0.0  # CPU twin
+    layouts = results["layouts"]["result"]
+    assert layouts["ranks"] == 2 and layouts["precision"] == "fp32"
+    for name in ("fsdp", "fsdp_tp2", "pp2_fsdp"):  # 5 steps each, as the single process
+        run = layouts[name]
+        assert len(run["losses"]) == 5 and run["max_rel_loss_diff"] <= 1e-5, (name, run)
+        assert len(run["param_bytes_per_rank"]) == 2 and run["step_s_median"] > 0
+    # 2-way sharding holds half the model per rank; the two stages together hold all of it
+    assert layouts["fsdp"]["param_bytes_per_rank"][0] == pytest.approx(
+        layouts["model_bytes"] / 2, rel=0.05
+    )
+    assert sum(layouts["pp2_fsdp"]["param_bytes_per_rank"]) == pytest.approx(
+        layouts["model_bytes"], rel=0.01
+    )
 
 
 def test_a_failing_check_fails_the_run_and_names_it(tmp_path):
