@@ -132,9 +132,12 @@ def test_pyflyte_package_serialises_every_entity(packaged: dict) -> None:
     assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
     # no other task enters a Kueue queue (manageJobsWithoutQueueName is off)
     assert [n for n, t in specs.items() if t.metadata.metadata.labels] == ["train_model"]
-    # one image for every task: the ImageSpec (tag = its content hash), not the --image default
-    (image,) = {_image(t) for t in specs.values()}
+    # one image for every CPU task and the GPU image (+ the gpu extra) for training on A100s:
+    # the ImageSpecs (tag = their content hash), not the --image default
+    (image,) = {_image(t) for n, t in specs.items() if n != "train_model"}
+    gpu_image = _image(train)
     assert image.startswith(f"{TASK_IMAGE.registry}/drivetrain:") and image != IMAGE
+    assert gpu_image.startswith(f"{TASK_IMAGE.registry}/drivetrain:") and gpu_image != image
     assert {n for n, t in specs.items() if t.metadata.discoverable} == set(specs) - PROBES
     # the launch plans run the same workflow; the scheduled one carries its cron schedule
     assert set(PLAN_WORKFLOWS) <= set(plans)
