@@ -50,8 +50,10 @@ class NumberRange(BaseModel):
 
     model_config = _FORBID
 
-    min: float | None = None
-    max: float | None = None
+    min: float | None = Field(default=None, allow_inf_nan=False)
+    """lower bound (finite)"""
+    max: float | None = Field(default=None, allow_inf_nan=False)
+    """upper bound (finite)"""
 
     @model_validator(mode="after")
     def _check(self) -> NumberRange:
