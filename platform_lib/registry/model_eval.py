@@ -148,12 +148,22 @@ def evaluate_model_version(
 
     Raises:
         SliceSpecError: a slice needs an attribute the dataset lacks or selects no frame.
-        ValueError: the split is empty. The errors of `load_model_version`.
+        UserError: the split is empty (checked before the model is loaded). The errors of
+            `load_model_version`.
     """
     from platform_lib.registry.register import load_model_version
     from platform_lib.training.evaluate import count_model_frames
 
     spec = parse_slice_spec(json.loads(spec_json))
+    manifest = load_manifest(os.fspath(dataset_dir))
+    splits = dict(manifest.splits.counts)
+    if not splits.get(split):
+        present = ", ".join(name for name, count in sorted(splits.items()) if count)
+        raise UserError(
+            f"the dataset has no samples in split {split!r} (splits present: {splits})",
+            "split",
+            f"pick one of {present}, or rebuild the dataset with a {split!r} split",
+        )
     _, cfg, local = load_model_version(model_version)
     counts = count_model_frames(str(local / "model.safetensors"), cfg, str(dataset_dir), split)
     built_in = spec_json == read_slice_spec("")
@@ -163,7 +173,7 @@ def evaluate_model_version(
     )
     return {
         "model": model_version,
-        "dataset_hash": load_manifest(os.fspath(dataset_dir)).dataset_hash,
+        "dataset_hash": manifest.dataset_hash,
         "split": split,
         "spec": json.loads(spec_json),
         "spec_hash": spec_hash(spec_json),
