@@ -19,6 +19,7 @@ from flytekit.types.directory import FlyteDirectory
 
 from platform_lib.registry.lineage import resolve_code_version
 from platform_lib.registry.record import record_training_run
+from platform_lib.registry.register import resolve_model_name
 from platform_lib.telemetry.mlflow_goodput import finish_goodput
 from platform_lib.telemetry.publish import GOODPUT_HTML
 from platform_lib.training.config import TrainConfig
@@ -26,11 +27,22 @@ from tasks.errors import download_input, task_errors
 from tasks.image import TASK_IMAGE
 from tasks.secrets import MLFLOW_SECRETS, mlflow_credentials
 
-__all__ = ["register_model"]
+__all__ = ["check_model_name", "register_model"]
 
 #: The folder these tasks were imported from: its git commit is the run's code version when it
 #: is a work tree (an editable install); in an image, `$DRIVETRAIN_CODE_VERSION` or the version.
 CHECKOUT = Path(__file__).resolve().parents[1]
+
+
+@task(container_image=TASK_IMAGE, cache=Cache(version="1"), retries=1)
+def check_model_name(model_name: str, source: str) -> str:
+    """Return the name to register under ("" names "drivetrain-bev-<source>").
+
+    The pipeline's first task: a name MLflow would refuse at registration fails here, in one
+    line naming `model_name`, before any data is built or trained on.
+    """
+    with task_errors("checking the model name"):
+        return resolve_model_name(model_name, source)
 
 
 @task(

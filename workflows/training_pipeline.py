@@ -23,7 +23,7 @@ from tasks.data import (
     merge_dataset,
 )
 from tasks.evaluate import evaluate_model
-from tasks.register import register_model
+from tasks.register import check_model_name, register_model
 from tasks.train import resolve_config, train_model
 from tasks.triage import record_pipeline_failure
 from tasks.view import build_training_view, choose_training_view
@@ -72,7 +72,9 @@ def training_pipeline(
         quarantine: leave bad frames out of the dataset (listed in its manifest) instead of
             failing the build.
     """
+    name = check_model_name(model_name=model_name, source=source)
     config = resolve_config(preset=preset, overrides=overrides, seed=seed)
+    name >> config  # training waits for the name check on a cluster too (nodes run in parallel)
     logs = materialize_raw_logs(source=source, raw_logs=raw_logs, synthetic=synthetic)
     logs_hash = hash_raw_logs(source=source, raw_logs=logs, requested=raw_logs)
     build_config = dataset_config(source=source, split=split, quarantine=quarantine)
@@ -86,7 +88,7 @@ def training_pipeline(
     run = train_model(dataset=train_data, config=config)
     table = evaluate_model(dataset=dataset, run=run, config=config)
     return register_model(
-        model_name=model_name,
+        model_name=name,
         source=source,
         raw_logs_hash=logs_hash,
         dataset=dataset,

@@ -50,8 +50,10 @@ class NumberRange(BaseModel):
 
     model_config = _FORBID
 
-    min: float | None = None
-    max: float | None = None
+    min: float | None = Field(default=None, allow_inf_nan=False)
+    """lower bound (finite)"""
+    max: float | None = Field(default=None, allow_inf_nan=False)
+    """upper bound (finite)"""
 
     @model_validator(mode="after")
     def _check(self) -> NumberRange:
@@ -157,16 +159,25 @@ def load_slice_spec(path: str | os.PathLike[str]) -> SliceSpec:
     """Read and validate a slice spec file (.yaml, .yml or .json; at most 1 MiB).
 
     Raises:
-        SliceSpecError: unknown suffix, unparsable text, or a spec `parse_slice_spec` refuses.
+        SliceSpecError: no such file, unknown suffix, unparsable text, or a spec
+            `parse_slice_spec` refuses.
         NotRegularFileError: the path is a FIFO, device, socket or folder.
-        OSError: the file cannot be opened.
+        OSError: the file cannot be opened (e.g. no permission).
     """
+    try:
+        raw = read_regular(path, max_bytes=MAX_SPEC_BYTES)
+    except (FileNotFoundError, NotADirectoryError):
+        raise SliceSpecError(
+            "slice spec file does not exist",
+            str(path),
+            "pass a .yaml or .json slice spec file, or leave --spec out for the built-in slices",
+        ) from None
     suffix = Path(path).suffix.lower()
     if suffix not in (".yaml", ".yml", ".json"):
         raise SliceSpecError(
             f"unknown slice spec format {suffix or '(none)'!r}", str(path), "use .yaml or .json"
         )
-    text = read_regular(path, max_bytes=MAX_SPEC_BYTES).decode("utf-8", errors="replace")
+    text = raw.decode("utf-8", errors="replace")
     try:
         data = json.loads(text) if suffix == ".json" else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError, RecursionError) as exc:  # JSONDecodeError: a ValueError

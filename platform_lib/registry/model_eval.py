@@ -28,6 +28,7 @@ from platform_lib.evaluation.text import format_metric
 from platform_lib.mlflow_store import configure_mlflow, log_json, redact_values
 from platform_lib.registry.gate import DEFAULT_SLICE_SPEC, compute_masks
 from platform_lib.shards.manifest import load_manifest
+from platform_lib.storage import call_with_retries
 
 __all__ = [
     "EVAL_TAG_PREFIX",
@@ -94,11 +95,27 @@ def spec_hash(spec_json: str) -> str:
 def resolve_dataset_hash(dataset: str) -> str:
     """Return the dataset hash in the manifest of the dataset folder or URL `dataset`.
 
+    Transient store errors are retried (`storage.call_with_retries`); what still fails is
+    mapped as `drivetrain data inspect` maps it (`platform_lib.cli.explain_error`).
+
     Raises:
-        ManifestMissingError, ManifestError, StorageURLError, StorageAccessError: as
-            `shards.manifest.load_manifest` (each a one-line error at the task boundary).
+        UserError: no such local folder, not a dataset (no manifest.json, a FIFO, a file),
+            a bad manifest, bad credentials or an unreachable store; one line naming `dataset`.
     """
-    return load_manifest(dataset).dataset_hash
+    from platform_lib.cli import explain_error
+    from platform_lib.shards.commands import check_dataset_folder
+
+    check_dataset_folder(dataset)
+    try:
+        manifest = call_with_retries(
+            lambda: load_manifest(dataset), what="reading the manifest of", url=dataset
+        )
+    except Exception as exc:
+        user = explain_error(exc, dataset)
+        if user is None:
+            raise
+        raise user from exc
+    return manifest.dataset_hash
 
 
 def _metrics(bands: tuple[str, ...], classes: tuple[str, ...]) -> list[MetricSpec]:
@@ -131,12 +148,22 @@ def evaluate_model_version(
 
     Raises:
         SliceSpecError: a slice needs an attribute the dataset lacks or selects no frame.
-        ValueError: the split is empty. The errors of `load_model_version`.
+        UserError: the split is empty (checked before the model is loaded). The errors of
+            `load_model_version`.
     """
     from platform_lib.registry.register import load_model_version
     from platform_lib.training.evaluate import count_model_frames
 
     spec = parse_slice_spec(json.loads(spec_json))
+    manifest = load_manifest(os.fspath(dataset_dir))
+    splits = dict(manifest.splits.counts)
+    if not splits.get(split):
+        present = ", ".join(name for name, count in sorted(splits.items()) if count)
+        raise UserError(
+            f"the dataset has no samples in split {split!r} (splits present: {splits})",
+            "split",
+            f"pick one of {present}, or rebuild the dataset with a {split!r} split",
+        )
     _, cfg, local = load_model_version(model_version)
     counts = count_model_frames(str(local / "model.safetensors"), cfg, str(dataset_dir), split)
     built_in = spec_json == read_slice_spec("")
@@ -146,7 +173,7 @@ def evaluate_model_version(
     )
     return {
         "model": model_version,
-        "dataset_hash": load_manifest(os.fspath(dataset_dir)).dataset_hash,
+        "dataset_hash": manifest.dataset_hash,
         "split": split,
         "spec": json.loads(spec_json),
         "spec_hash": spec_hash(spec_json),

@@ -23,6 +23,7 @@ import mlflow
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from platform_lib.errors import UserError
 from platform_lib.mlflow_store import configure_mlflow, log_json, redact_values
 from platform_lib.redact import redact
 from platform_lib.registry.lineage import Lineage
@@ -39,6 +40,7 @@ __all__ = [
     "load_model_version",
     "promote_champion",
     "register_model_version",
+    "resolve_model_name",
 ]
 
 MODEL_FORMAT = "drivetrain-model/1"
@@ -74,6 +76,28 @@ def _safe_tags(lineage: Lineage) -> dict[str, str]:
         if len(value) > _TAG_MAX:  # many source logs: keep a digest, full list in lineage.json
             tags[key] = "sha256:" + hashlib.sha256(value.encode()).hexdigest()
     return tags
+
+
+def resolve_model_name(model_name: str, source: str) -> str:
+    """Return the registered model name of a pipeline run ("" names "drivetrain-bev-<source>").
+
+    MLflow's rules (not blank, no "/" or ":", `mlflow.utils.validation._validate_model_name`)
+    and the model URI's (no "@": `models:/<name>@<alias>`), checked before any work.
+
+    Raises:
+        UserError: the name breaks a rule (culprit `model_name`).
+    """
+    name = model_name or f"drivetrain-bev-{source}"
+    bad = sorted({c for c in name if c in "/:@"})
+    if name.strip() and not bad:
+        return name
+    what = f"contains {', '.join(map(repr, bad))}" if bad else "is blank"
+    raise UserError(
+        f"model name {name!r} {what}",
+        "model_name",
+        "use a name without '/', ':' or '@', e.g. drivetrain-bev-pandaset, or '' for "
+        "drivetrain-bev-<source>",
+    )
 
 
 def current_champion(client: MlflowClient, name: str):

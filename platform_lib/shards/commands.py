@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # the manifest module pulls pydantic; keep the CLI import lig
 
 __all__ = [
     "add_data_commands",
+    "check_dataset_folder",
     "ensure_synthetic_logs",
     "parse_camera_size",
     "summarize_manifest",
@@ -196,8 +197,12 @@ def _run_build(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_dataset_folder(dataset: str) -> None:
-    """Fail in one line when a local dataset folder does not exist (before "no manifest.json")."""
+def check_dataset_folder(dataset: str) -> None:
+    """Fail in one line when a local dataset folder does not exist (before "no manifest.json").
+
+    Raises:
+        UserError: `dataset` is a local path that does not exist.
+    """
     if "://" not in dataset and not Path(dataset).exists():
         raise UserError(
             "dataset folder does not exist",
@@ -209,7 +214,7 @@ def _check_dataset_folder(dataset: str) -> None:
 def _run_inspect(args: argparse.Namespace) -> int:
     from platform_lib.shards.manifest import load_manifest
 
-    _check_dataset_folder(args.dataset)
+    check_dataset_folder(args.dataset)
     summary = summarize_manifest(load_manifest(args.dataset))
     if args.json:
         print(json.dumps(summary, indent=2, sort_keys=True))
@@ -223,7 +228,7 @@ def _run_inspect(args: argparse.Namespace) -> int:
 def _run_validate(args: argparse.Namespace) -> int:
     from platform_lib.shards.validate import validate_dataset
 
-    _check_dataset_folder(args.dataset)
+    check_dataset_folder(args.dataset)
     report = validate_dataset(args.dataset)
     print(report.describe(), file=sys.stdout if report.ok else sys.stderr)
     return 0 if report.ok else 1
@@ -273,7 +278,7 @@ def _run_view(args: argparse.Namespace) -> int:
     )
     if config is None:
         return 2
-    _check_dataset_folder(args.dataset)
+    check_dataset_folder(args.dataset)
     try:
         manifest = build_view(args.dataset, args.output, config)
     except BuildError as exc:  # the output folder may not be written

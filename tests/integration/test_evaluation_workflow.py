@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -124,11 +125,17 @@ def test_rerun_hits_the_cache_and_a_changed_spec_does_not(
     assert counted["evaluate_version"] == 1, counted
 
 
+DATASET_LINE = (
+    r"is not a complete Drivetrain dataset: it has no manifest.json .* "
+    r"rebuild it with `drivetrain data build \.\.\. --output"
+)
+
+
 @pytest.mark.parametrize(
-    ("model_uri", "spec_text", "message", "evaluated"),
+    ("inputs", "spec_text", "message", "evaluated"),
     [
         (
-            f"models:/{NAME}/9",
+            {"model_uri": f"models:/{NAME}/9"},
             None,
             rf"^error: model URI does not resolve: registered model '{NAME}' has no version 9 \(.*\) "
             r"\(model_uri\): use "
@@ -136,36 +143,114 @@ def test_rerun_hits_the_cache_and_a_changed_spec_does_not(
             0,
         ),
         (
-            f"models:/{NAME}@champion",
+            {},
             "slices:\n  - name: fast\n    where: {speed: {min: 3}}\n",
             r"^error: unknown attribute 'slices.0.where.speed' \(.*spec.yaml\): use one of "
             r"\['log_id', 'ego_speed_mps'",
             0,
         ),
         (
-            f"models:/{NAME}@champion",
+            {},
             "slices:\n  - name: night\n    where: {time_of_day: [night]}\n",
             r"^error: slice 'night' needs attribute 'time_of_day', which this dataset lacks "
             r"\(slice spec\)",
             1,
         ),
+        (
+            {},
+            "slices:\n  - name: nan\n    where: {ego_speed_mps: {min: .nan}}\n",
+            r"^error: slices.0.where.ego_speed_mps.min: Input should be a finite number "
+            r"\(.*spec.yaml\)",
+            0,
+        ),
+        (
+            {"spec": "{tmp}/nope.yaml"},
+            None,
+            r"^error: slice spec file does not exist \(.*nope.yaml\): pass a .yaml or .json",
+            0,
+        ),
+        (
+            {"spec": "{tmp}/empty"},
+            None,
+            r"^error: not a regular file: it is a directory \(.*empty\)",
+            0,
+        ),
+        (
+            {"split": "test"},
+            None,
+            r"^error: the dataset has no samples in split 'test' \(splits present: "
+            r"\{'train': 8, 'val': 4\}\) \(split\): pick one of train, val",
+            1,
+        ),
+        (
+            {"dataset": "{tmp}/nope"},
+            None,
+            r"^error: dataset folder does not exist \(.*nope\): pass the --output folder of "
+            r"`drivetrain data build`",
+            0,
+        ),
+        ({"dataset": "{tmp}/empty"}, None, rf"^error: .*empty {DATASET_LINE}", 0),
+        ({"dataset": "{tmp}/fifo"}, None, rf"^error: .*fifo {DATASET_LINE}", 0),
+        ({"dataset": "/etc"}, None, rf"^error: /etc {DATASET_LINE}", 0),
+        (
+            {"dataset": "https://user:hunter2@127.0.0.1:9/ds"},
+            None,
+            r"^error: reading the manifest of https://user:\*+@127.0.0.1:9/ds failed after 1 "
+            r"attempts \(ClientConnectorError: .*\): check the endpoint and the network",
+            0,
+        ),
+        (
+            {"dataset": "s3://bucket/ds"},
+            None,
+            r"^error: reading the manifest of s3://bucket/ds failed after 1 attempts "
+            r"\(EndpointConnectionError: .*\): check the endpoint and the network",
+            0,
+        ),
     ],
-    ids=["unresolved-model", "unknown-attribute", "dataset-lacks-attribute"],
+    ids=[
+        "unresolved-model",
+        "unknown-attribute",
+        "dataset-lacks-attribute",
+        "nan-bound",
+        "spec-missing",
+        "spec-folder",
+        "split-absent",
+        "dataset-missing",
+        "dataset-empty-folder",
+        "dataset-fifo",
+        "dataset-etc",
+        "dataset-https-unreachable",
+        "dataset-s3-unreachable",
+    ],
 )
 def test_bad_input_is_one_line(
     registered: Path,
     counted: collections.Counter,
     tmp_path: Path,
-    model_uri: str,
+    monkeypatch: pytest.MonkeyPatch,
+    inputs: dict[str, str],
     spec_text: str | None,
     message: str,
     evaluated: int,
 ) -> None:
+    monkeypatch.setenv("DRIVETRAIN_STORAGE_RETRIES", "0")  # an unreachable store: fail at once
+    for name, value in {
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:9",  # nothing listens on port 9 (discard)
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_MAX_ATTEMPTS": "1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    (tmp_path / "empty").mkdir()
+    os.mkfifo(tmp_path / "fifo")
     spec = ""
     if spec_text is not None:
         (tmp_path / "spec.yaml").write_text(spec_text)
         spec = str(tmp_path / "spec.yaml")
+    given = {"model_uri": f"models:/{NAME}@champion", "dataset": str(registered), "spec": spec}
+    given |= {k: v.format(tmp=tmp_path) for k, v in inputs.items()}
     with pytest.raises(Exception, match=message) as caught:  # noqa: B017 - flytekit wraps errors
-        _evaluate(model_uri=model_uri, dataset=str(registered), spec=spec)
+        _evaluate(**given)
     assert "\n" not in str(caught.value).strip()
+    assert "hunter2" not in str(caught.value)
     assert counted["evaluate_version"] == evaluated, counted

@@ -176,3 +176,16 @@ def test_unknown_split_names_the_methods(
         source="synthetic",
         split="by_day",
     )
+
+
+def test_model_name_mlflow_refuses_fails_before_any_work(
+    local_flyte: Path, executions: collections.Counter
+) -> None:
+    _fails(
+        executions,
+        r"^error: model name 'a/../b' contains '/' \(model_name\): use a name without '/', ':' "
+        r"or '@'",
+        source="synthetic",
+        model_name="a/../b",
+    )
+    assert executions["resolve_config"] == executions["materialize_raw_logs"] == 0, executions
