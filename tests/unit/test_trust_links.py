@@ -1,0 +1,93 @@
+"""Links that leave their root: a dataset's files, and the log folders of a raw-log root.
+
+Every file of a local dataset (manifest.json, index.parquet, each shard) must resolve inside
+the dataset folder: a link out of it is one line naming the file and the folder, in the
+loader, the reader, `validate_dataset` and `drivetrain data validate`, even when the link's
+target holds the very bytes the manifest names. Links inside the folder, and a dataset
+folder that is itself a link, stay allowed. Raw-log roots may link out (docs/security.md,
+"Known limits"), but a folder of the root that is not a log is never skipped silently.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from platform_lib.cli import main
+from platform_lib.errors import format_user_error
+from platform_lib.fsguard import PathOutsideRootError
+from platform_lib.loading.loader import build_loader
+from platform_lib.shards.index import INDEX_NAME
+from platform_lib.shards.manifest import MANIFEST_NAME
+from platform_lib.shards.reader import open_dataset
+from platform_lib.shards.validate import validate_dataset
+from platform_lib.shards.view import load_view
+from tests.support.datasets import write_test_dataset
+
+pytestmark = pytest.mark.timeout(30)
+
+SHARD = "shards/shard-000000.tar"
+
+
+@pytest.fixture()
+def dataset(tmp_path: Path) -> Path:
+    return write_test_dataset(tmp_path / "data", {"loga": 4, "logb": 4})
+
+
+def _link_out(dataset: Path, name: str, outside: Path) -> Path:
+    """Move the dataset's file `name` to `outside` (same bytes) and leave a link to it."""
+    outside.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(dataset / name, outside)
+    (dataset / name).symlink_to(outside)
+    return dataset / name
+
+
+def _refused(error: PathOutsideRootError, file: Path, root: Path) -> None:
+    line = format_user_error(error)
+    assert "\n" not in line and line.startswith("error: path leaves its root")
+    assert str(file) in line and str(root) in line
+
+
+@pytest.mark.parametrize("name", [SHARD, INDEX_NAME, MANIFEST_NAME])
+def test_a_dataset_file_linked_out_of_the_folder_is_refused_even_with_identical_bytes(
+    dataset, tmp_path, name
+):
+    link = _link_out(dataset, name, tmp_path / "elsewhere" / Path(name).name)
+    for open_it in (
+        lambda: load_view(str(dataset)),
+        lambda: open_dataset(dataset),
+        lambda: validate_dataset(str(dataset)),
+        lambda: build_loader(
+            str(dataset), rank=0, world_size=1, batch_size=4, num_workers=0, seed=0
+        ),
+    ):
+        with pytest.raises(PathOutsideRootError) as caught:
+            open_it()
+        _refused(caught.value, link, dataset)
+
+
+def test_a_shard_linked_to_etc_passwd_is_one_line_from_data_validate(dataset, capsys):
+    (dataset / SHARD).unlink()
+    (dataset / SHARD).symlink_to("/etc/passwd")
+    assert main(["data", "validate", str(dataset)]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: path leaves its root")
+    assert str(dataset / SHARD) in err[0] and "Traceback" not in err[0]
+
+
+def test_links_inside_the_dataset_folder_and_a_linked_dataset_folder_stay_allowed(
+    dataset, tmp_path
+):
+    spare = dataset / "spare"
+    spare.mkdir()
+    shutil.move(dataset / SHARD, spare / "shard.tar")
+    (dataset / SHARD).symlink_to("../spare/shard.tar")
+    linked = tmp_path / "linked-dataset"
+    linked.symlink_to(dataset)
+    for root in (dataset, linked):
+        assert validate_dataset(str(root)).ok
+        assert len(open_dataset(root)) == 8
+        loader = build_loader(str(root), rank=0, world_size=1, batch_size=4, num_workers=0, seed=0)
+        assert sum(len(batch["__key__"]) for batch in loader) == 8
