@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from platform_lib.cli import main
-from platform_lib.errors import format_user_error
+from platform_lib.errors import UserError, format_user_error
 from platform_lib.fsguard import PathOutsideRootError
 from platform_lib.loading.loader import build_loader
 from platform_lib.shards.index import INDEX_NAME
@@ -24,6 +24,7 @@ from platform_lib.shards.manifest import MANIFEST_NAME
 from platform_lib.shards.reader import open_dataset
 from platform_lib.shards.validate import validate_dataset
 from platform_lib.shards.view import load_view
+from platform_lib.sources.catalog import list_log_urls
 from tests.support.datasets import write_test_dataset
 
 pytestmark = pytest.mark.timeout(30)
@@ -91,3 +92,59 @@ def test_links_inside_the_dataset_folder_and_a_linked_dataset_folder_stay_allowe
         assert len(open_dataset(root)) == 8
         loader = build_loader(str(root), rank=0, world_size=1, batch_size=4, num_workers=0, seed=0)
         assert sum(len(batch["__key__"]) for batch in loader) == 8
+
+
+@pytest.fixture()
+def raw_with_a_linked_folder(synthetic_root, tmp_path) -> tuple[Path, Path]:
+    """Two synthetic logs and `synth-0009`, a link to a folder outside the root that is no log."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for name in ("synth-0000", "synth-0001"):
+        shutil.copytree(synthetic_root / name, raw / name)
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "sub").mkdir(parents=True)
+    (elsewhere / "sub" / "notes.txt").write_text("not a log\n")
+    (raw / "synth-0009").symlink_to(elsewhere)
+    return raw, raw / "synth-0009"
+
+
+def test_a_raw_log_folder_linked_to_a_non_log_is_refused_not_skipped(raw_with_a_linked_folder):
+    raw, link = raw_with_a_linked_folder
+    with pytest.raises(UserError) as caught:
+        list_log_urls("synthetic", str(raw))
+    line = format_user_error(caught.value)
+    assert "\n" not in line and str(link) in line and "not a synthetic log" in line
+    assert str(link.resolve()) in line  # the link's target
+
+
+def test_data_build_refuses_a_linked_non_log_folder_instead_of_building_the_others(
+    raw_with_a_linked_folder, tmp_path, capsys
+):
+    raw, link = raw_with_a_linked_folder
+    code = main(
+        [
+            "data",
+            "build",
+            "--source",
+            "synthetic",
+            "--input",
+            str(raw),
+            "--output",
+            str(tmp_path / "ds"),
+        ]
+    )
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert code != 0 and not (tmp_path / "ds" / MANIFEST_NAME).exists()
+    assert len(errors) == 1 and str(link) in errors[0] and "not a synthetic log" in errors[0]
+
+
+def test_hidden_folders_and_a_single_log_root_are_still_listed_as_before(
+    raw_with_a_linked_folder,
+):
+    raw, link = raw_with_a_linked_folder
+    link.rename(raw / ".synth-0009")
+    assert [Path(p).name for p in list_log_urls("synthetic", str(raw))] == [
+        "synth-0000",
+        "synth-0001",
+    ]
+    assert list_log_urls("synthetic", str(raw / "synth-0000")) == [str(raw / "synth-0000")]
