@@ -10,14 +10,18 @@ folder that is itself a link, stay allowed. Raw-log roots may link out (docs/sec
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 from pathlib import Path
 
+import fsspec
 import pytest
 
 from platform_lib.cli import main
 from platform_lib.errors import UserError, format_user_error
 from platform_lib.fsguard import PathOutsideRootError
+from platform_lib.loading.cache import ShardCache
 from platform_lib.loading.loader import build_loader
 from platform_lib.shards.index import INDEX_NAME
 from platform_lib.shards.manifest import MANIFEST_NAME
@@ -148,3 +152,30 @@ def test_hidden_folders_and_a_single_log_root_are_still_listed_as_before(
         "synth-0001",
     ]
     assert list_log_urls("synthetic", str(raw / "synth-0000")) == [str(raw / "synth-0000")]
+
+
+def test_a_cached_shard_linked_out_of_the_node_cache_is_refused(dataset, tmp_path):
+    url = "memory://f2-links/ds"
+    store = fsspec.filesystem("memory")
+    for path in sorted(dataset.rglob("*")):
+        if path.is_file():
+            store.pipe_file(f"{url}/{path.relative_to(dataset).as_posix()}", path.read_bytes())
+    manifest = json.loads((dataset / MANIFEST_NAME).read_text())
+    cache = ShardCache(
+        url=url,
+        root="/f2-links/ds",
+        storage_options={},
+        dataset_hash=manifest["dataset_hash"],
+        cache_dir=str(tmp_path / "cache"),
+        limit_bytes=10**9,
+        max_retries=0,
+        backoff_s=0.0,
+    )
+    planted = cache.folder / SHARD
+    planted.parent.mkdir(parents=True)
+    planted.symlink_to(dataset / SHARD)  # the very bytes, outside the cache folder
+    with pytest.raises(PathOutsideRootError) as caught:
+        cache.open(SHARD, (dataset / SHARD).stat().st_size)
+    _refused(caught.value, planted, cache.base)
+    planted.unlink()
+    os.close(cache.open(SHARD, (dataset / SHARD).stat().st_size))  # downloaded into the cache
