@@ -22,7 +22,7 @@ from typing import TypeVar
 
 import filelock
 
-from platform_lib.fsguard import open_regular, remove_if_orphaned
+from platform_lib.fsguard import ensure_inside, open_regular, remove_if_orphaned
 from platform_lib.loading.errors import (
     CacheFullError,
     ManifestError,
@@ -165,6 +165,8 @@ class ShardCache:
             ObjectStoreUnreachableError: the download kept failing after retries.
             ShardFormatError: the object's size differs from the manifest.
             NotRegularFileError: the cached file is not a regular file.
+            PathOutsideRootError: the cached file (or a folder on its way) is a link out of
+                the cache folder (planted there); names it and the cache folder.
         """
         try:
             check_shard_path(shard_path)
@@ -173,6 +175,7 @@ class ShardCache:
         if shard_path in self._failed:
             raise self._failed[shard_path]
         local = self.folder / shard_path
+        ensure_inside(local, self.base)  # one resolve per open: no link out of the cache
         local.parent.mkdir(parents=True, exist_ok=True)
         (self.folder / CACHE_MARKER).touch(exist_ok=True)
         try:

@@ -3,7 +3,9 @@ r"""manifest.json as a typed object: the identity and inventory of a dataset, wr
 `Manifest` (pydantic, frozen) is validated when loaded, so no caller reads a dict by key or
 re-checks a field; manifest.json is read only as a regular file of at most
 `MAX_MANIFEST_BYTES`. Shard paths must be `shards/shard-NNNNNN.tar`, and a merged dataset's
-shard `location`s are checked by `shard_location` before any byte is read. `dataset_hash`
+shard `location`s are checked by `shard_location` before any byte is read. Every file of a
+local dataset (manifest, index, shards) is named through `dataset_file`, which refuses one
+whose links lead out of the dataset folder. `dataset_hash`
 (formula: docs/format.md, "Manifest") identifies a dataset for caching, lineage and MLflow.
 """
 
@@ -49,6 +51,7 @@ __all__ = [
     "builder_version",
     "check_shard_path",
     "compute_dataset_hash",
+    "dataset_file",
     "declared_shard_roots",
     "dumps_manifest",
     "load_manifest",
@@ -337,6 +340,33 @@ class ShardLocationError(UserError, ManifestError):
         return type(self), (self.location, self.manifest, self.allowed)
 
 
+def dataset_file(root: str, name: str, *, is_local: bool) -> str:
+    """Return `<root>/<name>`, a file of the dataset at `root`, refusing a local one outside it.
+
+    The one place where a dataset's own files (manifest.json, index.parquet, shards) get their
+    paths: for a local dataset the path is resolved (links and `..` followed) and must stay
+    inside the resolved folder, so a link to another file of the dataset is fine and one to
+    /etc/passwd is refused before it is opened. One `resolve` per file and open of the
+    dataset, none per sample. Object stores have no links (`..` is refused by
+    `check_shard_path`).
+
+    Args:
+        root: the dataset folder (a path, a `file://` URL or, with `is_local` False, a URL or a
+            path inside a remote file system).
+        name: the file's path relative to `root`.
+        is_local: `root` is on the local file system.
+
+    Raises:
+        PathOutsideRootError: the local file resolves outside `root`; names the file and the
+            root.
+    """
+    root = root.rstrip("/")
+    path = f"{root}/{name}"
+    if is_local:
+        ensure_inside(_local_path(path), _local_path(root))
+    return path
+
+
 def declared_shard_roots(roots: Sequence[str | os.PathLike[str]] = ()) -> tuple[str, ...]:
     """Return the folders the user declared for shard locations: `roots`, then `$DRIVETRAIN_SHARD_ROOTS`."""
     env = os.environ.get(SHARD_ROOTS_ENV, "").split(",")
@@ -414,11 +444,12 @@ def shard_location(
     Raises:
         ShardLocationError: the location leaves the dataset folder and every declared root;
             names the location and the manifest.
+        PathOutsideRootError: a local shard `<root>/<path>` links out of the dataset folder.
     """
     root = str(root).rstrip("/")
     location = entry.location
     if not location:
-        return f"{root}/{entry.path}"
+        return dataset_file(root, entry.path, is_local=is_local_url(root))
     target = location if "://" in location or location.startswith("/") else f"{root}/{location}"
     _check_location(target, root, declared_shard_roots(roots), location)
     return target
@@ -459,6 +490,7 @@ def load_manifest(root: str | Path, *, storage_options: dict[str, Any] | None = 
             holds more than `MAX_MANIFEST_BYTES`.
         NotRegularFileError: a local manifest.json is a FIFO, device, socket, folder or kernel
             file.
+        PathOutsideRootError: a local manifest.json links out of the dataset folder.
         StorageURLError: `root` is no usable location (unknown scheme, malformed, bad bucket).
         StorageAccessError: missing or bad credentials, or access denied.
         OSError: a transient store error (network, throttling): callers decide whether to
@@ -466,8 +498,9 @@ def load_manifest(root: str | Path, *, storage_options: dict[str, Any] | None = 
     """
     root_str = str(root).rstrip("/")
     try:
-        fs, path, _ = resolve_fs(root_str, storage_options)
-        raw = read_input(fs, f"{path.rstrip('/')}/{MANIFEST_NAME}", max_bytes=MAX_MANIFEST_BYTES)
+        fs, path, is_local = resolve_fs(root_str, storage_options)
+        manifest_path = dataset_file(path, MANIFEST_NAME, is_local=is_local)
+        raw = read_input(fs, manifest_path, max_bytes=MAX_MANIFEST_BYTES)
     except (FileNotFoundError, NotADirectoryError):
         raw = None
     except UserError as exc:

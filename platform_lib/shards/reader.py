@@ -25,7 +25,7 @@ from fsspec.implementations.local import LocalFileSystem
 from platform_lib.fsguard import open_regular
 from platform_lib.shards.errors import SampleIntegrityError, ShardFormatError
 from platform_lib.shards.index import INDEX_NAME, load_index
-from platform_lib.shards.manifest import Manifest, load_manifest, shard_location
+from platform_lib.shards.manifest import Manifest, dataset_file, load_manifest, shard_location
 from platform_lib.shards.sample import verification_folder
 from platform_lib.shards.tar import check_member_name, iter_tar_members, split_member_name
 from platform_lib.shards.view import DatasetView, view_from_table
@@ -163,7 +163,7 @@ class DatasetReader:
         self._fs, self._path, is_local = resolve_fs(self.root, options)
         self.index: pa.Table = load_index(
             self._fs,
-            f"{self._path}/{INDEX_NAME}",
+            dataset_file(self._path, INDEX_NAME, is_local=is_local),
             self.manifest.index,
             is_local=is_local,
             where=f"{self.root}/{INDEX_NAME}",

@@ -5,9 +5,10 @@ manifest keys and dataset_hash; index.parquet size (before reading it) and sha25
 content hashes; each shard's size (before reading more than the manifest's) and sha256; a tar scan of each shard (member names safe,
 regular files, header checksums, zero padding) compared member by member with the index
 (offset, size, sha256, sample ranges) and the manifest's per-shard sample counts. Local files
-are opened only when they are regular files (`platform_lib.fsguard`), and shard locations
-only inside the dataset folder or a declared root (`manifest.shard_location`): both refusals
-raise (one line) instead of being listed.
+are opened only when they are regular files (`platform_lib.fsguard`) that resolve inside the
+dataset folder (`manifest.dataset_file`), and shard locations only inside the dataset folder or
+a declared root (`manifest.shard_location`): these refusals raise (one line) instead of being
+listed.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from platform_lib.shards.index import INDEX_NAME, read_index
 from platform_lib.shards.manifest import (
     Manifest,
     compute_dataset_hash,
+    dataset_file,
     load_manifest,
     shard_location,
 )
@@ -338,6 +340,7 @@ def validate_dataset(
         NotRegularFileError: a local manifest, index or shard is a FIFO, device, socket, folder
             or kernel file (/proc, /sys, ...).
         ShardLocationError: a shard location outside the dataset folder and `shard_roots`.
+        PathOutsideRootError: a local manifest, index or shard links out of the dataset folder.
     """
     root = str(root).rstrip("/")
     report = ValidationReport(root=root)
@@ -366,7 +369,8 @@ def validate_dataset(
             )
         )
     try:
-        index_size, index_bytes = _read_sized(fs, f"{base}/{INDEX_NAME}", index_entry.bytes)
+        index_file = dataset_file(base, INDEX_NAME, is_local=isinstance(fs, LocalFileSystem))
+        index_size, index_bytes = _read_sized(fs, index_file, index_entry.bytes)
     except FileNotFoundError:
         problems.append(Problem(message=f"{INDEX_NAME} is missing; rebuild the dataset"))
         return report

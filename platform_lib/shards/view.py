@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from platform_lib.shards.errors import DatasetIndexError
 from platform_lib.shards.index import INDEX_NAME, check_index_table, load_index
-from platform_lib.shards.manifest import Manifest, load_manifest, shard_location
+from platform_lib.shards.manifest import Manifest, dataset_file, load_manifest, shard_location
 from platform_lib.shards.sample import verification_folder
 from platform_lib.storage import resolve_fs
 
@@ -257,7 +257,9 @@ def _shard_files(
     """Where each shard's bytes are: `<root>/<path>`, or the parts of a merged dataset."""
     if not any(s.location for s in manifest.shards):
         return {
-            "shard_files": tuple(f"{root}/{p}" for p in manifest.shard_paths),
+            "shard_files": tuple(
+                dataset_file(root, p, is_local=is_local) for p in manifest.shard_paths
+            ),
             "store_url": url,
             "is_local": is_local,
         }
@@ -382,6 +384,7 @@ def load_view(
             manifest's, unreadable, off-schema, or a row inconsistent with the manifest
             (see `load_index`, `view_from_table`).
         NotRegularFileError: a local index that is not a regular file.
+        PathOutsideRootError: a local manifest, index or shard links out of the dataset folder.
         OSError: the store could not be read (the loader retries transient ones).
     """
     options = dict(storage_options or {})
@@ -389,7 +392,7 @@ def load_view(
     manifest = load_manifest(url, storage_options=options)
     table, _ = load_index(
         fs,
-        f"{root}/{INDEX_NAME}",
+        dataset_file(root, INDEX_NAME, is_local=is_local),
         manifest.index,
         is_local=is_local,
         where=f"{url}/{INDEX_NAME}",

@@ -77,10 +77,32 @@ def _resolve(
 def list_logs(source: str, root: str | os.PathLike[str]) -> list[Path]:
     """Return the sorted log folders of `source` under `root` (or [root] if it is one log).
 
+    Every folder of a root of logs is a log or hidden (name starting with "."): a folder the
+    reader does not recognise (a link to some other folder, a log missing its metadata) is
+    refused, never skipped, so no log is left out of a build silently. Links may lead out of
+    the root (docs/security.md, "Known limits"): their targets are read and hashed.
+
     Raises:
         ValueError: unknown source. FileNotFoundError: no log found.
+        UserError: a folder of the root is not a log of `source` (names it, and its link
+            target when it is a link).
     """
-    return _resolve(source)[0](Path(root))
+    root = Path(root)
+    logs = _resolve(source)[0](root)
+    if logs == [root]:
+        return logs
+    known = set(logs)
+    for entry in sorted(root.iterdir()):
+        if entry.name.startswith(".") or entry in known or not entry.is_dir():
+            continue
+        link = f", a link to {os.readlink(entry)}" if entry.is_symlink() else ""
+        raise UserError(
+            f"folder is not a {source} log{link}",
+            str(entry),
+            f"make it a {source} log, move it out of the raw-log folder, or rename it to "
+            "start with '.' to leave it out",
+        )
+    return logs
 
 
 def iter_log_frames(

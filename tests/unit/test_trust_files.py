@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import stat
 from pathlib import Path
 
 import pytest
@@ -44,8 +45,9 @@ def dataset(tmp_path: Path) -> Path:
 
 @pytest.fixture()
 def replace():
-    """Return `replace(path, kind)`: the file at `path` becomes a FIFO, a link to /dev/null
-    (a character device) or a listening Unix socket (closed after the test)."""
+    """Return `replace(path, kind)`: the file at `path` becomes a FIFO, a character device
+    (/dev/null's numbers; a link to /dev/null leaves the folder: test_trust_links.py) or a
+    listening Unix socket (closed after the test)."""
     sockets: list[socket.socket] = []
 
     def replace_with(path: Path, kind: str) -> None:
@@ -53,7 +55,10 @@ def replace():
         if kind == "fifo":
             os.mkfifo(path)
         elif kind == "device":
-            path.symlink_to("/dev/null")
+            try:
+                os.mknod(path, stat.S_IFCHR | 0o600, os.makedev(1, 3))
+            except PermissionError:
+                pytest.skip("creating a device node needs CAP_MKNOD")
         else:
             sockets.append(socket.socket(socket.AF_UNIX))
             sockets[-1].bind(str(path))

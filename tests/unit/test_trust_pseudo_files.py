@@ -2,8 +2,9 @@
 
 The kernel calls `/proc/kmsg` a regular file of size 0 whose read blocks until the kernel logs
 something; `/proc/self/status` reads differently per reader. As a raw JPEG, manifest.json,
-index.parquet or shard, each must be refused (`NotRegularFileError` naming the path) before a
-byte is read. Every test runs under a SIGALRM deadline, so a regression fails instead of
+index.parquet or shard, each must be refused before a byte is read: a raw file by
+`NotRegularFileError` naming the path, a dataset's file already as a link out of the dataset
+folder (`PathOutsideRootError`). Every test runs under a SIGALRM deadline, so a regression fails instead of
 hanging the run.
 """
 
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from platform_lib.errors import format_user_error
-from platform_lib.fsguard import NotRegularFileError, read_regular
+from platform_lib.fsguard import NotRegularFileError, PathOutsideRootError, read_regular
 from platform_lib.loading.loader import build_loader
 from platform_lib.shards.manifest import load_manifest
 from platform_lib.shards.reader import open_dataset
@@ -69,6 +70,18 @@ def _link(path: Path, target: str) -> None:
     path.symlink_to(target)
 
 
+def _refused_outside(action, path: Path, root: Path) -> None:
+    """Run `action()`; it must raise PathOutsideRootError naming `path` and `root`, in time.
+
+    A dataset's files must stay inside its folder (test_trust_links.py), so a link from one to
+    a kernel file is refused before the file is opened.
+    """
+    with _deadline(), pytest.raises(PathOutsideRootError) as info:
+        action()
+    line = format_user_error(info.value)
+    assert "\n" not in line and str(path) in line and str(root) in line, line
+
+
 def _refused(action, path: Path) -> str:
     """Run `action()`; it must raise NotRegularFileError naming `path`, within the deadline."""
     with _deadline(), pytest.raises(NotRegularFileError) as info:
@@ -99,28 +112,32 @@ def test_raw_jpeg_linked_to_a_kernel_file_is_refused(tmp_path, target):
 def test_manifest_linked_to_a_kernel_file_is_refused(dataset, target):
     _link(dataset / "manifest.json", target)
     for opener in (load_manifest, open_dataset, load_view, validate_dataset):
-        _refused(lambda opener=opener: opener(str(dataset)), dataset / "manifest.json")
+        _refused_outside(
+            lambda opener=opener: opener(str(dataset)), dataset / "manifest.json", dataset
+        )
 
 
 @pytest.mark.parametrize("target", KERNEL_FILES)
 def test_index_linked_to_a_kernel_file_is_refused(dataset, target):
     _link(dataset / "index.parquet", target)
     for opener in (open_dataset, load_view, validate_dataset):
-        _refused(lambda opener=opener: opener(str(dataset)), dataset / "index.parquet")
+        _refused_outside(
+            lambda opener=opener: opener(str(dataset)), dataset / "index.parquet", dataset
+        )
 
 
 @pytest.mark.parametrize("target", KERNEL_FILES)
 def test_shard_linked_to_a_kernel_file_is_refused(dataset, target):
     _link(dataset / SHARD, target)
-    _refused(lambda: validate_dataset(str(dataset)), dataset / SHARD)
-    reader = open_dataset(dataset)
-    key = reader.index.filter(reader.index["shard_id"].to_numpy() == 0)["key"][0].as_py()
-    _refused(lambda: reader.read_sample(key), dataset / SHARD)
-    reader.close()
-    loader = build_loader(
-        str(dataset), rank=0, world_size=1, batch_size=4, num_workers=0, seed=0
-    )  # no worker, so no per-batch deadline: the open itself must refuse
-    _refused(lambda: [k for batch in loader for k in batch["__key__"]], dataset / SHARD)
+    for opener in (open_dataset, load_view, validate_dataset):
+        _refused_outside(lambda opener=opener: opener(str(dataset)), dataset / SHARD, dataset)
+    _refused_outside(
+        lambda: build_loader(
+            str(dataset), rank=0, world_size=1, batch_size=4, num_workers=0, seed=0
+        ),
+        dataset / SHARD,
+        dataset,
+    )
 
 
 def test_validate_reads_no_more_of_a_shard_than_the_manifest_says(dataset):
