@@ -17,6 +17,7 @@ from flytekit import Cache, Deck, current_context, task
 from flytekit.deck import DeckField
 from flytekit.types.directory import FlyteDirectory
 
+from platform_lib.registry.gate import parse_promotion
 from platform_lib.registry.lineage import resolve_code_version
 from platform_lib.registry.record import record_training_run
 from platform_lib.registry.register import resolve_model_name
@@ -45,6 +46,17 @@ def check_model_name(model_name: str, source: str) -> str:
         return resolve_model_name(model_name, source)
 
 
+@task(container_image=TASK_IMAGE, cache=Cache(version="1"), retries=1)
+def check_promotion(promotion: str) -> str:
+    """Return the champion gate's rule as canonical JSON ("" is the default rule).
+
+    Checked before any work, like the model name: a margin outside [0, 1], an unknown field or
+    slice fails here in one line naming `promotion`.
+    """
+    with task_errors("checking the promotion rule"):
+        return parse_promotion(promotion).model_dump_json()
+
+
 @task(
     container_image=TASK_IMAGE,
     cache=Cache(version="2"),
@@ -61,12 +73,13 @@ def register_model(
     run: FlyteDirectory,
     eval_table: FlyteDirectory,
     config: TrainConfig,
+    promotion: str = "",
 ) -> str:
     """Publish the run's goodput report, register its model with lineage tags; return its URI.
 
     Returns `models:/<name>/<version>`. `model_name` "" registers as "drivetrain-bev-<source>";
     `eval_table` is the evaluation folder (`evaluate_model`). The champion moves only when the
-    gate promotes.
+    gate promotes under `promotion` (`check_promotion`'s JSON; "" the default rule).
     """
     with task_errors("logging to MLflow"), mlflow_credentials():
         run_dir = download_input(run, "train_model")
@@ -82,6 +95,7 @@ def register_model(
             execution_id=current_context().execution_id.name or "local",
             code_version=resolve_code_version(CHECKOUT),
             gate_dir=Path(current_context().working_directory) / "promotion",
+            promotion=parse_promotion(promotion),
         )
     if registration.page is not None:
         Deck("Promotion", Path(registration.page).read_text(encoding="utf-8"))

@@ -208,6 +208,7 @@ def record_pipeline_failure(
     synthetic: SyntheticConfig,
     split: str,
     quarantine: bool,
+    promotion: str,
     err: FlyteError | None = None,
 ) -> None:
     """The training pipeline's failure node (`on_failure=`): takes the workflow's inputs and the error.

@@ -23,7 +23,7 @@ from tasks.data import (
     merge_dataset,
 )
 from tasks.evaluate import evaluate_model
-from tasks.register import check_model_name, register_model
+from tasks.register import check_model_name, check_promotion, register_model
 from tasks.train import resolve_config, train_model
 from tasks.triage import record_pipeline_failure
 from tasks.view import build_training_view, choose_training_view
@@ -53,6 +53,7 @@ def training_pipeline(
     synthetic: SyntheticConfig = DEFAULT_SYNTHETIC,
     split: str = "",
     quarantine: bool = False,
+    promotion: str = "",
 ) -> str:
     """Build, train, evaluate and register; return the new model version's `models:/` URI.
 
@@ -71,10 +72,14 @@ def training_pipeline(
             default (`platform_lib.sources.catalog.DEFAULT_SPLITS`).
         quarantine: leave bad frames out of the dataset (listed in its manifest) instead of
             failing the build.
+        promotion: the champion gate's rule, a JSON object of `PromotionConfig` fields, e.g.
+            '{"margin": 0.05, "gated_slices": ["all", "moving"]}'; "" the default rule.
     """
     name = check_model_name(model_name=model_name, source=source)
+    rule = check_promotion(promotion=promotion)
     config = resolve_config(preset=preset, overrides=overrides, seed=seed)
     name >> config  # training waits for the name check on a cluster too (nodes run in parallel)
+    rule >> config
     logs = materialize_raw_logs(source=source, raw_logs=raw_logs, synthetic=synthetic)
     logs_hash = hash_raw_logs(source=source, raw_logs=logs, requested=raw_logs)
     build_config = dataset_config(source=source, split=split, quarantine=quarantine)
@@ -95,4 +100,5 @@ def training_pipeline(
         run=run,
         eval_table=table,
         config=config,
+        promotion=rule,
     )

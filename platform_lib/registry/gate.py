@@ -27,7 +27,11 @@ from platform_lib.evaluation.bootstrap import summarize_slices
 from platform_lib.evaluation.errors import SliceSpecError
 from platform_lib.evaluation.metrics import FrameCounts
 from platform_lib.evaluation.plots import BAND_PLOT, DIFFERENCE_PLOT, render_promotion_plots
-from platform_lib.evaluation.promotion import PromotionConfig, decide_promotion
+from platform_lib.evaluation.promotion import (
+    PromotionConfig,
+    decide_promotion,
+    parse_promotion_config,
+)
 from platform_lib.evaluation.slices import (
     FrameAttributes,
     SliceSpec,
@@ -39,6 +43,7 @@ from platform_lib.evaluation.text import format_difference, format_metric
 
 __all__ = [
     "DEFAULT_PROMOTION",
+    "parse_promotion",
     "DEFAULT_SLICE_SPEC",
     "PAGE_NAME",
     "PLOT_BOXES",
@@ -72,6 +77,21 @@ PLOT_BOXES = {
     BAND_PLOT: (_GAP, _TOP, _PLOT_W, _PLOT_H),
     DIFFERENCE_PLOT: (2 * _GAP + _PLOT_W, _TOP, _PLOT_W, _PLOT_H),
 }
+
+
+def parse_promotion(text: str) -> PromotionConfig:
+    """Return the promotion rule given as a JSON object of `PromotionConfig` fields ("": the default).
+
+    E.g. '{"margin": 0.05, "gated_slices": ["all", "moving"]}'.
+
+    Raises:
+        ConfigError, EvaluationError: not a JSON object, or an unknown field or a value out of
+            range (a margin outside [0, 1]); one line naming `promotion` and the field.
+    """
+    from platform_lib.training.overrides import parse_overrides
+
+    data = parse_overrides(text, culprit="promotion")
+    return parse_promotion_config(data, culprit="promotion") if data else DEFAULT_PROMOTION
 
 
 @dataclass(frozen=True, kw_only=True)

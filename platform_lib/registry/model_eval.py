@@ -96,13 +96,13 @@ def resolve_dataset_hash(dataset: str) -> str:
     """Return the dataset hash in the manifest of the dataset folder or URL `dataset`.
 
     Transient store errors are retried (`storage.call_with_retries`); what still fails is
-    mapped as `drivetrain data inspect` maps it (`platform_lib.cli.explain_error`).
+    mapped as `drivetrain data inspect` maps it (`errors.to_user_error`, then
+    `storage.explain_location_error`, then `shards.check.explain_dataset_error`).
 
     Raises:
         UserError: no such local folder, not a dataset (no manifest.json, a FIFO, a file),
             a bad manifest, bad credentials or an unreachable store; one line naming `dataset`.
     """
-    from platform_lib.cli import explain_error
     from platform_lib.shards.commands import check_dataset_folder
 
     check_dataset_folder(dataset)
@@ -111,7 +111,7 @@ def resolve_dataset_hash(dataset: str) -> str:
             lambda: load_manifest(dataset), what="reading the manifest of", url=dataset
         )
     except Exception as exc:
-        user = explain_error(exc, dataset)
+        user = _explain_dataset_read_error(exc, dataset)
         if user is None:
             raise
         raise user from exc
@@ -228,3 +228,16 @@ def summarize(result: dict[str, Any]) -> str:
         f"{result['num_frames']} frames): iou/mean/all {format_metric(overall)}; tags "
         f"{EVAL_TAG_PREFIX}{result['dataset_hash'][:12]}.*"
     )
+
+
+def _explain_dataset_read_error(error: BaseException, dataset: str) -> UserError | None:
+    """The one-line error of reading a dataset's manifest, as `drivetrain data inspect` gives it."""
+    from platform_lib.errors import to_user_error
+    from platform_lib.shards.check import explain_dataset_error
+    from platform_lib.shards.errors import DatasetError
+    from platform_lib.storage import explain_location_error
+
+    user = to_user_error(error, where=dataset) or explain_location_error(error, dataset)
+    if user is None and isinstance(error, DatasetError):
+        user = explain_dataset_error(error, dataset)
+    return user

@@ -189,3 +189,20 @@ def test_model_name_mlflow_refuses_fails_before_any_work(
         model_name="a/../b",
     )
     assert executions["resolve_config"] == executions["materialize_raw_logs"] == 0, executions
+
+
+@pytest.mark.parametrize(
+    ("promotion", "match"),
+    [
+        ('{"margin": 2}', r"margin.*less than or equal to 1.*\(promotion\)"),
+        ('{"gated_slices": ["all"], "slice_margins": {"moving": 0.1}}', r"not gated"),
+        ('{"promotoin": {}}', r"promotoin"),
+        ("[1, 2]", r"not a JSON object.*\(promotion\)"),
+    ],
+    ids=["margin-above-1", "margin-of-ungated-slice", "unknown-field", "not-an-object"],
+)
+def test_a_bad_promotion_rule_fails_before_any_work(
+    local_flyte: Path, executions: collections.Counter, promotion: str, match: str
+) -> None:
+    _fails(executions, rf"^error: .*{match}", source="synthetic", promotion=promotion)
+    assert executions["resolve_config"] == executions["materialize_raw_logs"] == 0, executions

@@ -134,3 +134,16 @@ def test_plots_are_written_as_png(tmp_path: Path) -> None:
     for p in paths:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000
     assert sorted(x.name for x in (tmp_path / "plots").iterdir()) == sorted(p.name for p in paths)
+
+
+def test_the_promotion_rule_is_a_json_object_of_its_fields():
+    from platform_lib.errors import UserError
+    from platform_lib.registry.gate import DEFAULT_PROMOTION, parse_promotion
+
+    assert parse_promotion("") is DEFAULT_PROMOTION
+    rule = parse_promotion('{"margin": 0.05, "gated_slices": ["all", "moving"]}')
+    assert rule.margin == 0.05 and rule.gated_slices == ("all", "moving")
+    for bad in ('{"margin": -0.1}', '{"margin": 1.5}', '{"nope": 1}', "[]", "{"):
+        with pytest.raises(UserError) as info:
+            parse_promotion(bad)
+        assert "promotion" in str(info.value) and "\n" not in str(info.value)

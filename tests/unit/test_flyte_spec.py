@@ -71,7 +71,12 @@ def _spec(entity):
 
 def test_every_task_is_cached_with_a_version_and_retries() -> None:
     tasks = _tasks()
-    assert set(tasks) == IO_TASKS | {"check_model_name", "resolve_config", "dataset_config"}
+    assert set(tasks) == IO_TASKS | {
+        "check_model_name",
+        "check_promotion",
+        "resolve_config",
+        "dataset_config",
+    }
     for name, entity in tasks.items():
         meta = _spec(entity).template.metadata
         assert meta.retries.retries >= (2 if name in IO_TASKS else 1), name

@@ -97,6 +97,7 @@ def test_the_task_takes_the_workflow_inputs_and_the_error(client, tmp_path):
         synthetic=DEFAULT_SYNTHETIC,
         split="",
         quarantine=False,
+        promotion="",
         err=FlyteError(message=_plugin_error(-9, tmp_path), failed_node_id="n7"),
     )
     (run,) = _failed_runs(client)

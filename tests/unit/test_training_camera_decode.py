@@ -19,7 +19,6 @@ from platform_lib.loading.config import LoaderConfig
 from platform_lib.loading.dataset import BatchStream
 from platform_lib.loading.loader import build_loader
 from platform_lib.loading.ring import SlotWriter
-from platform_lib.loading.transport import ByteRuns
 from platform_lib.models.bev_fusion.prepare import (
     build_sample_transform,
     camera_resize,
@@ -33,6 +32,7 @@ from platform_lib.training.data import (
     decode_camera_batch,
 )
 from platform_lib.training.loop import next_batch
+from schemas.batch import ByteRuns
 from tests.support.datasets import write_test_dataset
 
 CFG = get_model_config("bev_fusion_small")

@@ -30,10 +30,10 @@ from platform_lib.imaging.decode import (
     plan_camera_resize,
     resize_camera_image,
 )
-from platform_lib.loading.transport import ByteRuns
 from platform_lib.models.bev_fusion.config import BEVFusionConfig
 from platform_lib.models.bev_fusion.pillars import build_pillars
 from platform_lib.models.targets import rasterise_cuboids
+from schemas.batch import ByteRuns
 
 __all__ = [
     "CameraDecode",
