@@ -464,7 +464,8 @@ def limit_memory_decode(dataset: Path, mode: str, args, limit: int) -> tuple[int
 
 def tiled_index_dataset(dataset: Path, rows: int, out: Path) -> Path:
     """Write a dataset at `out` whose index has `rows` rows: `dataset`'s rows tiled, keys made
-    distinct (shards are symlinked; every row still points at real sample bytes)."""
+    distinct (shards are hard links: a dataset's files stay inside its folder; every row still
+    points at real sample bytes)."""
     if (out / "manifest.json").exists():
         return out
     out.mkdir(parents=True, exist_ok=True)
@@ -477,7 +478,14 @@ def tiled_index_dataset(dataset: Path, rows: int, out: Path) -> Path:
     tiled = tiled.set_column(tiled.schema.get_field_index("key"), "key", pa.array(keys))
     tiled = tiled.set_column(tiled.schema.get_field_index("log_id"), "log_id", pa.array(logs))
     pq.write_table(tiled, out / "index.parquet")
-    (out / "shards").symlink_to((dataset / "shards").resolve())
+    (out / "shards").mkdir(exist_ok=True)
+    for shard in sorted((dataset / "shards").iterdir()):
+        linked = out / "shards" / shard.name
+        if not linked.exists():
+            try:
+                os.link(shard, linked)
+            except OSError:  # another file system: copy
+                shutil.copy2(shard, linked)
     manifest = json.loads((dataset / "manifest.json").read_text())
     index_sha = hashlib.sha256((out / "index.parquet").read_bytes()).hexdigest()
     manifest["index"] = {**manifest["index"], "sha256": index_sha}

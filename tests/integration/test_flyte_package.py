@@ -99,8 +99,8 @@ def test_pyflyte_package_serialises_every_entity(packaged: dict) -> None:
     with tarfile.open(tmp_path / "flyte-package.tgz") as tar:
         names = sorted(tar.getnames())
         task_files = [n for n in names if "_tasks." in n]
-        # 13 steps and the failure node; the evaluation workflows: 6 tasks and their own map task
-        assert len(task_files) == 21
+        # 15 steps and the failure node; the evaluation workflows: 6 tasks and their own map task
+        assert len(task_files) == 23
         assert sum("workflows.training_pipeline.training_pipeline" in n for n in names) == 2
         for name in task_files:
             spec = TaskSpec()
