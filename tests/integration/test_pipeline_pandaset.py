@@ -20,8 +20,8 @@ from tests.support.pipeline import run_pipeline_cli
 pytestmark = pytest.mark.distributed
 
 #: Tasks of training_pipeline with a cache (all but the hash_raw_logs probe).
-CACHED_TASKS = 10  # materialize, 2 configs, map_build_log_part, merge, choose + build view,
-# train, evaluate, register
+CACHED_TASKS = 12  # 2 checks (model name, promotion rule), materialize, 2 configs,
+# map_build_log_part, merge, choose + build view, train, evaluate, register
 
 
 def test_pandaset_pipeline_registers_reproducible_champion(
