@@ -241,11 +241,14 @@ def run_pipeline(args: argparse.Namespace) -> dict:
 _COLD_REGISTRATION = """
 import json, sys, time
 t0 = time.perf_counter()
+from platform_lib.evaluation.promotion import PromotionConfig
 from platform_lib.registry.record import record_training_run
 from platform_lib.training.config import TrainConfig
 t1 = time.perf_counter()
 kwargs = json.loads(sys.argv[1])
 kwargs["config"] = TrainConfig.from_dict(kwargs["config"])
+if "promotion" in kwargs:
+    kwargs["promotion"] = PromotionConfig.model_validate(kwargs["promotion"])
 record_training_run(**kwargs)
 print(json.dumps({"import_s": t1 - t0, "record_s": time.perf_counter() - t1}))
 """
@@ -261,6 +264,8 @@ def _cold_registration(kwargs: dict) -> dict:
 
     args = {k: str(v) if isinstance(v, Path) else v for k, v in kwargs.items()}
     args["config"] = kwargs["config"].to_dict()
+    if "promotion" in kwargs:
+        args["promotion"] = kwargs["promotion"].model_dump(mode="json")
     out = subprocess.run(
         [sys.executable, "-c", _COLD_REGISTRATION, json.dumps(args)],
         check=True,
