@@ -115,12 +115,8 @@ class StepRecorder:
             )
         self.path = rank_file(telemetry_dir, rank)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.rank, self.world_size, self.device, self.batch_size = (
-            rank,
-            world_size,
-            device,
-            batch_size,
-        )
+        self.rank, self.world_size, self.batch_size = rank, world_size, batch_size
+        self.device = device
         self.flush_interval, self.sink, self.sink_interval = flush_interval, sink, sink_interval
         self.profiler = profiler
         self.sync_cuda = device.type == "cuda"
@@ -172,12 +168,23 @@ class StepRecorder:
     ) -> None:
         """Record an event (`timeline.EVENT_KINDS`) and flush; `time_` defaults to now - duration_s."""
         t0 = time.perf_counter()
-        now = time.time()
+        self._write_event(kind, time_, duration_s, step, detail)
+        self.flush()
+        self.overhead_s += time.perf_counter() - t0
+
+    def _write_event(
+        self,
+        kind: str,
+        time_: float | None = None,
+        duration_s: float = 0.0,
+        step: int | None = None,
+        detail: dict[str, Any] | None = None,
+    ) -> None:
         self._write(
             {
                 "type": "event",
                 "kind": kind,
-                "time": (now - duration_s) if time_ is None else time_,
+                "time": (time.time() - duration_s) if time_ is None else time_,
                 "rank": self.rank,
                 "attempt": self.attempt,
                 "duration_s": duration_s,
@@ -185,8 +192,6 @@ class StepRecorder:
                 "detail": detail or {},
             }
         )
-        self.flush()
-        self.overhead_s += time.perf_counter() - t0
 
     def begin_step(self, step: int) -> None:
         """Start timing optimizer step `step` (1-based), before waiting for its batch."""
@@ -194,18 +199,7 @@ class StepRecorder:
         if self.profiler is not None:
             self.profiler.on_step_begin(step)
         if self._last_step is None and self._current is None:
-            self._write(
-                {
-                    "type": "event",
-                    "kind": "first_step",
-                    "time": time.time(),
-                    "rank": self.rank,
-                    "attempt": self.attempt,
-                    "duration_s": 0.0,
-                    "step": step,
-                    "detail": {},
-                }
-            )
+            self._write_event("first_step", step=step)
         now = time.perf_counter()
         self._current = {
             "step": step,
@@ -289,19 +283,16 @@ class StepRecorder:
 
     def _push(self, step: int) -> None:
         assert self.sink is not None  # called only when a sink is set
+        steps = len(self._window)
         wall = sum(w for w, _ in self._window)
         wait = sum(i for _, i in self._window)
+        samples = self.batch_size * self.world_size * steps
         self.sink(
             step,
             {
-                "telemetry/step_time_s": wall / len(self._window),
+                "telemetry/step_time_s": wall / steps,
                 "telemetry/input_wait_fraction": wait / wall if wall > 0 else 0.0,
-                "telemetry/samples_per_s": self.batch_size
-                * self.world_size
-                * len(self._window)
-                / wall
-                if wall
-                else 0.0,
+                "telemetry/samples_per_s": samples / wall if wall else 0.0,
                 "telemetry/peak_memory_bytes": float(_peak_memory_bytes(self.device)),
             },
         )
@@ -330,9 +321,6 @@ class StepRecorder:
         if self.rank != 0:
             return None
         timeline = Timeline()
-        for part_steps, part_events, part_meta in parts:
-            timeline.steps.extend(part_steps)
-            timeline.events.extend(part_events)
-            for key, value in part_meta.items():
-                timeline.meta.setdefault(key, value)
+        for part in parts:
+            timeline.add(*part)
         return timeline
