@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import tempfile
 import threading
 import time
@@ -25,7 +26,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Any, TypeVar
 
-from mlflow.entities import Metric
+from mlflow.entities import Metric, RunTag
 from mlflow.tracking import MlflowClient
 from mlflow.utils.async_logging.run_operations import RunOperations
 
@@ -258,9 +259,7 @@ def _log_report_files(client: MlflowClient, run_id: str, run_dir: Path) -> None:
             log_redacted_file(client, run_id, run_dir / name, GOODPUT_ARTIFACTS)
 
 
-def _tag(key: str, value: str) -> Any:
-    from mlflow.entities import RunTag
-
+def _tag(key: str, value: str) -> RunTag:
     return RunTag(key, redact(value)[:5000])
 
 
@@ -341,9 +340,7 @@ def load_streamed_run(run_dir: str | Path) -> dict[str, Any] | None:
         ) from None
     run_id = record.get("run_id") if isinstance(record, dict) else "-"
     if run_id is not None and not (
-        isinstance(run_id, str)
-        and len(run_id) == 32
-        and all(c in "0123456789abcdef" for c in run_id)
+        isinstance(run_id, str) and re.fullmatch("[0-9a-f]{32}", run_id)
     ):
         raise UserError(
             "not a streamed-run record: an object with run_id None or 32 hex digits expected",
