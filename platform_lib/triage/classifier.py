@@ -79,7 +79,7 @@ class Finding:
         }
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class Verdict:
     """The triage of one failed attempt.
 
@@ -94,20 +94,20 @@ class Verdict:
         other_roots: root candidates not chosen (weaker or later), in time order.
         rank, pid, signal: of the root, when the evidence names them.
         action: what to do (the root rule's advice, else the class's).
-        fingerprint: normalised identity of the root cause (see policy.fingerprint).
+        fingerprint: normalised identity of the root cause (`fingerprints.fingerprint`).
     """
 
     failure_class: FailureClass
     confidence: float
-    root: tuple[Finding, ...]
-    cascades: tuple[Finding, ...]
-    confirmations: tuple[Finding, ...]
-    other_roots: tuple[Finding, ...]
-    rank: int | None
-    pid: int | None
-    signal: str | None
     action: str
     fingerprint: str
+    root: tuple[Finding, ...] = ()
+    cascades: tuple[Finding, ...] = ()
+    confirmations: tuple[Finding, ...] = ()
+    other_roots: tuple[Finding, ...] = ()
+    rank: int | None = None
+    pid: int | None = None
+    signal: str | None = None
     from_cascades_only: bool = False
     attempt: int = 0
     """Index of the attempt classified (0 = first), when one log holds several (elastic
@@ -251,12 +251,17 @@ def _rank_pid_signal(
     if named.get("rank", named.get("rank2")) is not None:  # the rule names the culprit rank
         rank = int(named.get("rank") or named["rank2"])
         pid = int(named["pid"]) if "pid" in named else None
+
+    def fill(message: str) -> None:
+        nonlocal pid, signal
+        p, s = _pid_signal(message)
+        pid, signal = pid or p, signal or s
+
     for f in findings:
         if pid is not None and signal is not None:
             break
         if f.line.source == root.line.source and f.rule.failure_class is root.rule.failure_class:
-            p, s = _pid_signal(f.line.message)
-            pid, signal = pid or p, signal or s
+            fill(f.line.message)
     if rank is None and pid is not None:
         names_pid = re.compile(rf"\b(?:pid:? |PID |pid=){pid}\b")
         rank = next(
@@ -266,15 +271,13 @@ def _rank_pid_signal(
         killed = next((f for f in findings if f.rule.name in _KILL_RULES), None)
         if killed is not None:
             rank = killed.line.rank
-            p, s = _pid_signal(killed.line.message)
-            pid, signal = pid or p, signal or s
+            fill(killed.line.message)
     if rank is not None:
         for ln in lines:
             if pid is not None and signal is not None:
                 break
             if ln.rank == rank and _EXIT_REPORT.search(ln.message):
-                p, s = _pid_signal(ln.message)
-                pid, signal = pid or p, signal or s
+                fill(ln.message)
     return rank, pid, signal
 
 
@@ -295,7 +298,7 @@ def split_attempts(lines: Sequence[LogLine], rules: Sequence[Rule] = RULES) -> l
             while (
                 end + 1 < len(lines)
                 and lines[end + 1].source == first.source
-                and (lines[end + 1].time == first.time)
+                and lines[end + 1].time == first.time
             ):
                 end += 1
             ends.append(end)
@@ -383,15 +386,9 @@ def classify_lines(lines: Sequence[LogLine], rules: Sequence[Rule] = RULES) -> V
         return Verdict(
             failure_class=FailureClass.UNKNOWN,
             confidence=0.0,
-            root=(),
-            cascades=(),
-            confirmations=tuple(confirmations),
-            other_roots=(),
-            rank=None,
-            pid=None,
-            signal=None,
             action=CLASS_INFO[FailureClass.UNKNOWN].action,
             fingerprint=fingerprint(None, None),
+            confirmations=tuple(confirmations),
         )
 
     klass, confidence = chosen.rule.failure_class, chosen.rule.strength
