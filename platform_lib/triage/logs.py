@@ -32,7 +32,7 @@ from platform_lib.triage.jsonfiles import (
     as_text,
     read_json,
 )
-from platform_lib.triage.rules import RULES, Rule, matcher_for
+from platform_lib.triage.rules import rule_matcher
 
 __all__ = [
     "Evidence",
@@ -490,13 +490,11 @@ def _reading_notes(source: str, stats: Counter[str]) -> list[str]:
     return [f"{source}: {n} {what} not read" for what, n in sorted(stats.items())]
 
 
-def collect_evidence_lines(
-    evidence: Evidence, rules: Sequence[Rule] = RULES
-) -> tuple[list[LogLine], tuple[str, ...]]:
+def collect_evidence_lines(evidence: Evidence) -> tuple[list[LogLine], tuple[str, ...]]:
     """Return the evidence lines the classifier reads, in time order, and the reading notes.
 
     Each log is streamed once (twice when it must be searched for the year of year-less time
-    stamps); a line is kept when a rule of `rules` claims it or it names a pid or an exit
+    stamps); a line is kept when a rule of `RULES` claims it or it names a pid or an exit
     code, at most the first and last `LINES_KEPT_PER_RULE` per rule and log. Lines without
     any time keep their place relative to their neighbours (the sort key of a line is the
     last known time of its source). The notes say what was skipped or not read, and why.
@@ -505,7 +503,7 @@ def collect_evidence_lines(
         NotRegularFileError, OSError: a log file cannot be opened.
     """
     year = _evidence_year(evidence)
-    matcher = matcher_for(rules)
+    matcher = rule_matcher()
 
     def keep(message: str, is_code: bool) -> str | None:
         rule = None if is_code else matcher.match(message)
