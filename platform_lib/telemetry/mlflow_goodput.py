@@ -1,15 +1,9 @@
 """Goodput in MLflow: metrics streamed during training, the final report, baselines and flags.
 
-- `MlflowMetricsStream`: the training loop's sink (rank 0): the MLflow run is created in a
-  background thread (a fresh SQLite store takes seconds to migrate) and metrics go out with
-  MLflow's own asynchronous logging, so training never waits on MLflow.
-- `compare_with_workload_baseline`: compare a run's report with its workload's baseline
-  (`telemetry.baseline`) and add the run to the baseline store.
-- `record_streamed_run` (rank 0, after `train()`): close the stream, name its run in `mlflow_run.json`.
-- `finish_goodput` (the registration task, on a CPU pod): all of the above for a finished run.
-- `log_goodput`: final goodput metrics, regression flags as tags `goodput.regression.<name>`,
-  and the report files as artifacts under `goodput/`.
-- `load_goodput_from_mlflow`: the report of a past run, for `drivetrain goodput RUN_ID`.
+`MlflowMetricsStream` is training's metrics sink (never on the training thread);
+`finish_goodput` (the registration task, on a CPU pod) compares a finished run with its
+workload's baseline and logs its figures, regression tags and report files;
+`load_goodput_from_mlflow` reads a past run's report back for `drivetrain goodput RUN_ID`.
 """
 
 from __future__ import annotations
@@ -195,7 +189,6 @@ def compare_with_workload_baseline(
     client: MlflowClient | None = None,
     tolerance: float = DEFAULT_TOLERANCE,
     source_run_id: str = "",
-    record: bool = True,
 ) -> dict[str, Any]:
     """Compare a goodput report with its workload's baseline, then add the run to the baseline.
 
@@ -206,12 +199,11 @@ def compare_with_workload_baseline(
     client = client or configure_mlflow()
     store = MlflowBaselineStore(client)
     key = workload.key()
-    earlier = store.load(key, BASELINE_RUNS, exclude_run_id=source_run_id or "")
+    earlier = store.load(key, BASELINE_RUNS, exclude_run_id=source_run_id)
     summary = summarize_run(report)
     baseline = aggregate_baseline(earlier)
     flags = compare_with_baseline(summary, baseline, tolerance) if earlier else {}
-    if record:
-        store.add(key, summary, source_run_id)
+    store.add(key, summary, source_run_id)
     return {
         "workload_key": key,
         "runs": len(earlier),
