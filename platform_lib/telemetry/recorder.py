@@ -168,23 +168,12 @@ class StepRecorder:
     ) -> None:
         """Record an event (`timeline.EVENT_KINDS`) and flush; `time_` defaults to now - duration_s."""
         t0 = time.perf_counter()
-        self._write_event(kind, time_, duration_s, step, detail)
-        self.flush()
-        self.overhead_s += time.perf_counter() - t0
-
-    def _write_event(
-        self,
-        kind: str,
-        time_: float | None = None,
-        duration_s: float = 0.0,
-        step: int | None = None,
-        detail: dict[str, Any] | None = None,
-    ) -> None:
+        now = time.time()
         self._write(
             {
                 "type": "event",
                 "kind": kind,
-                "time": (time.time() - duration_s) if time_ is None else time_,
+                "time": (now - duration_s) if time_ is None else time_,
                 "rank": self.rank,
                 "attempt": self.attempt,
                 "duration_s": duration_s,
@@ -192,14 +181,16 @@ class StepRecorder:
                 "detail": detail or {},
             }
         )
+        self.flush()
+        self.overhead_s += time.perf_counter() - t0
 
     def begin_step(self, step: int) -> None:
         """Start timing optimizer step `step` (1-based), before waiting for its batch."""
+        if self._last_step is None and self._current is None:
+            self.event("first_step", step=step)
         t0 = time.perf_counter()
         if self.profiler is not None:
             self.profiler.on_step_begin(step)
-        if self._last_step is None and self._current is None:
-            self._write_event("first_step", step=step)
         now = time.perf_counter()
         self._current = {
             "step": step,
