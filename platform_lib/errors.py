@@ -12,6 +12,7 @@ traceback. Secrets never reach the line (`platform_lib.redact`).
 from __future__ import annotations
 
 import errno
+from typing import Any
 
 from platform_lib.redact import redact
 
@@ -37,9 +38,15 @@ class UserError(ValueError):
         self.what, self.culprit, self.fix = what, culprit, fix
         super().__init__(f"{what} ({culprit}): {fix}")
 
-    def __reduce__(self) -> tuple[type[UserError], tuple[str, str, str]]:
-        """Pickle with the three parts (errors cross process boundaries in elastic workers)."""
-        return type(self), (self.what, self.culprit, self.fix)
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle every attribute, not via `__init__` (a subclass's arguments differ)."""
+        return _restore, (type(self), self.args), self.__dict__
+
+
+def _restore(cls: type[UserError], args: tuple[Any, ...]) -> UserError:
+    error = cls.__new__(cls)
+    error.args = args
+    return error
 
 
 def format_user_error(error: BaseException) -> str:

@@ -13,7 +13,6 @@ a test may pass one to `train(..., hooks=[...])`. For tests and game days only.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
 import json
 import os
@@ -21,10 +20,11 @@ import signal
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic_core import ErrorDetails
 
 __all__ = ["ENV_VAR", "KINDS", "FaultPlan", "FaultSpec", "InjectedFault"]
 
@@ -38,50 +38,50 @@ class InjectedFault(RuntimeError):
     """The `crash` fault: an exception raised on purpose."""
 
 
-@dataclass(kw_only=True, frozen=True)
-class FaultSpec:
+class FaultSpec(BaseModel):
     """One fault: what, on which rank, at which step, in which elastic attempt."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     kind: str
     """one of KINDS (see the module docstring)"""
-    step: int
+    step: int = Field(ge=1)
     """optimizer step (1-based) at whose start, or at whose checkpoint save, it fires"""
-    rank: int = 0
+    rank: int = Field(0, ge=0)
     """global rank it fires on"""
-    attempt: int = 0
+    attempt: int = Field(0, ge=0)
     """elastic restart count (TORCHELASTIC_RESTART_COUNT) it fires in"""
-    times: int = 1
+    times: int = Field(1, ge=1)
     """storage_error: consecutive failing save attempts"""
-    after_bytes: int = 0
+    after_bytes: int = Field(0, ge=0)
     """disk_full: bytes written before ENOSPC"""
-    target: str = "agent"
+    target: Literal["agent", "self"] = "agent"
     """sigterm: "agent" (the elastic agent, which forwards it to every rank) or "self" """
     seconds: float = 0.0
     """batch_delay: wait before each batch, in s"""
 
-    def __post_init__(self) -> None:
-        problems = []
+    @model_validator(mode="after")
+    def _check_kind(self) -> FaultSpec:
         if self.kind not in KINDS:
-            problems.append(f"kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
-        if self.step < 1:
-            problems.append(f"step must be >= 1, got {self.step}")
-        for name in ("rank", "attempt", "after_bytes"):
-            if getattr(self, name) < 0:
-                problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.times < 1:
-            problems.append(f"times must be >= 1, got {self.times}")
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
         if self.kind == "batch_delay" and not (self.seconds > 0 and self.step == 1):
-            problems.append(
+            raise ValueError(
                 f"batch_delay needs seconds > 0 and step 1, got {self.seconds}, {self.step}"
             )
-        if self.target not in ("agent", "self"):
-            problems.append(f"target must be 'agent' or 'self', got {self.target!r}")
-        if problems:
-            raise ValueError(f"invalid fault in {ENV_VAR}: " + "; ".join(problems))
+        return self
 
 
-def _attempt() -> int:
-    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+def _describe(error: ErrorDetails) -> str:
+    """One problem of a fault list, in the words of the variable's documentation."""
+    name = ".".join(str(part) for part in error["loc"][1:])  # loc[0]: the fault's index
+    if error["type"] == "extra_forbidden":
+        return f"unknown fault field {name!r}; known: {sorted(FaultSpec.model_fields)}"
+    if error["type"] == "value_error":
+        return str(error.get("ctx", {})["error"])
+    return f"{name}: {error['msg']}, got {error['input']!r}"
+
+
+_FAULT_LIST = TypeAdapter(list[FaultSpec])
 
 
 class _FaultyStream:
@@ -149,7 +149,8 @@ class FaultPlan:
     """
 
     def __init__(self, faults: list[FaultSpec], *, rank: int, attempt: int | None = None) -> None:
-        attempt = _attempt() if attempt is None else attempt
+        if attempt is None:
+            attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
         self.rank = rank
         self.faults = [f for f in faults if f.rank == rank and f.attempt == attempt]
         self._left = {id(f): f.times for f in self.faults}
@@ -174,13 +175,12 @@ class FaultPlan:
             ) from error
         if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
             raise ValueError(f"{ENV_VAR} must be a JSON list of objects, got {text!r}")
-        known = {f.name for f in dataclasses.fields(FaultSpec)}
-        for item in items:
-            if unknown := sorted(set(item) - known):
-                raise ValueError(
-                    f"{ENV_VAR}: unknown fault field(s) {unknown}; known: {sorted(known)}"
-                )
-        return cls([FaultSpec(**item) for item in items], rank=rank)
+        try:
+            faults = _FAULT_LIST.validate_python(items)
+        except ValidationError as error:
+            problems = "; ".join(_describe(e) for e in error.errors())
+            raise ValueError(f"invalid fault in {ENV_VAR}: {problems}") from None
+        return cls(faults, rank=rank)
 
     def __bool__(self) -> bool:
         return bool(self.faults)

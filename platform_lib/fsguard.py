@@ -85,10 +85,6 @@ class NotRegularFileError(UserError):
             "of /proc, /sys and other kernel file systems are refused",
         )
 
-    def __reduce__(self):  # noqa: D105
-        """Pickle with the original arguments."""
-        return type(self), (self.path, self.kind)
-
 
 class PathOutsideRootError(UserError):
     """A path (after resolving `..` and symbolic links) leaves the root it must stay in."""
@@ -100,10 +96,6 @@ class PathOutsideRootError(UserError):
             str(path),
             "keep every path inside the declared root (no '..', no links out of it)",
         )
-
-    def __reduce__(self):  # noqa: D105
-        """Pickle with the original arguments."""
-        return type(self), (self.path, self.root)
 
 
 def file_kind(mode: int) -> str | None:

@@ -14,6 +14,8 @@ __all__ = ["CRON_FIELDS", "check_cron"]
 
 #: The five fields of a standard cron expression, in order (crontab(5)).
 CRON_FIELDS = ("minute", "hour", "day-of-month", "month", "day-of-week")
+#: The `@` shorthands croniter accepts for whole expressions.
+CRON_ALIASES = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
 
 
 def _parses(expression: str) -> bool:
@@ -38,15 +40,7 @@ def check_cron(expression: str, *, field: str = "schedule") -> str:
     """
     text = " ".join(str(expression).split())
     if text.startswith("@"):
-        if text in (
-            "@yearly",
-            "@annually",
-            "@monthly",
-            "@weekly",
-            "@daily",
-            "@midnight",
-            "@hourly",
-        ):
+        if text in CRON_ALIASES:
             return text
         raise ValueError(
             f"{field}={expression!r} is not a cron alias; use one of @hourly, "

@@ -185,10 +185,6 @@ class StorageURLError(UserError):
             "in the environment, never in the URL",
         )
 
-    def __reduce__(self):  # noqa: D105
-        """Pickle with the original arguments."""
-        return type(self), (self.url, self.reason)
-
 
 def iter_causes(exc: BaseException) -> Iterator[BaseException]:
     """Yield `exc` and its `__cause__` / `__context__` chain (each exception once)."""

@@ -1,9 +1,8 @@
 """Per-workload baselines: every finished run's summary, and regression flags against them.
 
-A workload is (model preset, dataset hash, world size, device type, precision, and the layout
-when it is not flat FSDP). Each finished
-run adds its summary to the baseline store (the MLflow experiment `drivetrain-baselines`);
-a new run is compared with the median of its workload's last `BASELINE_RUNS` summaries and
+A workload is (model preset, dataset hash, world size, device type, precision, batch size and
+the layout when it is not flat FSDP). Each finished run adds its summary to the baseline store
+(the MLflow experiment `drivetrain-baselines`); a new run is compared with the median of its workload's last `BASELINE_RUNS` summaries and
 flagged when step time, peak memory or checkpoint blocking per save exceed it by more than the
 tolerance (default 5 %, as Megatron-LM's functional tests allow), or the input wait fraction
 rises by more than the tolerance in absolute points. Flags become MLflow tags
@@ -49,12 +48,7 @@ SUMMARY_KEYS = (
 
 @dataclass(kw_only=True, frozen=True)
 class Workload:
-    """What must match for two runs' step times to be comparable.
-
-    The issue's key (model, dataset hash, world size, device type, precision) plus the batch
-    size per rank: two training presets of one model (synthetic_default: 4, pandaset_smoke: 2)
-    differ in step time by their batch alone.
-    """
+    """What must match for two runs' step times to be comparable, batch size per rank included."""
 
     model: str
     """model preset name (model zoo)"""
@@ -146,7 +140,7 @@ def aggregate_baseline(summaries: list[dict[str, float]]) -> dict[str, float]:
     return out
 
 
-def _relative(name: str, unit_fmt: str, value: float, base: float, tolerance: float) -> str | None:
+def _relative(unit_fmt: str, value: float, base: float, tolerance: float) -> str | None:
     if base <= 0 or value <= base * (1 + tolerance):
         return None
     return (
@@ -175,7 +169,7 @@ def compare_with_baseline(
     )
     for name, key, fmt in checks:
         if key in summary and key in baseline:
-            flags[name] = _relative(name, fmt, summary[key], baseline[key], tolerance)
+            flags[name] = _relative(fmt, summary[key], baseline[key], tolerance)
     key = "input_wait_fraction"
     if key in summary and key in baseline and summary[key] > baseline[key] + tolerance:
         flags["input_wait"] = (

@@ -77,9 +77,6 @@ def add_goodput_commands(groups: argparse._SubParsersAction) -> None:
         "--html", metavar="FILE", help="also write the plots page (the Flyte Deck) to FILE"
     )
     parser.add_argument(
-        "--min-step-s",
-        type=float,
-        default=None,
-        help="recompute with this anomaly minimum step time, in s",
+        "--min-step-s", type=float, help="recompute with this anomaly minimum step time, in s"
     )
     parser.set_defaults(func=_run_goodput)

@@ -1,21 +1,16 @@
 """Goodput in MLflow: metrics streamed during training, the final report, baselines and flags.
 
-- `MlflowMetricsStream`: the training loop's sink (rank 0): the MLflow run is created in a
-  background thread (a fresh SQLite store takes seconds to migrate) and metrics go out with
-  MLflow's own asynchronous logging, so training never waits on MLflow.
-- `compare_with_workload_baseline`: compare a run's report with its workload's baseline
-  (`telemetry.baseline`) and add the run to the baseline store.
-- `record_streamed_run` (rank 0, after `train()`): close the stream, name its run in `mlflow_run.json`.
-- `finish_goodput` (the registration task, on a CPU pod): all of the above for a finished run.
-- `log_goodput`: final goodput metrics, regression flags as tags `goodput.regression.<name>`,
-  and the report files as artifacts under `goodput/`.
-- `load_goodput_from_mlflow`: the report of a past run, for `drivetrain goodput RUN_ID`.
+`MlflowMetricsStream` is training's metrics sink (never on the training thread);
+`finish_goodput` (the registration task, on a CPU pod) compares a finished run with its
+workload's baseline and logs its figures, regression tags and report files;
+`load_goodput_from_mlflow` reads a past run's report back for `drivetrain goodput RUN_ID`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import tempfile
 import threading
 import time
@@ -25,7 +20,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Any, TypeVar
 
-from mlflow.entities import Metric
+from mlflow.entities import Metric, RunTag
 from mlflow.tracking import MlflowClient
 from mlflow.utils.async_logging.run_operations import RunOperations
 
@@ -194,7 +189,6 @@ def compare_with_workload_baseline(
     client: MlflowClient | None = None,
     tolerance: float = DEFAULT_TOLERANCE,
     source_run_id: str = "",
-    record: bool = True,
 ) -> dict[str, Any]:
     """Compare a goodput report with its workload's baseline, then add the run to the baseline.
 
@@ -205,12 +199,11 @@ def compare_with_workload_baseline(
     client = client or configure_mlflow()
     store = MlflowBaselineStore(client)
     key = workload.key()
-    earlier = store.load(key, BASELINE_RUNS, exclude_run_id=source_run_id or "")
+    earlier = store.load(key, BASELINE_RUNS, exclude_run_id=source_run_id)
     summary = summarize_run(report)
     baseline = aggregate_baseline(earlier)
     flags = compare_with_baseline(summary, baseline, tolerance) if earlier else {}
-    if record:
-        store.add(key, summary, source_run_id)
+    store.add(key, summary, source_run_id)
     return {
         "workload_key": key,
         "runs": len(earlier),
@@ -258,9 +251,7 @@ def _log_report_files(client: MlflowClient, run_id: str, run_dir: Path) -> None:
             log_redacted_file(client, run_id, run_dir / name, GOODPUT_ARTIFACTS)
 
 
-def _tag(key: str, value: str) -> Any:
-    from mlflow.entities import RunTag
-
+def _tag(key: str, value: str) -> RunTag:
     return RunTag(key, redact(value)[:5000])
 
 
@@ -341,9 +332,7 @@ def load_streamed_run(run_dir: str | Path) -> dict[str, Any] | None:
         ) from None
     run_id = record.get("run_id") if isinstance(record, dict) else "-"
     if run_id is not None and not (
-        isinstance(run_id, str)
-        and len(run_id) == 32
-        and all(c in "0123456789abcdef" for c in run_id)
+        isinstance(run_id, str) and re.fullmatch("[0-9a-f]{32}", run_id)
     ):
         raise UserError(
             "not a streamed-run record: an object with run_id None or 32 hex digits expected",

@@ -61,10 +61,7 @@ class StepProfiler:
         if self._running:
             self._profile.step()
             if step >= self.last_step:
-                self._profile.__exit__(None, None, None)
-                self._running = False
-                self.trace_path.parent.mkdir(parents=True, exist_ok=True)
-                self._profile.export_chrome_trace(str(self.trace_path))
+                self.stop()
 
     @property
     def running(self) -> bool:

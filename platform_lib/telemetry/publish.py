@@ -41,16 +41,15 @@ TIMELINE_JSON = f"{TELEMETRY_DIR}/timeline.json"
 
 def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
     """Write `data` as JSON to `path` via a temporary file and rename (readers never see half a file)."""
-    path = Path(path)
+    _write_text_atomic(Path(path), json.dumps(data, indent=1, sort_keys=True))
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    """Write `text` (UTF-8) to `path` via a temporary file beside it, unique per process and thread."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temporary_name(path)
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
-
-
-def _temporary_name(path: Path) -> Path:
-    """A temporary file beside `path`, unique per process and thread (two writers never share one)."""
-    return path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
 
 
 def read_metrics_rows(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -79,11 +78,8 @@ def write_run_report(
     if html:
         from platform_lib.telemetry.deck import render_deck_html  # matplotlib: only for a page
 
-        tmp = _temporary_name(run_dir / GOODPUT_HTML)
-        tmp.write_text(
-            render_deck_html(timeline, report, read_metrics_rows(run_dir)), encoding="utf-8"
-        )
-        os.replace(tmp, run_dir / GOODPUT_HTML)
+        page = render_deck_html(timeline, report, read_metrics_rows(run_dir))
+        _write_text_atomic(run_dir / GOODPUT_HTML, page)
     return run_dir / GOODPUT_JSON
 
 

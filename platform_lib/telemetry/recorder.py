@@ -115,12 +115,8 @@ class StepRecorder:
             )
         self.path = rank_file(telemetry_dir, rank)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.rank, self.world_size, self.device, self.batch_size = (
-            rank,
-            world_size,
-            device,
-            batch_size,
-        )
+        self.rank, self.world_size, self.batch_size = rank, world_size, batch_size
+        self.device = device
         self.flush_interval, self.sink, self.sink_interval = flush_interval, sink, sink_interval
         self.profiler = profiler
         self.sync_cuda = device.type == "cuda"
@@ -190,22 +186,11 @@ class StepRecorder:
 
     def begin_step(self, step: int) -> None:
         """Start timing optimizer step `step` (1-based), before waiting for its batch."""
+        if self._last_step is None and self._current is None:
+            self.event("first_step", step=step)
         t0 = time.perf_counter()
         if self.profiler is not None:
             self.profiler.on_step_begin(step)
-        if self._last_step is None and self._current is None:
-            self._write(
-                {
-                    "type": "event",
-                    "kind": "first_step",
-                    "time": time.time(),
-                    "rank": self.rank,
-                    "attempt": self.attempt,
-                    "duration_s": 0.0,
-                    "step": step,
-                    "detail": {},
-                }
-            )
         now = time.perf_counter()
         self._current = {
             "step": step,
@@ -289,19 +274,16 @@ class StepRecorder:
 
     def _push(self, step: int) -> None:
         assert self.sink is not None  # called only when a sink is set
+        steps = len(self._window)
         wall = sum(w for w, _ in self._window)
         wait = sum(i for _, i in self._window)
+        samples = self.batch_size * self.world_size * steps
         self.sink(
             step,
             {
-                "telemetry/step_time_s": wall / len(self._window),
+                "telemetry/step_time_s": wall / steps,
                 "telemetry/input_wait_fraction": wait / wall if wall > 0 else 0.0,
-                "telemetry/samples_per_s": self.batch_size
-                * self.world_size
-                * len(self._window)
-                / wall
-                if wall
-                else 0.0,
+                "telemetry/samples_per_s": samples / wall if wall else 0.0,
                 "telemetry/peak_memory_bytes": float(_peak_memory_bytes(self.device)),
             },
         )
@@ -330,9 +312,6 @@ class StepRecorder:
         if self.rank != 0:
             return None
         timeline = Timeline()
-        for part_steps, part_events, part_meta in parts:
-            timeline.steps.extend(part_steps)
-            timeline.events.extend(part_events)
-            for key, value in part_meta.items():
-                timeline.meta.setdefault(key, value)
+        for part in parts:
+            timeline.add(*part)
         return timeline

@@ -7,7 +7,6 @@ times, input wait and straggler score. A run with a layout other than flat FSDP 
 degrees pp, dp_replicate, dp_shard, tp and the pipeline schedule) names it in `job.layout`,
 reports its pipeline bubble as badput, and counts FLOPs per rank as the model's / (tp x pp): the
 ranks of one tensor- and pipeline-parallel group share each sample (Narayanan et al. 2021).
-Flat-FSDP reports are unchanged by layouts.
 """
 
 from __future__ import annotations

@@ -138,6 +138,13 @@ class Timeline:
     events: list[Event] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
 
+    def add(self, steps: list[StepRecord], events: list[Event], meta: dict[str, Any]) -> None:
+        """Add one rank's records (`load_rank_file`); meta keys already set keep their value."""
+        self.steps.extend(steps)
+        self.events.extend(events)
+        for key, value in meta.items():
+            self.meta.setdefault(key, value)
+
     def ranks(self) -> list[int]:
         """Return the ranks that recorded anything, sorted."""
         return sorted({s.rank for s in self.steps} | {e.rank for e in self.events})
@@ -233,9 +240,5 @@ def load_timeline(telemetry_dir: str | os.PathLike[str]) -> Timeline:
         raise FileNotFoundError(f"{telemetry_dir} holds no rank-*.jsonl telemetry files")
     timeline = Timeline()
     for path in files:
-        steps, events, meta = load_rank_file(path)
-        timeline.steps.extend(steps)
-        timeline.events.extend(events)
-        for key, value in meta.items():
-            timeline.meta.setdefault(key, value)
+        timeline.add(*load_rank_file(path))
     return timeline

@@ -16,7 +16,7 @@ from typing import Any
 
 from platform_lib.triage.fingerprints import fingerprint, normalise_line
 from platform_lib.triage.logs import Evidence, LogLine, collect_evidence_lines
-from platform_lib.triage.rules import RULES, Rule, matcher_for
+from platform_lib.triage.rules import Rule, rule_matcher
 from platform_lib.triage.taxonomy import CLASS_INFO, FailureClass, Role
 
 __all__ = [
@@ -79,7 +79,7 @@ class Finding:
         }
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class Verdict:
     """The triage of one failed attempt.
 
@@ -94,20 +94,20 @@ class Verdict:
         other_roots: root candidates not chosen (weaker or later), in time order.
         rank, pid, signal: of the root, when the evidence names them.
         action: what to do (the root rule's advice, else the class's).
-        fingerprint: normalised identity of the root cause (see policy.fingerprint).
+        fingerprint: normalised identity of the root cause (`fingerprints.fingerprint`).
     """
 
     failure_class: FailureClass
     confidence: float
-    root: tuple[Finding, ...]
-    cascades: tuple[Finding, ...]
-    confirmations: tuple[Finding, ...]
-    other_roots: tuple[Finding, ...]
-    rank: int | None
-    pid: int | None
-    signal: str | None
     action: str
     fingerprint: str
+    root: tuple[Finding, ...] = ()
+    cascades: tuple[Finding, ...] = ()
+    confirmations: tuple[Finding, ...] = ()
+    other_roots: tuple[Finding, ...] = ()
+    rank: int | None = None
+    pid: int | None = None
+    signal: str | None = None
     from_cascades_only: bool = False
     attempt: int = 0
     """Index of the attempt classified (0 = first), when one log holds several (elastic
@@ -212,12 +212,12 @@ class Verdict:
         return {prefix + k: v[:500] for k, v in tags.items()}
 
 
-def match_line(line: LogLine, rules: Sequence[Rule] = RULES) -> Rule | None:
-    """Return the first rule (table order) whose pattern is found in `line.message`.
+def match_line(line: LogLine) -> Rule | None:
+    """Return the first rule of `RULES` (table order) whose pattern is found in `line.message`.
 
     Only the first `rules.MAX_MATCH_CHARS` characters of the message are searched.
     """
-    return matcher_for(rules).match(line.message)
+    return rule_matcher().match(line.message)
 
 
 def _pid_signal(message: str) -> tuple[int | None, str | None]:
@@ -251,12 +251,17 @@ def _rank_pid_signal(
     if named.get("rank", named.get("rank2")) is not None:  # the rule names the culprit rank
         rank = int(named.get("rank") or named["rank2"])
         pid = int(named["pid"]) if "pid" in named else None
+
+    def fill(message: str) -> None:
+        nonlocal pid, signal
+        p, s = _pid_signal(message)
+        pid, signal = pid or p, signal or s
+
     for f in findings:
         if pid is not None and signal is not None:
             break
         if f.line.source == root.line.source and f.rule.failure_class is root.rule.failure_class:
-            p, s = _pid_signal(f.line.message)
-            pid, signal = pid or p, signal or s
+            fill(f.line.message)
     if rank is None and pid is not None:
         names_pid = re.compile(rf"\b(?:pid:? |PID |pid=){pid}\b")
         rank = next(
@@ -266,19 +271,17 @@ def _rank_pid_signal(
         killed = next((f for f in findings if f.rule.name in _KILL_RULES), None)
         if killed is not None:
             rank = killed.line.rank
-            p, s = _pid_signal(killed.line.message)
-            pid, signal = pid or p, signal or s
+            fill(killed.line.message)
     if rank is not None:
         for ln in lines:
             if pid is not None and signal is not None:
                 break
             if ln.rank == rank and _EXIT_REPORT.search(ln.message):
-                p, s = _pid_signal(ln.message)
-                pid, signal = pid or p, signal or s
+                fill(ln.message)
     return rank, pid, signal
 
 
-def split_attempts(lines: Sequence[LogLine], rules: Sequence[Rule] = RULES) -> list[int]:
+def split_attempts(lines: Sequence[LogLine]) -> list[int]:
     """Return the attempt index of each line (lines in time order, as `collect_evidence_lines`).
 
     torch elastic reports each failed worker group with an error block (`failed (exitcode: N)
@@ -289,13 +292,13 @@ def split_attempts(lines: Sequence[LogLine], rules: Sequence[Rule] = RULES) -> l
     ends: list[int] = []
     n = 0
     while n < len(lines):
-        rule = match_line(lines[n], rules)
+        rule = match_line(lines[n])
         if rule is not None and rule.ends_attempt:
             first, end = lines[n], n
             while (
                 end + 1 < len(lines)
                 and lines[end + 1].source == first.source
-                and (lines[end + 1].time == first.time)
+                and lines[end + 1].time == first.time
             ):
                 end += 1
             ends.append(end)
@@ -311,20 +314,19 @@ def split_attempts(lines: Sequence[LogLine], rules: Sequence[Rule] = RULES) -> l
     return out
 
 
-def classify(evidence: Evidence, rules: Sequence[Rule] = RULES) -> Verdict:
+def classify(evidence: Evidence) -> Verdict:
     """Classify the failure of the last attempt in `evidence` (see `classify_attempts`).
 
     Args:
         evidence: logs, exit codes and pod status (see `load_evidence`).
-        rules: the rule table (default `RULES`).
 
     Returns:
         The verdict; class UNKNOWN with confidence 0 and no root when nothing matched.
     """
-    return classify_attempts(evidence, rules)[-1]
+    return classify_attempts(evidence)[-1]
 
 
-def classify_attempts(evidence: Evidence, rules: Sequence[Rule] = RULES) -> list[Verdict]:
+def classify_attempts(evidence: Evidence) -> list[Verdict]:
     """Classify each attempt of the worker group found in `evidence`, oldest first.
 
     One log of an elastic launch with `max_restarts` holds every attempt; each failed attempt
@@ -345,26 +347,26 @@ def classify_attempts(evidence: Evidence, rules: Sequence[Rule] = RULES) -> list
        (1 - (1 - c) / 2 per rule) and drops by `AMBIGUITY_FACTOR` when a root of another known
        class is nearly as strong.
     """
-    lines, notes = collect_evidence_lines(evidence, rules)
-    index = split_attempts(lines, rules)
+    lines, notes = collect_evidence_lines(evidence)
+    index = split_attempts(lines)
     structured = {"exit_codes", "pod_status"}
     last = max(index, default=0)
     groups: list[list[LogLine]] = [[] for _ in range(last + 1)]
     for line, attempt in zip(lines, index, strict=True):
         groups[last if line.source in structured else attempt].append(line)
     return [
-        dataclasses.replace(classify_lines(group, rules), attempt=n, notes=notes)
+        dataclasses.replace(classify_lines(group), attempt=n, notes=notes)
         for n, group in enumerate(groups)
     ]
 
 
-def classify_lines(lines: Sequence[LogLine], rules: Sequence[Rule] = RULES) -> Verdict:
+def classify_lines(lines: Sequence[LogLine]) -> Verdict:
     """Classify one attempt from its evidence lines (time order)."""
     findings = [
         Finding(line, rule)
         for line in lines
         if not line.is_code
-        if (rule := match_line(line, rules)) is not None
+        if (rule := match_line(line)) is not None
     ]
     order = {id(f): n for n, f in enumerate(findings)}
     roots = [f for f in findings if f.rule.role is Role.ROOT]
@@ -383,15 +385,9 @@ def classify_lines(lines: Sequence[LogLine], rules: Sequence[Rule] = RULES) -> V
         return Verdict(
             failure_class=FailureClass.UNKNOWN,
             confidence=0.0,
-            root=(),
-            cascades=(),
-            confirmations=tuple(confirmations),
-            other_roots=(),
-            rank=None,
-            pid=None,
-            signal=None,
             action=CLASS_INFO[FailureClass.UNKNOWN].action,
             fingerprint=fingerprint(None, None),
+            confirmations=tuple(confirmations),
         )
 
     klass, confidence = chosen.rule.failure_class, chosen.rule.strength

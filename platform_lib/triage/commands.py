@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from platform_lib.errors import UserError
+from platform_lib.errors import UserError, format_user_error
 from platform_lib.redact import redact
 from platform_lib.storage import is_transient
 from platform_lib.triage.record import EVIDENCE_ARTIFACT_PATH
@@ -104,17 +104,13 @@ def _run_triage(args: argparse.Namespace) -> int:
             if not target.exists() and _RUN_ID.match(args.target):
                 target = fetch_run_evidence(args.target, tmp)
             elif not target.exists():
-                print(
-                    redact(
-                        f"error: {args.target} is neither a log file, a folder of logs nor an "
-                        "MLflow run id (32 hex digits)"
-                    ),
-                    file=sys.stderr,
+                raise LookupError(
+                    f"{args.target} is neither a log file, a folder of logs nor an "
+                    "MLflow run id (32 hex digits)"
                 )
-                return 2
             verdict = classify(load_evidence(target))
     except (LookupError, ValueError, OSError) as exc:
-        print(redact(f"error: {exc}"), file=sys.stderr)
+        print(format_user_error(exc), file=sys.stderr)
         return 2
     if args.json:
         print(redact(json.dumps(verdict.to_dict(), indent=2)))

@@ -32,7 +32,7 @@ from platform_lib.triage.jsonfiles import (
     as_text,
     read_json,
 )
-from platform_lib.triage.rules import RULES, Rule, matcher_for
+from platform_lib.triage.rules import rule_matcher
 
 __all__ = [
     "Evidence",
@@ -84,12 +84,7 @@ _GLOG_TIME = re.compile(r"^\[?[IWEF](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})\.(\d{
 _SYSLOG_TIME = re.compile(
     r"^\[?(?:[A-Z][a-z]{2} )?([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?: (\d{4}))?\]?"
 )
-_MONTHS = {
-    m: i
-    for i, m in enumerate(
-        ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1
-    )
-}
+_MONTHS = {m: i for i, m in enumerate("Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split(), 1)}
 _SUMMARY_ENTRY = re.compile(r"^\s*\[(\d+)\]:\s*$")
 _SUMMARY_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)")
 _SUMMARY_TIME = re.compile(r"^\s*time\s*:\s*(\S+)")
@@ -432,6 +427,11 @@ def _scalar(value: Any) -> str:
     return "" if isinstance(value, Mapping | list | tuple) else str(value)[:MAX_TEXT_CHARS]
 
 
+def _fields(obj: Mapping[str, Any], **defaults: Any) -> str:
+    """`key=value` of each key of `defaults` in `obj` (its default when absent), space-separated."""
+    return " ".join(f"{key}={_scalar(obj.get(key, default))}" for key, default in defaults.items())
+
+
 def pod_status_lines(
     pod: Mapping[str, Any], year: int = 1970, notes: list[str] | None = None
 ) -> list[LogLine]:
@@ -450,27 +450,15 @@ def pod_status_lines(
         return []
     texts: list[tuple[str, datetime | None]] = []
     if status.get("reason") or status.get("message"):
-        texts.append(
-            (
-                f"pod status: phase={_scalar(status.get('phase', ''))} "
-                f"reason={_scalar(status.get('reason', ''))}"
-                f" message={_scalar(status.get('message', ''))}",
-                None,
-            )
-        )
+        texts.append((f"pod status: {_fields(status, phase='', reason='', message='')}", None))
     skipped = 0
     for cond in as_list(status.get("conditions")):
         if (cond := as_mapping(cond)) is None:
             skipped += 1
         elif cond.get("reason") and str(cond.get("status", "True")) == "True":
-            texts.append(
-                (
-                    f"pod condition {_scalar(cond.get('type'))}: "
-                    f"reason={_scalar(cond.get('reason'))} "
-                    f"message={_scalar(cond.get('message', ''))}",
-                    parse_time(_scalar(cond.get("lastTransitionTime", "")), year),
-                )
-            )
+            fields = _fields(cond, reason=None, message="")
+            text = f"pod condition {_scalar(cond.get('type'))}: {fields}"
+            texts.append((text, parse_time(_scalar(cond.get("lastTransitionTime", "")), year)))
     containers = [
         *as_list(status.get("containerStatuses")),
         *as_list(status.get("initContainerStatuses")),
@@ -482,16 +470,9 @@ def pod_status_lines(
         for key in ("lastState", "state"):
             term = as_mapping((as_mapping(cs.get(key)) or {}).get("terminated"))
             if term:
-                texts.append(
-                    (
-                        f"container {_scalar(cs.get('name'))} terminated: "
-                        f"reason={_scalar(term.get('reason', ''))} "
-                        f"exitCode={_scalar(term.get('exitCode', ''))} "
-                        f"signal={_scalar(term.get('signal', 0))} "
-                        f"message={_scalar(term.get('message', ''))}",
-                        parse_time(_scalar(term.get("finishedAt", "")), year),
-                    )
-                )
+                fields = _fields(term, reason="", exitCode="", signal=0, message="")
+                text = f"container {_scalar(cs.get('name'))} terminated: {fields}"
+                texts.append((text, parse_time(_scalar(term.get("finishedAt", "")), year)))
     if skipped:
         notes.append(f"{POD_STATUS_FILE}: {skipped} condition(s)/container(s) not objects; skipped")
     return [LogLine("pod_status", n, t, t, None, time) for n, (t, time) in enumerate(texts, 1)]
@@ -509,13 +490,11 @@ def _reading_notes(source: str, stats: Counter[str]) -> list[str]:
     return [f"{source}: {n} {what} not read" for what, n in sorted(stats.items())]
 
 
-def collect_evidence_lines(
-    evidence: Evidence, rules: Sequence[Rule] = RULES
-) -> tuple[list[LogLine], tuple[str, ...]]:
+def collect_evidence_lines(evidence: Evidence) -> tuple[list[LogLine], tuple[str, ...]]:
     """Return the evidence lines the classifier reads, in time order, and the reading notes.
 
     Each log is streamed once (twice when it must be searched for the year of year-less time
-    stamps); a line is kept when a rule of `rules` claims it or it names a pid or an exit
+    stamps); a line is kept when a rule of `RULES` claims it or it names a pid or an exit
     code, at most the first and last `LINES_KEPT_PER_RULE` per rule and log. Lines without
     any time keep their place relative to their neighbours (the sort key of a line is the
     last known time of its source). The notes say what was skipped or not read, and why.
@@ -524,7 +503,7 @@ def collect_evidence_lines(
         NotRegularFileError, OSError: a log file cannot be opened.
     """
     year = _evidence_year(evidence)
-    matcher = matcher_for(rules)
+    matcher = rule_matcher()
 
     def keep(message: str, is_code: bool) -> str | None:
         rule = None if is_code else matcher.match(message)

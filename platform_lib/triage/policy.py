@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from platform_lib.storage import call_with_retries, resolve_fs
-from platform_lib.triage.fingerprints import fingerprint, normalise_line
 from platform_lib.triage.taxonomy import FailureClass
 
 __all__ = [
@@ -28,9 +27,7 @@ __all__ = [
     "RestartPolicy",
     "append_attempt",
     "decide_restart",
-    "fingerprint",
     "load_history",
-    "normalise_line",
 ]
 
 C = FailureClass

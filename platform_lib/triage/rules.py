@@ -10,6 +10,7 @@ and this platform's own exceptions (platform_lib.loading.errors, platform_lib.sh
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ import re2
 
 from platform_lib.triage.taxonomy import FailureClass, Role
 
-__all__ = ["MAX_MATCH_CHARS", "RULES", "Rule", "RuleMatcher", "matcher_for"]
+__all__ = ["MAX_MATCH_CHARS", "RULES", "Rule", "RuleMatcher", "rule_matcher"]
 
 #: Characters of a line the rules see (config dumps and tensors printed on one line are long).
 MAX_MATCH_CHARS = 2000
@@ -602,14 +603,7 @@ class RuleMatcher:
         return None
 
 
-_MATCHERS: dict[int, tuple[Sequence[Rule], RuleMatcher]] = {}
-
-
-def matcher_for(rules: Sequence[Rule]) -> RuleMatcher:
-    """Return the (cached) `RuleMatcher` of a rule table; tables are not changed once used."""
-    hit = _MATCHERS.get(id(rules))
-    if hit is None or hit[0] is not rules:
-        if len(_MATCHERS) >= 16:
-            _MATCHERS.clear()
-        hit = _MATCHERS[id(rules)] = (rules, RuleMatcher(rules))
-    return hit[1]
+@functools.cache
+def rule_matcher() -> RuleMatcher:
+    """Return the `RuleMatcher` of `RULES` (built at the first call)."""
+    return RuleMatcher(RULES)

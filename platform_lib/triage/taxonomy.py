@@ -24,9 +24,8 @@ class FailureClass(StrEnum):
     OOM_HOST = "oom_host"
     COMMUNICATION = "communication"
     HARDWARE = "hardware"
-    PREEMPTION_PLATFORM = (
-        "preemption_platform"  # preemption, eviction, node shutdown, time limit, storage
-    )
+    #: preemption, eviction, node shutdown, time limit, storage
+    PREEMPTION_PLATFORM = "preemption_platform"
     UNKNOWN = "unknown"
 
 

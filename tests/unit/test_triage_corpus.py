@@ -108,7 +108,7 @@ def test_negative_lines_match_no_cause_rule() -> None:
     ]
     assert len(lines) >= 15
     for line in parse_log("\n".join(lines), "negative_lines.txt", year=2026):
-        rule = match_line(line, RULES)
+        rule = match_line(line)
         assert rule is None or rule.role is Role.CONTEXT, (line.text, rule and rule.name)
 
 
