@@ -198,8 +198,12 @@ class FrameAttributes:
     """attribute name -> (N,) values (str, int, float or bool arrays)"""
 
 
-def slice_masks(spec: SliceSpec, attributes: FrameAttributes) -> dict[str, np.ndarray]:
+def slice_masks(
+    spec: SliceSpec, attributes: FrameAttributes, *, skip_empty: bool = False
+) -> dict[str, np.ndarray]:
     """Return slice name -> (N,) bool frame mask, "all" first, then the spec's order.
+
+    With `skip_empty`, a slice that selects no frame is left out instead of refused.
 
     Raises:
         SliceSpecError: a slice needs an attribute the dataset lacks, or selects no frame.
@@ -224,6 +228,8 @@ def slice_masks(spec: SliceSpec, attributes: FrameAttributes) -> dict[str, np.nd
             else:
                 mask &= np.isin(np.asarray(values, dtype=object), list(condition))
         if not mask.any():
+            if skip_empty:
+                continue
             raise SliceSpecError(
                 f"slice {s.name!r} selects no frame of the {n} evaluated",
                 "slice spec",
