@@ -74,15 +74,12 @@ class NumberRange(BaseModel):
         return out
 
 
-_Names = list[str]
-
-
 class Where(BaseModel):
     """Conditions on per-frame attributes; a frame must meet all that are given."""
 
     model_config = _FORBID
 
-    log_id: _Names | None = Field(default=None, min_length=1)
+    log_id: list[str] | None = Field(default=None, min_length=1)
     """frames of these logs"""
     ego_speed_mps: NumberRange | None = None
     """ego speed, in m/s"""
@@ -98,9 +95,9 @@ class Where(BaseModel):
     """at least one pedestrian cuboid (true) or none (false)"""
     has_cyclist: bool | None = None
     """at least one cyclist cuboid (true) or none (false)"""
-    time_of_day: _Names | None = Field(default=None, min_length=1)
+    time_of_day: list[str] | None = Field(default=None, min_length=1)
     """time-of-day tags, e.g. day, dusk, night (where the source provides them)"""
-    weather: _Names | None = Field(default=None, min_length=1)
+    weather: list[str] | None = Field(default=None, min_length=1)
     """weather tags, e.g. clear, rain, fog (where the source provides them)"""
 
     def conditions(self) -> dict[str, Any]:
