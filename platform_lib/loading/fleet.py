@@ -615,9 +615,9 @@ def _retry_layers(cfg: LoaderConfig) -> tuple[int, int, float]:
     options = cfg.storage_options
     tries = int(options.get("retries", _S3FS_RETRIES))
     if "config_kwargs" in options:
-        retries = dict(options["config_kwargs"].get("retries") or {})
+        retries = options["config_kwargs"].get("retries") or {}
     else:
-        retries = dict(_S3_RETRIES_DEFAULT)
+        retries = _S3_RETRIES_DEFAULT
     if "total_max_attempts" in retries:
         boto = int(retries["total_max_attempts"])
     elif "max_attempts" in retries:
