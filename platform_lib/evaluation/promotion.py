@@ -20,7 +20,7 @@ from platform_lib.evaluation.bootstrap import BootstrapConfig, Interval, paired_
 from platform_lib.evaluation.errors import EvaluationError, PairingError, validation_error
 from platform_lib.evaluation.metrics import FrameCounts, MetricSpec
 from platform_lib.evaluation.slices import ALL_SLICE
-from platform_lib.evaluation.text import logs_text
+from platform_lib.evaluation.text import format_difference, logs_text
 
 __all__ = [
     "NEXT_STEP",
@@ -143,9 +143,8 @@ class PromotionDecision:
 
 
 def _interval_text(interval: Interval) -> str:
-    if interval.status != "ok":
-        return interval.status
-    return f"{interval.estimate:+.4f} [{interval.low:+.4f}, {interval.high:+.4f}]"
+    """Return a difference with its interval, or only its status (the tags' short form)."""
+    return format_difference(interval.to_dict()) if interval.status == "ok" else interval.status
 
 
 def check_paired(champion: FrameCounts, challenger: FrameCounts) -> None:
