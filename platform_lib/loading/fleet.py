@@ -152,7 +152,7 @@ def dataset_from_view(
 class FleetSpec(BaseModel):
     """The fleet, its pace and the object store's limits (what `simulate_fleet` models)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     nodes: int = Field(ge=1)
     """nodes, each with one node cache shared by its ranks"""
@@ -251,9 +251,9 @@ class _Download:
     s3fs and `storage.call_with_retries` wait and try again, nested in that order (module
     docstring). The process is resumed when the transfer ends (sent None) or when every
     attempt failed (False), at the same instant and in the same event order as if it ran
-    them itself. `attempt` counts GETs made (0-based) across the nested retry layers: storage attempt
-    `attempt // (tries * boto) + 1`, s3fs try `attempt // boto % tries`, botocore attempt
-    `attempt % boto + 1` (`_Simulation._get`).
+    them itself. `attempt` counts GETs made (0-based) across the nested retry layers:
+    storage attempt `attempt // (tries * boto) + 1`, s3fs try `attempt // boto % tries`,
+    botocore attempt `attempt % boto + 1` (`_Simulation._get`).
     """
 
     node: _Node
@@ -265,7 +265,6 @@ class _Download:
 
 @dataclass(eq=False)
 class _Node:
-    index: int
     cached: OrderedDict = field(default_factory=OrderedDict)  # shard -> (last use s, bytes)
     total: int = 0
     inflight: dict = field(default_factory=dict)  # shard -> _Signal of its download
@@ -313,7 +312,7 @@ class _Simulation:
         self.rng = random.Random(spec.seed)
         self.now, self._seq = 0.0, itertools.count()
         self._heap: list[tuple[float, int, Any, tuple]] = []
-        self.nodes = [_Node(n) for n in range(spec.nodes)]
+        self.nodes = [_Node() for _ in range(spec.nodes)]
         self.ranks = [_Rank(r, self.nodes[r // spec.ranks_per_node]) for r in range(world)]
         rate = spec.prefix_gets_per_s
         self.tokens = [rate] * len(data.prefixes)

@@ -176,9 +176,8 @@ def register_model_version(
     if gate is not None:
         for path in gate.files:
             client.log_artifact(run_id, str(path), "promotion")
-        gate_tags = {k: v[:_TAG_MAX] for k, v in redact_values(gate.tags).items()}
-        for key, value in sorted(gate_tags.items()):
-            client.set_model_version_tag(name, version, key, value)
+        for key, value in sorted(redact_values(gate.tags).items()):
+            client.set_model_version_tag(name, version, key, value[:_TAG_MAX])
     if decision.startswith("promoted"):
         client.set_registered_model_alias(name, "champion", version)
     client.set_model_version_tag(name, version, "champion_decision", decision)
