@@ -1,14 +1,11 @@
 """The champion gate of a registration: the current champion and the new model on the same frames.
 
-The new version's per-frame counts (`training.evaluate`, frame_counts.json) are paired with the
-counts of the version holding alias `champion`, evaluated here on the same dataset split, and
-`evaluation.promotion.decide_promotion` decides (paired log-bootstrap intervals per slice,
-non-inferiority margins). The first version of a model has nothing to compare with and is
-promoted as first; its own per-slice table is still recorded. Slices come from a spec; the
-built-in `DEFAULT_SLICE_SPEC` uses attributes every dataset has, and a built-in slice that
-selects no frame is left out and named in the record (a user's spec is strict). The page
-(`promotion.html`: decision, plots, per-slice table) is self-contained HTML, published as a
-Flyte Deck and an MLflow artifact; rules and the policy for small val splits: docs/pipeline.md.
+The new version's per-frame counts (frame_counts.json) are paired with those of the version
+holding alias `champion`, evaluated here on the same split, and `evaluation.promotion` decides;
+a model's first version is promoted as first, with its own per-slice table. A built-in slice
+(`DEFAULT_SLICE_SPEC`) that selects no frame is left out and named; a user's spec is strict.
+The page (`promotion.html`) is self-contained HTML, published as a Flyte Deck and an MLflow
+artifact; the rules and the policy for small val splits: docs/pipeline.md.
 """
 
 from __future__ import annotations
