@@ -109,15 +109,6 @@ class ChampionGate:
         """Whether `champion` moves to the new version."""
         return self.decision.startswith("promoted")
 
-    def describe(self, decision: str) -> str:
-        """Return the version's Markdown description (`render_version_description`).
-
-        Args:
-            decision: what registration recorded; differs from `self.decision` when
-                `champion` moved while the gate ran.
-        """
-        return render_version_description(self.record, decision)
-
     @property
     def page(self) -> Path | None:
         """The HTML page (decision, plots, per-slice table), if written."""
