@@ -224,16 +224,12 @@ def decide_promotion(
     rows = []
     for name in masks:
         for spec in dict.fromkeys((config.primary, config.gated_metric)):
-            roles = [
-                r
-                for r, on in (
-                    ("primary", spec == config.primary and name == config.primary_slice),
-                    ("gated", spec == config.gated_metric and name in config.gated_slices),
-                )
-                if on
-            ]
-            margin = config.margin_of(name) if "gated" in roles else None
-            rows.append(row(name, spec, "+".join(roles) or "report", margin))
+            primary = spec == config.primary and name == config.primary_slice
+            gated = spec == config.gated_metric and name in config.gated_slices
+            role = "+".join(r for r, on in (("primary", primary), ("gated", gated)) if on)
+            rows.append(
+                row(name, spec, role or "report", config.margin_of(name) if gated else None)
+            )
     reasons, decision = _apply_rule(rows, config.bootstrap.min_logs)
     bands = tuple(
         row(config.primary_slice, config.primary.model_copy(update={"band": b}), "report", None)

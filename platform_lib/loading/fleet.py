@@ -11,6 +11,7 @@ modelled and how: platform_lib/loading/README.md, "The fleet model".
 
 from __future__ import annotations
 
+import functools
 import gc
 import heapq
 import itertools
@@ -296,19 +297,21 @@ class _Simulation:
             len(data.units), batch_size=spec.batch_size, world_size=world, pad_policy=cfg.pad_policy
         )
         self.steps = min(self.plan.steps, spec.max_steps or self.plan.steps)
-        self.orders = EpochOrders(
-            unit_shards=[data.row_shard[data.units[:, 0]]],
-            weights=[1.0],
-            seed=spec.seed,
-            shuffle=spec.shuffle,
-            shuffle_buffer=cfg.shuffle_buffer,
-            total=len(data.units),
+        # every epoch's order kept: ranks run epochs apart
+        self.epoch_order = functools.cache(
+            EpochOrders(
+                unit_shards=[data.row_shard[data.units[:, 0]]],
+                weights=[1.0],
+                seed=spec.seed,
+                shuffle=spec.shuffle,
+                shuffle_buffer=cfg.shuffle_buffer,
+                total=len(data.units),
+            )
         )
         self.shard_bytes = data.shard_bytes.tolist()
         self.shard_prefix = data.shard_prefix.tolist()
         self.row_shard = data.row_shard.tolist()
         self.unit_bytes = data.row_bytes[data.units].sum(axis=1)
-        self._orders: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.rng = random.Random(spec.seed)
         self.now, self._seq = 0.0, itertools.count()
         self._heap: list[tuple[float, int, Any, tuple]] = []
@@ -487,9 +490,7 @@ class _Simulation:
         positions, _ = positions_for_batch(
             self.plan, step=step, rank=rank.index, batch_size=self.spec.batch_size
         )
-        if epoch not in self._orders:  # every epoch's order kept: ranks run epochs apart
-            self._orders[epoch] = self.orders(epoch)
-        source, unit = self._orders[epoch]
+        source, unit = self.epoch_order(epoch)
         return source[positions], unit[positions]
 
     def _may_make(self, rank: _Rank, epoch: int, step: int) -> bool:
