@@ -137,13 +137,7 @@ def _interval(
 def interval_of(
     counts: FrameCounts, mask: np.ndarray, spec: MetricSpec, config: BootstrapConfig
 ) -> Interval:
-    """Return `spec`'s metric over the frames of `mask` with its log-bootstrap interval.
-
-    Args:
-        counts: one model's per-frame counts.
-        mask: (N,) bool, the frames of the slice.
-        spec: the metric.
-        config: resamples, confidence, seed, minimum logs.
+    """Return `spec`'s metric over the frames of `mask` ((N,) bool) with its log-bootstrap interval.
 
     Raises:
         ValueError: `spec` names a band or class the counts do not have.
@@ -209,11 +203,7 @@ def summarize_slices(
 ) -> list[dict]:
     """Return one model's table: a row per (slice, metric) with its interval (plain data).
 
-    Args:
-        counts: the model's per-frame counts.
-        masks: slice name -> (N,) bool (`slices.slice_masks`).
-        specs: metrics to report, e.g. IoU of each class in each band.
-        config: resamples, confidence, seed, minimum logs.
+    `masks` maps slice name -> (N,) bool (`slices.slice_masks`).
 
     Returns:
         [{"slice", "metric", **Interval.to_dict()}, ...], slices in `masks` order.
