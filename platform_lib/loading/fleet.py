@@ -510,7 +510,7 @@ class _Simulation:
             ahead = epoch == spec.epochs  # nobody consumes it: the DataLoader's first tasks only
             opened.clear()
             queue: deque[int] = deque()
-            helper: dict[str, Any] = {"busy": False, "idle": _Signal(fired=True)}
+            helper = {"idle": _Signal(fired=True)}  # fired while no fetch-ahead runs
             steps = steps_for_worker(
                 self.plan, start_step=0, worker_id=worker, num_workers=spec.workers
             )
@@ -531,7 +531,7 @@ class _Simulation:
                         shards_ahead=cfg.shards_ahead,
                     ):
                         queue.append(shard)
-                    if queue and not helper["busy"]:
+                    if queue and helper["idle"].fired:
                         self.resume(self._fetch_ahead(rank.node, queue, helper))
                 sources, unit_ids = self._batch(rank, epoch, step)
                 order = read_order(row_shard, [data.row_offset], units, sources, unit_ids)
@@ -552,14 +552,15 @@ class _Simulation:
             queue.clear()  # the fetch-ahead pool's shutdown: queued fetches are cancelled ...
             yield helper["idle"]  # ... the running one is waited for
 
-    def _fetch_ahead(self, node: _Node, queue: deque, helper: dict) -> Generator[Any, None, None]:
+    def _fetch_ahead(
+        self, node: _Node, queue: deque, helper: dict[str, _Signal]
+    ) -> Generator[Any, None, None]:
         """A worker's fetch-ahead thread: opens queued shards one at a time (errors ignored)."""
-        helper["busy"], helper["idle"] = True, _Signal()
+        helper["idle"] = _Signal()
         while queue:
             shard = queue.popleft()
             if not self._hit(node, shard):
                 yield from self._open(node, shard)
-        helper["busy"] = False
         self.fire(helper["idle"])
 
     def _made(self, rank: _Rank, epoch: int, step: int) -> None:
