@@ -104,11 +104,23 @@ def _resampled(per_log: np.ndarray, weights: np.ndarray) -> np.ndarray:
 
 
 def _interval(
-    estimate: float, samples: np.ndarray, num_logs: int, num_frames: int, confidence: float
+    estimate: float, samples: np.ndarray | None, num_logs: int, num_frames: int, confidence: float
 ) -> Interval:
-    defined = samples[~np.isnan(samples)]
-    if np.isnan(estimate) or defined.size == 0:
-        return _insufficient(estimate, num_logs, num_frames, status="undefined")
+    """Return `estimate` with the percentile interval of its resampled values `samples` (R,).
+
+    Without bounds: "insufficient" when `samples` is None (fewer logs than `min_logs`),
+    "undefined" when the estimate is NaN or no resample has a defined value.
+    """
+    defined = np.empty(0) if samples is None else samples[~np.isnan(samples)]
+    if np.isnan(estimate) or samples is None or defined.size == 0:
+        return Interval(
+            status="insufficient" if samples is None and not np.isnan(estimate) else "undefined",
+            estimate=None if np.isnan(estimate) else float(estimate),
+            low=None,
+            high=None,
+            num_logs=num_logs,
+            num_frames=num_frames,
+        )
     alpha = 1.0 - confidence
     low, high = np.quantile(defined, [alpha / 2, 1 - alpha / 2])
     return Interval(
@@ -122,30 +134,10 @@ def _interval(
     )
 
 
-def _insufficient(
-    estimate: float, num_logs: int, num_frames: int, status: Status = "insufficient"
-) -> Interval:
-    """Return an interval without bounds (status "undefined" when the estimate is NaN)."""
-    return Interval(
-        status="undefined" if np.isnan(estimate) else status,
-        estimate=None if np.isnan(estimate) else float(estimate),
-        low=None,
-        high=None,
-        num_logs=num_logs,
-        num_frames=num_frames,
-    )
-
-
 def interval_of(
     counts: FrameCounts, mask: np.ndarray, spec: MetricSpec, config: BootstrapConfig
 ) -> Interval:
-    """Return `spec`'s metric over the frames of `mask` with its log-bootstrap interval.
-
-    Args:
-        counts: one model's per-frame counts.
-        mask: (N,) bool, the frames of the slice.
-        spec: the metric.
-        config: resamples, confidence, seed, minimum logs.
+    """Return `spec`'s metric over the frames of `mask` ((N,) bool) with its log-bootstrap interval.
 
     Raises:
         ValueError: `spec` names a band or class the counts do not have.
@@ -187,17 +179,17 @@ def paired_intervals(
     estimates = [float(metric(p.sum(axis=0))) for p in per_log]
     if len(estimates) == 2:
         estimates.append(estimates[1] - estimates[0])
-    if num_logs < config.min_logs:
-        out = [_insufficient(e, num_logs, num_frames) for e in estimates]
-    else:
+    samples: list[np.ndarray | None] = [None] * len(estimates)
+    if num_logs >= config.min_logs:
         weights = draw_resamples(num_logs, config)
-        samples = [metric(_resampled(p, weights)) for p in per_log]
-        if len(samples) == 2:
-            samples.append(samples[1] - samples[0])
-        out = [
-            _interval(e, s, num_logs, num_frames, config.confidence)
-            for e, s in zip(estimates, samples, strict=True)
-        ]
+        resampled = [metric(_resampled(p, weights)) for p in per_log]
+        if len(resampled) == 2:
+            resampled.append(resampled[1] - resampled[0])
+        samples = [*resampled]
+    out = [
+        _interval(e, s, num_logs, num_frames, config.confidence)
+        for e, s in zip(estimates, samples, strict=True)
+    ]
     if challenger is None:
         return out[0], None, None
     return out[0], out[1], out[2]
@@ -211,11 +203,7 @@ def summarize_slices(
 ) -> list[dict]:
     """Return one model's table: a row per (slice, metric) with its interval (plain data).
 
-    Args:
-        counts: the model's per-frame counts.
-        masks: slice name -> (N,) bool (`slices.slice_masks`).
-        specs: metrics to report, e.g. IoU of each class in each band.
-        config: resamples, confidence, seed, minimum logs.
+    `masks` maps slice name -> (N,) bool (`slices.slice_masks`).
 
     Returns:
         [{"slice", "metric", **Interval.to_dict()}, ...], slices in `masks` order.

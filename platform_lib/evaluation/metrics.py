@@ -21,7 +21,6 @@ from schemas.classes import CLASS_GROUPS
 
 __all__ = [
     "ALL_BANDS",
-    "METRIC_NAMES",
     "CountAccumulator",
     "FrameCounts",
     "MetricSpec",
@@ -37,7 +36,6 @@ __all__ = [
 #: Name of the band that holds every cell of the grid.
 ALL_BANDS = "all"
 #: Metrics computed from TP/FP/FN counts.
-METRIC_NAMES: tuple[str, ...] = ("iou", "precision", "recall")
 MetricName = Literal["iou", "precision", "recall"]
 
 TP, FP, FN = 0, 1, 2

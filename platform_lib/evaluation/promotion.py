@@ -10,7 +10,7 @@ of the primary metric's difference is above 0 (superiority). A difference withou
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Annotated, Any
 
 import numpy as np
@@ -20,7 +20,7 @@ from platform_lib.evaluation.bootstrap import BootstrapConfig, Interval, paired_
 from platform_lib.evaluation.errors import EvaluationError, PairingError, validation_error
 from platform_lib.evaluation.metrics import FrameCounts, MetricSpec
 from platform_lib.evaluation.slices import ALL_SLICE
-from platform_lib.evaluation.text import logs_text
+from platform_lib.evaluation.text import format_difference, logs_text
 
 __all__ = [
     "NEXT_STEP",
@@ -100,16 +100,7 @@ class SliceRow:
 
     def to_dict(self) -> dict[str, Any]:
         """Return plain data (intervals as dicts)."""
-        return {
-            "slice": self.slice,
-            "metric": self.metric,
-            "champion": self.champion.to_dict(),
-            "challenger": self.challenger.to_dict(),
-            "difference": self.difference.to_dict(),
-            "role": self.role,
-            "margin": self.margin,
-            "verdict": self.verdict,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,9 +143,8 @@ class PromotionDecision:
 
 
 def _interval_text(interval: Interval) -> str:
-    if interval.status != "ok":
-        return interval.status
-    return f"{interval.estimate:+.4f} [{interval.low:+.4f}, {interval.high:+.4f}]"
+    """Return a difference with its interval, or only its status (the tags' short form)."""
+    return format_difference(interval.to_dict()) if interval.status == "ok" else interval.status
 
 
 def check_paired(champion: FrameCounts, challenger: FrameCounts) -> None:
@@ -220,16 +210,6 @@ def decide_promotion(
     def row(slice_name: str, spec: MetricSpec, role: str, margin: float | None) -> SliceRow:
         a, b, d = paired_intervals(champion, challenger, masks[slice_name], spec, config.bootstrap)
         assert b is not None and d is not None  # a challenger was given
-        if role == "report":
-            verdict = ""
-        elif d.status != "ok":
-            verdict = d.status
-        elif "gated" in role and d.low is not None and margin is not None and d.low < -margin:
-            verdict = "worse"
-        elif "primary" in role and not (d.low is not None and d.low > 0):
-            verdict = "not_better"
-        else:
-            verdict = "better" if "primary" in role else "ok"
         return SliceRow(
             slice=slice_name,
             metric=spec.label,
@@ -238,22 +218,18 @@ def decide_promotion(
             difference=d,
             role=role,
             margin=margin,
-            verdict=verdict,
+            verdict=_verdict(d, role, margin),
         )
 
     rows = []
     for name in masks:
         for spec in dict.fromkeys((config.primary, config.gated_metric)):
-            roles = [
-                r
-                for r, on in (
-                    ("primary", spec == config.primary and name == config.primary_slice),
-                    ("gated", spec == config.gated_metric and name in config.gated_slices),
-                )
-                if on
-            ]
-            margin = config.margin_of(name) if "gated" in roles else None
-            rows.append(row(name, spec, "+".join(roles) or "report", margin))
+            primary = spec == config.primary and name == config.primary_slice
+            gated = spec == config.gated_metric and name in config.gated_slices
+            role = "+".join(r for r, on in (("primary", primary), ("gated", gated)) if on)
+            rows.append(
+                row(name, spec, role or "report", config.margin_of(name) if gated else None)
+            )
     reasons, decision = _apply_rule(rows, config.bootstrap.min_logs)
     bands = tuple(
         row(config.primary_slice, config.primary.model_copy(update={"band": b}), "report", None)
@@ -289,41 +265,52 @@ NEXT_STEP = {
 }
 
 
+def _verdict(d: Interval, role: str, margin: float | None) -> str:
+    """Return a row's verdict: "" for report rows, else from its difference `d` and margin."""
+    if role == "report":
+        return ""
+    if d.status != "ok":
+        return d.status
+    if "gated" in role and d.low is not None and margin is not None and d.low < -margin:
+        return "worse"
+    if "primary" in role and not (d.low is not None and d.low > 0):
+        return "not_better"
+    return "better" if "primary" in role else "ok"
+
+
+def _reason(r: SliceRow, min_logs: int) -> str | None:
+    """Return the sentence a gated or primary row adds to the decision's reasons, if any."""
+    d, where = r.difference, f"slice {r.slice!r} {r.metric}"
+    if r.verdict == "insufficient":
+        return (
+            f"{where}: insufficient, no interval ({logs_text(d.num_logs)}, "
+            f"{d.num_frames} frames; an interval needs {min_logs} logs)"
+        )
+    if r.verdict == "undefined":
+        return (
+            f"{where}: undefined, no interval (the metric has no denominator on its "
+            f"{d.num_frames} frames: no predicted or true cell)"
+        )
+    diff = f"{where}: challenger - champion {_interval_text(d)}"
+    if r.verdict == "worse":
+        return f"{diff} goes below -margin -{r.margin:g}"
+    if r.verdict == "not_better":
+        return f"{diff} does not exclude 0"
+    return f"{diff} is above 0" if r.verdict == "better" else None
+
+
 def _apply_rule(rows: list[SliceRow], min_logs: int) -> tuple[list[str], str]:
     """Return (reasons, decision) from the verdicts of the gated and primary rows.
 
     A decision that keeps the champion ends with `NEXT_STEP`'s sentence for it.
     """
-    reasons: list[str] = []
-    blocked = {"insufficient": False, "worse": False, "not_better": False}
-    for r in rows:
-        d = r.difference
-        where = f"slice {r.slice!r} {r.metric}"
-        if r.verdict == "insufficient":
-            blocked["insufficient"] = True
-            reasons.append(
-                f"{where}: insufficient, no interval ({logs_text(d.num_logs)}, "
-                f"{d.num_frames} frames; an interval needs {min_logs} logs)"
-            )
-        elif r.verdict == "undefined":
-            blocked["insufficient"] = True
-            reasons.append(
-                f"{where}: undefined, no interval (the metric has no denominator on its "
-                f"{d.num_frames} frames: no predicted or true cell)"
-            )
-        elif r.verdict == "worse":
-            blocked["worse"] = True
-            reasons.append(
-                f"{where}: challenger - champion {_interval_text(d)} goes below -margin "
-                f"-{r.margin:g}"
-            )
-        elif r.verdict == "not_better":
-            blocked["not_better"] = True
-            reasons.append(f"{where}: challenger - champion {_interval_text(d)} does not exclude 0")
-        elif r.verdict == "better":
-            reasons.append(f"{where}: challenger - champion {_interval_text(d)} is above 0")
-    for kind in ("insufficient", "worse", "not_better"):
-        if blocked[kind]:
-            decision = "kept:worse_on_slice" if kind == "worse" else f"kept:{kind}"
+    reasons = [text for r in rows if (text := _reason(r, min_logs)) is not None]
+    verdicts = {r.verdict for r in rows}
+    for decision, blocking in (
+        ("kept:insufficient", {"insufficient", "undefined"}),
+        ("kept:worse_on_slice", {"worse"}),
+        ("kept:not_better", {"not_better"}),
+    ):
+        if verdicts & blocking:
             return [*reasons, NEXT_STEP[decision].format(min_logs=min_logs)], decision
     return reasons, "promoted:better"

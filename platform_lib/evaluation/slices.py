@@ -74,15 +74,12 @@ class NumberRange(BaseModel):
         return out
 
 
-_Names = list[str]
-
-
 class Where(BaseModel):
     """Conditions on per-frame attributes; a frame must meet all that are given."""
 
     model_config = _FORBID
 
-    log_id: _Names | None = Field(default=None, min_length=1)
+    log_id: list[str] | None = Field(default=None, min_length=1)
     """frames of these logs"""
     ego_speed_mps: NumberRange | None = None
     """ego speed, in m/s"""
@@ -98,9 +95,9 @@ class Where(BaseModel):
     """at least one pedestrian cuboid (true) or none (false)"""
     has_cyclist: bool | None = None
     """at least one cyclist cuboid (true) or none (false)"""
-    time_of_day: _Names | None = Field(default=None, min_length=1)
+    time_of_day: list[str] | None = Field(default=None, min_length=1)
     """time-of-day tags, e.g. day, dusk, night (where the source provides them)"""
-    weather: _Names | None = Field(default=None, min_length=1)
+    weather: list[str] | None = Field(default=None, min_length=1)
     """weather tags, e.g. clear, rain, fog (where the source provides them)"""
 
     def conditions(self) -> dict[str, Any]:
@@ -198,8 +195,12 @@ class FrameAttributes:
     """attribute name -> (N,) values (str, int, float or bool arrays)"""
 
 
-def slice_masks(spec: SliceSpec, attributes: FrameAttributes) -> dict[str, np.ndarray]:
+def slice_masks(
+    spec: SliceSpec, attributes: FrameAttributes, *, skip_empty: bool = False
+) -> dict[str, np.ndarray]:
     """Return slice name -> (N,) bool frame mask, "all" first, then the spec's order.
+
+    With `skip_empty`, a slice that selects no frame is left out instead of refused.
 
     Raises:
         SliceSpecError: a slice needs an attribute the dataset lacks, or selects no frame.
@@ -224,6 +225,8 @@ def slice_masks(spec: SliceSpec, attributes: FrameAttributes) -> dict[str, np.nd
             else:
                 mask &= np.isin(np.asarray(values, dtype=object), list(condition))
         if not mask.any():
+            if skip_empty:
+                continue
             raise SliceSpecError(
                 f"slice {s.name!r} selects no frame of the {n} evaluated",
                 "slice spec",

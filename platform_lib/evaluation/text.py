@@ -1,10 +1,8 @@
-"""How an interval of the evaluation reads in tables, tags and version descriptions.
+"""How an interval (`bootstrap.Interval.to_dict`) reads in tables, tags and version descriptions.
 
-One metric of one model reads as its estimate with the bootstrap interval; without an interval
-(too few logs) as the estimate alone, marked with the reason. A paired difference, the quantity
-the promotion rule decides on, reads as a signed estimate with its interval, or only as the
-reason there is none ("insufficient: 2 logs"), never as a number. Intervals are plain data
-(`bootstrap.Interval.to_dict`).
+A metric reads as its estimate with its interval, or marked with the reason it has none; a
+paired difference (what the promotion rule decides on) never reads as a number without an
+interval, only as the reason ("insufficient: 2 logs").
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import gc
 import heapq
 import itertools
 import random
-from collections import Counter, OrderedDict, deque
+from collections import Counter, OrderedDict, defaultdict, deque
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,8 +73,6 @@ class FleetDataset:
     """(S,) int64 position in `prefixes` of each shard's key prefix"""
     prefixes: tuple[str, ...]
     """key prefixes (object-store folders) holding shards, e.g. ("shards/",)"""
-    shard_names: tuple[str, ...]
-    """shard path of each shard (`shards/shard-NNNNNN.tar`)"""
 
 
 def _spread(num_shards: int, prefixes: int) -> tuple[np.ndarray, tuple[str, ...]]:
@@ -112,7 +110,6 @@ def synthetic_dataset(
         shard_bytes=counts * sample_bytes,
         shard_prefix=codes,
         prefixes=names,
-        shard_names=tuple(f"shards/shard-{i:06d}.tar" for i in range(num_shards)),
     )
 
 
@@ -134,7 +131,6 @@ def dataset_from_view(
     units = build_units(
         view, window_frames=config.window_frames, window_stride=config.window_stride
     )
-    num_shards = len(view.shard_paths)
     if prefixes is None:
         folders = [
             f.rsplit("/", 1)[0].removeprefix(view.root).lstrip("/") + "/" for f in view.shard_files
@@ -142,7 +138,7 @@ def dataset_from_view(
         names = tuple(dict.fromkeys(folders))
         codes = np.array([names.index(f) for f in folders], dtype=np.int64)
     else:
-        codes, names = _spread(num_shards, prefixes)
+        codes, names = _spread(len(view.shard_paths), prefixes)
     return FleetDataset(
         units=units,
         row_shard=np.asarray(view.shard_id, dtype=np.int64),
@@ -151,14 +147,13 @@ def dataset_from_view(
         shard_bytes=np.asarray(view.shard_bytes, dtype=np.int64),
         shard_prefix=codes,
         prefixes=names,
-        shard_names=tuple(view.shard_paths),
     )
 
 
 class FleetSpec(BaseModel):
     """The fleet, its pace and the object store's limits (what `simulate_fleet` models)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     nodes: int = Field(ge=1)
     """nodes, each with one node cache shared by its ranks"""
@@ -206,8 +201,6 @@ class FleetReport:
     exhausted: int
     """downloads whose retries all failed (the real loader raises ObjectStoreUnreachableError;
     the model starts them again to keep going)"""
-    first_exhausted_s: float | None
-    """simulated time of the first exhausted download, in s"""
     gets_per_shard: np.ndarray
     """(S,) int64 GETs of each shard"""
     gets_per_second: dict[str, np.ndarray]
@@ -241,35 +234,38 @@ class FleetReport:
         return best
 
 
+@dataclass(slots=True, eq=False)
 class _Signal:
     """Something processes wait for; fired once."""
 
-    __slots__ = ("fired", "waiters")
-
-    def __init__(self) -> None:
-        self.fired: bool = False
-        self.waiters: list[Generator] = []
+    fired: bool = False
+    waiters: list[Generator] = field(default_factory=list)
 
 
+@dataclass(slots=True, eq=False)
 class _Download:
-    """A download in progress: `_fetch`'s command, then the state of its retry loop.
+    """A shard's download (one GET of the whole object through the three retry layers).
 
-    `attempt` counts GETs made (0-based) across the nested retry layers: storage attempt
-    `attempt // (tries * boto) + 1`, s3fs try `attempt // boto % tries`, botocore attempt
-    `attempt % boto + 1` (`_Simulation._get`).
+    `_open` yields it; its GETs then run as plain events (`_get`, `_retry`), not through the
+    waiting process's generators (a 503 storm is most of a throttled model's events). A GET
+    past its prefix's rate is answered 503 SlowDown after `request_latency_s`; then botocore,
+    s3fs and `storage.call_with_retries` wait and try again, nested in that order (module
+    docstring). The process is resumed when the transfer ends (sent None) or when every
+    attempt failed (False), at the same instant and in the same event order as if it ran
+    them itself. `attempt` counts GETs made (0-based) across the nested retry layers:
+    storage attempt `attempt // (tries * boto) + 1`, s3fs try `attempt // boto % tries`,
+    botocore attempt `attempt % boto + 1` (`_Simulation._get`).
     """
 
-    __slots__ = ("attempt", "node", "process", "shard")
-    process: Generator
+    node: _Node
+    shard: int
+    attempt: int = 0
+    process: Generator = field(init=False)
     """the process that waits for it (set when it yields the download, before the first GET)"""
-
-    def __init__(self, node: _Node, shard: int) -> None:
-        self.node, self.shard, self.attempt = node, shard, 0
 
 
 @dataclass(eq=False)
 class _Node:
-    index: int
     cached: OrderedDict = field(default_factory=OrderedDict)  # shard -> (last use s, bytes)
     total: int = 0
     inflight: dict = field(default_factory=dict)  # shard -> _Signal of its download
@@ -286,9 +282,9 @@ class _Rank:
     index: int
     node: _Node
     consumed: int = 0  # batches the training loop took, all epochs
-    ready: dict = field(default_factory=dict)  # (epoch, step) -> _Signal
+    ready: defaultdict = field(default_factory=lambda: defaultdict(_Signal))  # (epoch, step)
     made: Counter = field(default_factory=Counter)  # epoch -> batches made
-    epoch_made: dict = field(default_factory=dict)  # epoch -> _Signal: every batch made
+    epoch_made: defaultdict = field(default_factory=lambda: defaultdict(_Signal))  # all made
     progress: _Signal = field(default_factory=_Signal)
     first_batch: float = float("nan")
 
@@ -301,23 +297,25 @@ class _Simulation:
             len(data.units), batch_size=spec.batch_size, world_size=world, pad_policy=cfg.pad_policy
         )
         self.steps = min(self.plan.steps, spec.max_steps or self.plan.steps)
-        self.orders = EpochOrders(
-            unit_shards=[data.row_shard[data.units[:, 0]]],
-            weights=[1.0],
-            seed=spec.seed,
-            shuffle=spec.shuffle,
-            shuffle_buffer=cfg.shuffle_buffer,
-            total=len(data.units),
+        # every epoch's order kept: ranks run epochs apart
+        self.epoch_order = functools.cache(
+            EpochOrders(
+                unit_shards=[data.row_shard[data.units[:, 0]]],
+                weights=[1.0],
+                seed=spec.seed,
+                shuffle=spec.shuffle,
+                shuffle_buffer=cfg.shuffle_buffer,
+                total=len(data.units),
+            )
         )
         self.shard_bytes = data.shard_bytes.tolist()
         self.shard_prefix = data.shard_prefix.tolist()
         self.row_shard = data.row_shard.tolist()
         self.unit_bytes = data.row_bytes[data.units].sum(axis=1)
-        self._orders: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.rng = random.Random(spec.seed)
         self.now, self._seq = 0.0, itertools.count()
         self._heap: list[tuple[float, int, Any, tuple]] = []
-        self.nodes = [_Node(n) for n in range(spec.nodes)]
+        self.nodes = [_Node() for _ in range(spec.nodes)]
         self.ranks = [_Rank(r, self.nodes[r // spec.ranks_per_node]) for r in range(world)]
         rate = spec.prefix_gets_per_s
         self.tokens = [rate] * len(data.prefixes)
@@ -325,11 +323,10 @@ class _Simulation:
         self.gets_per_shard = [0] * len(self.shard_bytes)
         self.gets_per_second: list[Counter[int]] = [Counter() for _ in data.prefixes]
         self.gets = self.throttled = self.exhausted = self.opens = self.hits = 0
-        self.evictions = 0
-        self.first_exhausted: float | None = None
-        self.consumed_bytes = 0
+        self.evictions = self.consumed_bytes = 0
         self.end = 0.0
         self.attempts = _retry_layers(cfg)
+        self.latency = float(spec.request_latency_s)
 
     # -- the event loop --------------------------------------------------------------------
     def at(self, when: float, fn: Any, *args: Any) -> None:
@@ -341,10 +338,7 @@ class _Simulation:
             self.now, _, fn, args = pop(heap)
             fn(*args)
 
-    def spawn(self, process: Generator) -> None:
-        self._resume(process)
-
-    def _resume(self, process: Generator, value: Any = None) -> None:
+    def resume(self, process: Generator, value: Any = None) -> None:
         """Run `process` (sent `value`) up to its next wait: a delay, a signal or a download."""
         while True:
             try:
@@ -354,7 +348,7 @@ class _Simulation:
             value = None
             if command.__class__ is float:  # `at`, inlined: most events are these waits
                 heapq.heappush(
-                    self._heap, (self.now + command, next(self._seq), self._resume, (process,))
+                    self._heap, (self.now + command, next(self._seq), self.resume, (process,))
                 )
                 return
             if command.__class__ is _Download:  # its GETs and retries run without the process
@@ -368,7 +362,7 @@ class _Simulation:
     def fire(self, signal: _Signal) -> None:
         signal.fired = True
         for process in signal.waiters:
-            self.at(self.now, self._resume, process)
+            self.at(self.now, self.resume, process)
         signal.waiters = []
 
     # -- node download bandwidth (processor sharing) --------------------------------------
@@ -401,38 +395,17 @@ class _Simulation:
         self._reschedule(node)
 
     # -- the object store ------------------------------------------------------------------
-    def _fetch(self, node: _Node, shard: int) -> Generator[Any, Any, bool]:
-        """Download a shard (one GET of the whole object) through the three retry layers.
-
-        A GET past its prefix's rate is answered 503 SlowDown after `request_latency_s`; then
-        botocore, s3fs and `storage.call_with_retries` wait and try again, nested in that
-        order (module docstring). Returns False when every attempt was throttled.
-
-        The attempts run as plain events (`_get`, `_retry`), not through the waiting
-        process's generators: a 503 storm is most of a throttled model's events. The process
-        is resumed when the transfer ends (sent None) or when every attempt failed (False),
-        at the same simulated instant and in the same event order as if it ran them itself.
-        """
-        ok = yield _Download(node, shard)
-        return ok is not False
-
     def _get(self, download: _Download) -> None:
         """One GET of `download` now: start its transfer, or schedule the retry after a 503."""
         tries, boto, backoff = self.attempts
         shard, n = download.shard, download.attempt
-        prefix, rate, latency = (
-            self.shard_prefix[shard],
-            self.spec.prefix_gets_per_s,
-            float(self.spec.request_latency_s),
-        )
+        prefix, rate, latency = self.shard_prefix[shard], self.spec.prefix_gets_per_s, self.latency
         now = self.now
         self.gets += 1
         self.gets_per_shard[shard] += 1
         self.gets_per_second[prefix][int(now)] += 1
         bucket, clock = self.tokens, self.token_clock
-        tokens = bucket[prefix] + (now - clock[prefix]) * rate
-        if tokens > rate:  # a bucket of one second's GETs
-            tokens = rate
+        tokens = min(bucket[prefix] + (now - clock[prefix]) * rate, rate)  # one second's GETs
         clock[prefix] = now
         if tokens >= 1.0:
             bucket[prefix] = tokens - 1.0
@@ -451,7 +424,7 @@ class _Simulation:
             if i == tries - 1 and attempt <= self.spec.loader.max_retries:
                 wait += retry_delay_s(attempt, backoff)
         download.attempt = n + 1
-        heapq.heappush(self._heap, (now + wait, next(self._seq), self._retry, (download,)))
+        self.at(now + wait, self._retry, download)
 
     def _retry(self, download: _Download) -> None:
         """After a 503's wait: the next GET, or (every attempt made) the process learns it failed."""
@@ -459,7 +432,7 @@ class _Simulation:
         if download.attempt < (self.spec.loader.max_retries + 1) * tries * boto:
             self._get(download)
         else:
-            self._resume(download.process, False)
+            self.resume(download.process, False)
 
     # -- the node cache --------------------------------------------------------------------
     def _open(self, node: _Node, shard: int) -> Generator[Any, None, None]:
@@ -475,7 +448,7 @@ class _Simulation:
                 yield pending
                 continue
             done = node.inflight[shard] = _Signal()
-            ok = yield from self._fetch(node, shard)
+            ok = (yield _Download(node, shard)) is not False
             del node.inflight[shard]
             self.fire(done)
             if ok:
@@ -487,8 +460,6 @@ class _Simulation:
                 self._touch(node, shard)
                 return
             self.exhausted += 1
-            if self.first_exhausted is None:
-                self.first_exhausted = self.now
 
     def _hit(self, node: _Node, shard: int) -> bool:
         """A node-cache hit (counted and touched), or False: `_open` must wait or download."""
@@ -519,9 +490,7 @@ class _Simulation:
         positions, _ = positions_for_batch(
             self.plan, step=step, rank=rank.index, batch_size=self.spec.batch_size
         )
-        if epoch not in self._orders:  # every epoch's order kept: ranks run epochs apart
-            self._orders[epoch] = self.orders(epoch)
-        source, unit = self._orders[epoch]
+        source, unit = self.epoch_order(epoch)
         return source[positions], unit[positions]
 
     def _may_make(self, rank: _Rank, epoch: int, step: int) -> bool:
@@ -534,15 +503,14 @@ class _Simulation:
     def _worker(self, rank: _Rank, worker: int) -> Generator[Any, None, None]:
         spec, data, cfg = self.spec, self.data, self.spec.loader
         units, row_shard = [data.units], [data.row_shard]
+        opened: OrderedDict[int, None] = OrderedDict()  # ShardFiles: per iteration
         for epoch in range(spec.epochs + int(spec.epoch_ahead)):
             if epoch:
-                yield self._signal(rank.epoch_made, epoch - 1)
+                yield rank.epoch_made[epoch - 1]
             ahead = epoch == spec.epochs  # nobody consumes it: the DataLoader's first tasks only
-            opened: OrderedDict[int, None] = OrderedDict()  # ShardFiles: per iteration
+            opened.clear()
             queue: deque[int] = deque()
-            idle = _Signal()
-            idle.fired = True
-            helper: dict[str, Any] = {"busy": False, "idle": idle}
+            helper = {"idle": _Signal(fired=True)}  # fired while no fetch-ahead runs
             steps = steps_for_worker(
                 self.plan, start_step=0, worker_id=worker, num_workers=spec.workers
             )
@@ -559,12 +527,12 @@ class _Simulation:
                         units,
                         sources,
                         unit_ids,
-                        skip=functools.partial(_is_open, opened),
+                        skip=lambda _, shard: shard in opened,  # as `ShardFiles.is_open`
                         shards_ahead=cfg.shards_ahead,
                     ):
                         queue.append(shard)
-                    if queue and not helper["busy"]:
-                        self.spawn(self._fetch_ahead(rank.node, queue, helper))
+                    if queue and helper["idle"].fired:
+                        self.resume(self._fetch_ahead(rank.node, queue, helper))
                 sources, unit_ids = self._batch(rank, epoch, step)
                 order = read_order(row_shard, [data.row_offset], units, sources, unit_ids)
                 for unit_rows in units[0][unit_ids[order]].tolist():
@@ -584,33 +552,29 @@ class _Simulation:
             queue.clear()  # the fetch-ahead pool's shutdown: queued fetches are cancelled ...
             yield helper["idle"]  # ... the running one is waited for
 
-    def _fetch_ahead(self, node: _Node, queue: deque, helper: dict) -> Generator[Any, None, None]:
+    def _fetch_ahead(
+        self, node: _Node, queue: deque, helper: dict[str, _Signal]
+    ) -> Generator[Any, None, None]:
         """A worker's fetch-ahead thread: opens queued shards one at a time (errors ignored)."""
-        helper["busy"], helper["idle"] = True, _Signal()
+        helper["idle"] = _Signal()
         while queue:
             shard = queue.popleft()
             if not self._hit(node, shard):
                 yield from self._open(node, shard)
-        helper["busy"] = False
         self.fire(helper["idle"])
 
-    def _signal(self, table: dict, key: Any) -> _Signal:
-        if key not in table:
-            table[key] = _Signal()
-        return table[key]
-
     def _made(self, rank: _Rank, epoch: int, step: int) -> None:
-        self.fire(self._signal(rank.ready, (epoch, step)))
+        self.fire(rank.ready[epoch, step])
         rank.made[epoch] += 1
         if rank.made[epoch] == self.steps:
-            self.fire(self._signal(rank.epoch_made, epoch))
+            self.fire(rank.epoch_made[epoch])
 
     def _training_loop(self, rank: _Rank) -> Generator[Any, None, None]:
         step_time = float(self.spec.batch_size * self.spec.sample_time_s)
         for epoch in range(self.spec.epochs):
             for step in range(self.steps):
-                yield self._signal(rank.ready, (epoch, step))
-                del rank.ready[(epoch, step)]
+                yield rank.ready[epoch, step]
+                del rank.ready[epoch, step]
                 if rank.consumed == 0:
                     rank.first_batch = self.now
                 rank.consumed += 1
@@ -621,19 +585,15 @@ class _Simulation:
 
     def report(self) -> FleetReport:
         seconds = max((max(c) for c in self.gets_per_second if c), default=0) + 1
-        series = {}
-        for name, counts in zip(self.data.prefixes, self.gets_per_second, strict=True):
-            per_second = np.zeros(seconds, dtype=np.int64)
-            for second, n in counts.items():
-                per_second[second] = n
-            series[name] = per_second
+        series = {name: np.zeros(seconds, dtype=np.int64) for name in self.data.prefixes}
+        for per_second, counts in zip(series.values(), self.gets_per_second, strict=True):
+            per_second[list(counts)] = list(counts.values())
         return FleetReport(
             spec=self.spec,
             steps=self.steps,
             gets=self.gets,
             throttled=self.throttled,
             exhausted=self.exhausted,
-            first_exhausted_s=self.first_exhausted,
             gets_per_shard=np.array(self.gets_per_shard, dtype=np.int64),
             gets_per_second=series,
             bytes_per_node=np.array([n.downloaded for n in self.nodes], dtype=np.int64),
@@ -646,11 +606,6 @@ class _Simulation:
         )
 
 
-def _is_open(opened: OrderedDict[int, None], source: int, shard: int) -> bool:
-    """Whether the worker holds the shard open (its fetch-ahead skips it, as `ShardFiles.is_open`)."""
-    return shard in opened
-
-
 def _retry_layers(cfg: LoaderConfig) -> tuple[int, int, float]:
     """Return (s3fs tries, botocore attempts per try, storage backoff in s) for `cfg.storage_options`.
 
@@ -661,9 +616,9 @@ def _retry_layers(cfg: LoaderConfig) -> tuple[int, int, float]:
     options = cfg.storage_options
     tries = int(options.get("retries", _S3FS_RETRIES))
     if "config_kwargs" in options:
-        retries = dict(options["config_kwargs"].get("retries") or {})
+        retries = options["config_kwargs"].get("retries") or {}
     else:
-        retries = dict(_S3_RETRIES_DEFAULT)
+        retries = _S3_RETRIES_DEFAULT
     if "total_max_attempts" in retries:
         boto = int(retries["total_max_attempts"])
     elif "max_attempts" in retries:
@@ -691,9 +646,9 @@ def simulate_fleet(spec: FleetSpec, data: FleetDataset) -> FleetReport:
     try:
         sim = _Simulation(spec, data)
         for rank in sim.ranks:
-            sim.spawn(sim._training_loop(rank))
+            sim.resume(sim._training_loop(rank))
             for worker in range(spec.workers):
-                sim.spawn(sim._worker(rank, worker))
+                sim.resume(sim._worker(rank, worker))
         sim.run()
         return sim.report()
     finally:

@@ -1,14 +1,11 @@
 """The champion gate of a registration: the current champion and the new model on the same frames.
 
-The new version's per-frame counts (`training.evaluate`, frame_counts.json) are paired with the
-counts of the version holding alias `champion`, evaluated here on the same dataset split, and
-`evaluation.promotion.decide_promotion` decides (paired log-bootstrap intervals per slice,
-non-inferiority margins). The first version of a model has nothing to compare with and is
-promoted as first; its own per-slice table is still recorded. Slices come from a spec; the
-built-in `DEFAULT_SLICE_SPEC` uses attributes every dataset has, and a built-in slice that
-selects no frame is left out and named in the record (a user's spec is strict). The page
-(`promotion.html`: decision, plots, per-slice table) is self-contained HTML, published as a
-Flyte Deck and an MLflow artifact; rules and the policy for small val splits: docs/pipeline.md.
+The new version's per-frame counts (frame_counts.json) are paired with those of the version
+holding alias `champion`, evaluated here on the same split, and `evaluation.promotion` decides;
+a model's first version is promoted as first, with its own per-slice table. A built-in slice
+(`DEFAULT_SLICE_SPEC`) that selects no frame is left out and named; a user's spec is strict.
+The page (`promotion.html`) is self-contained HTML, published as a Flyte Deck and an MLflow
+artifact; the rules and the policy for small val splits: docs/pipeline.md.
 """
 
 from __future__ import annotations
@@ -24,7 +21,6 @@ from typing import Any
 import numpy as np
 
 from platform_lib.evaluation.bootstrap import summarize_slices
-from platform_lib.evaluation.errors import SliceSpecError
 from platform_lib.evaluation.metrics import FrameCounts
 from platform_lib.evaluation.plots import BAND_PLOT, DIFFERENCE_PLOT, render_promotion_plots
 from platform_lib.evaluation.promotion import (
@@ -33,7 +29,6 @@ from platform_lib.evaluation.promotion import (
     parse_promotion_config,
 )
 from platform_lib.evaluation.slices import (
-    FrameAttributes,
     SliceSpec,
     load_frame_attributes,
     parse_slice_spec,
@@ -53,7 +48,6 @@ __all__ = [
     "load_frame_counts",
     "render_promotion_page",
     "render_version_description",
-    "resolve_slice_masks",
 ]
 
 #: Built-in slices over attributes every dataset has (ego poses and the index's counts).
@@ -115,15 +109,6 @@ class ChampionGate:
         """Whether `champion` moves to the new version."""
         return self.decision.startswith("promoted")
 
-    def describe(self, decision: str) -> str:
-        """Return the version's Markdown description (`render_version_description`).
-
-        Args:
-            decision: what registration recorded; differs from `self.decision` when
-                `champion` moved while the gate ran.
-        """
-        return render_version_description(self.record, decision)
-
     @property
     def page(self) -> Path | None:
         """The HTML page (decision, plots, per-slice table), if written."""
@@ -138,31 +123,6 @@ def load_frame_counts(path: str | os.PathLike[str]) -> FrameCounts:
         ValueError: counts whose shape does not match their keys, classes and bands.
     """
     return FrameCounts.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
-
-
-def resolve_slice_masks(
-    spec: SliceSpec, attributes: FrameAttributes, *, skip_empty: bool
-) -> tuple[dict[str, np.ndarray], list[str]]:
-    """Return the slice masks ("all" first) and the slices left out for selecting no frame.
-
-    Raises:
-        SliceSpecError: a slice needs an attribute the dataset lacks; with `skip_empty` False,
-            also a slice that selects no frame.
-    """
-    if not skip_empty:
-        return slice_masks(spec, attributes), []
-    masks: dict[str, np.ndarray] = {}
-    skipped = []
-    for s in spec.slices:
-        try:
-            masks.update(slice_masks(SliceSpec(slices=[s]), attributes))
-        except SliceSpecError as exc:
-            if "selects no frame" not in exc.what:
-                raise
-            skipped.append(s.name)
-    if not masks:
-        masks = slice_masks(SliceSpec(), attributes)
-    return masks, skipped
 
 
 def _write(out: Path, record: dict[str, Any], plots: list[Path]) -> tuple[Path, ...]:
@@ -212,7 +172,7 @@ def decide_champion(
         champion: the version holding `champion` and its per-frame counts on the new model's
             evaluation frames; None when the model has no champion yet.
         challenger: the new model's per-frame counts.
-        masks: slice name -> (N,) bool, "all" first (`resolve_slice_masks`).
+        masks: slice name -> (N,) bool, "all" first (`compute_masks`).
         skipped: built-in slices left out (no frame).
         config: primary metric, gated slices, margins, bootstrap settings.
         out_dir: where promotion.json, the plots (not for a first version) and promotion.html
@@ -367,7 +327,10 @@ def render_version_description(record: dict[str, Any], decision: str) -> str:
 def compute_masks(
     dataset_dir: str | os.PathLike[str], counts: FrameCounts, spec: SliceSpec | None
 ) -> tuple[dict[str, np.ndarray], list[str]]:
-    """Return the slice masks of `counts`' frames: `spec` strictly, or the built-in spec leniently.
+    """Return the slice masks of `counts`' frames ("all" first) and the slices left out.
+
+    A given `spec` is strict; the built-in `DEFAULT_SLICE_SPEC` (`spec` None) is lenient: a
+    slice of it that selects no frame is left out and named.
 
     Raises:
         SliceSpecError: a slice needs an attribute the dataset lacks (or, for a given `spec`,
@@ -375,6 +338,5 @@ def compute_masks(
         EvaluationError: a counted frame that is not in the dataset.
     """
     attributes = load_frame_attributes(dataset_dir, counts.keys)
-    if spec is None:
-        return resolve_slice_masks(DEFAULT_SLICE_SPEC, attributes, skip_empty=True)
-    return resolve_slice_masks(spec, attributes, skip_empty=False)
+    masks = slice_masks(spec or DEFAULT_SLICE_SPEC, attributes, skip_empty=spec is None)
+    return masks, [s.name for s in (spec or DEFAULT_SLICE_SPEC).slices if s.name not in masks]

@@ -1,12 +1,7 @@
 """Lineage: the content hashes and ids that tie a model version to what produced it.
 
-`build_lineage` gathers the tags every registered model version carries: dataset_hash,
-val_split_hash (`hash_val_split`), raw_logs_hash (`platform_lib.sources.hashing.
-hash_raw_location`), source_log_hashes, code_version, config_hash
-(`platform_lib.training.config.hash_config`), seed, flyte_execution_id, and what training
-read (train_dataset_hash, train_view: a training view and its parent,
-`platform_lib.training.trained_on`). What each tag holds: docs/pipeline.md, "Lineage and the
-registry".
+`build_lineage` gathers the tags every registered model version carries (the fields of
+`Lineage`); what each tag holds: docs/pipeline.md, "Lineage and the registry".
 """
 
 from __future__ import annotations
@@ -110,20 +105,16 @@ def resolve_code_version(root: str | Path | None = None) -> str:
     if root is None:
         return fallback
     try:
-        commit = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
+        commit, dirty = [
+            subprocess.run(
+                ["git", "-C", str(root), *args],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=True,
+            ).stdout.strip()
+            for args in (["rev-parse", "HEAD"], ["status", "--porcelain", "--untracked-files=no"])
+        ]
         return f"{commit}+dirty" if dirty else commit
     except (OSError, subprocess.SubprocessError):
         return fallback

@@ -37,7 +37,6 @@ __all__ = [
     "read_slice_spec",
     "resolve_dataset_hash",
     "resolve_model_version",
-    "spec_hash",
     "summarize",
 ]
 
@@ -87,11 +86,6 @@ def read_slice_spec(spec: str) -> str:
     return json.dumps(parsed.model_dump(mode="json", exclude_none=True), sort_keys=True)
 
 
-def spec_hash(spec_json: str) -> str:
-    """Return the sha256 hex digest of a canonical spec JSON."""
-    return hashlib.sha256(spec_json.encode()).hexdigest()
-
-
 def resolve_dataset_hash(dataset: str) -> str:
     """Return the dataset hash in the manifest of the dataset folder or URL `dataset`.
 
@@ -116,11 +110,6 @@ def resolve_dataset_hash(dataset: str) -> str:
             raise
         raise user from exc
     return manifest.dataset_hash
-
-
-def _metrics(bands: tuple[str, ...], classes: tuple[str, ...]) -> list[MetricSpec]:
-    """Mean IoU in every band, then each class's IoU over all cells."""
-    return [MetricSpec(band=b) for b in bands] + [MetricSpec(class_group=c) for c in classes]
 
 
 def evaluate_model_version(
@@ -168,15 +157,16 @@ def evaluate_model_version(
     counts = count_model_frames(str(local / "model.safetensors"), cfg, str(dataset_dir), split)
     built_in = spec_json == read_slice_spec("")
     masks, skipped = compute_masks(dataset_dir, counts, None if built_in else spec)
-    rows = summarize_slices(
-        counts, masks, _metrics(counts.bands, counts.classes), bootstrap or BootstrapConfig()
-    )
+    # mean IoU in every band, then each class's IoU over all cells
+    metrics = [MetricSpec(band=b) for b in counts.bands]
+    metrics += [MetricSpec(class_group=c) for c in counts.classes]
+    rows = summarize_slices(counts, masks, metrics, bootstrap or BootstrapConfig())
     return {
         "model": model_version,
         "dataset_hash": manifest.dataset_hash,
         "split": split,
         "spec": json.loads(spec_json),
-        "spec_hash": spec_hash(spec_json),
+        "spec_hash": hashlib.sha256(spec_json.encode()).hexdigest(),
         "num_frames": len(counts.keys),
         "skipped_slices": skipped,
         "rows": rows,

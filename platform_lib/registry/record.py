@@ -52,15 +52,8 @@ __all__ = ["record_training_run"]
 
 def _eval_table(eval_json: Path) -> dict[str, Any]:
     data = json.loads(eval_json.read_text())
-    return {
-        "iou": data["iou"],
-        "mean_iou": data["mean_iou"],
-        "baseline_iou": data["baseline_iou"],
-        "baseline_mean_iou": data["baseline_mean_iou"],
-        "num_samples": data["num_samples"],
-        "split": data["split"],
-        "table": data.get("table", []),
-    }
+    keys = ("iou", "mean_iou", "baseline_iou", "baseline_mean_iou", "num_samples", "split")
+    return {key: data[key] for key in keys} | {"table": data.get("table", [])}
 
 
 def record_training_run(

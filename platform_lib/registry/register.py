@@ -17,7 +17,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import mlflow
 from mlflow.exceptions import MlflowException
@@ -26,10 +26,8 @@ from mlflow.tracking import MlflowClient
 from platform_lib.errors import UserError
 from platform_lib.mlflow_store import configure_mlflow, log_json, redact_values
 from platform_lib.redact import redact
+from platform_lib.registry.gate import ChampionGate, render_version_description
 from platform_lib.registry.lineage import Lineage
-
-if TYPE_CHECKING:
-    from platform_lib.registry.gate import ChampionGate
 
 __all__ = [
     "MODEL_FORMAT",
@@ -176,14 +174,14 @@ def register_model_version(
     if gate is not None:
         for path in gate.files:
             client.log_artifact(run_id, str(path), "promotion")
-        gate_tags = {k: v[:_TAG_MAX] for k, v in redact_values(gate.tags).items()}
-        for key, value in sorted(gate_tags.items()):
-            client.set_model_version_tag(name, version, key, value)
+        for key, value in sorted(redact_values(gate.tags).items()):
+            client.set_model_version_tag(name, version, key, value[:_TAG_MAX])
     if decision.startswith("promoted"):
         client.set_registered_model_alias(name, "champion", version)
     client.set_model_version_tag(name, version, "champion_decision", decision)
     if gate is not None:  # the MLflow UI renders it on the version's page
-        client.update_model_version(name, version, description=redact(gate.describe(decision)))
+        description = render_version_description(gate.record, decision)
+        client.update_model_version(name, version, description=redact(description))
     champion_version = version if decision.startswith("promoted") else champion.version
     page = gate.page if gate is not None else None
     return Registration(
