@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 from platform_lib.fsguard import open_regular
 from platform_lib.shards.errors import DatasetIndexError
 from platform_lib.shards.sample import check_once
+from platform_lib.shards.writer import write_file_atomic
 from schemas.index import INDEX_SCHEMA, INDEX_SCHEMA_WITHOUT_XXH3
 
 if TYPE_CHECKING:
@@ -73,13 +74,7 @@ def write_index(rows: list[dict[str, Any]], path: Path) -> tuple[str, int]:
     sink = pa.BufferOutputStream()
     pq.write_table(build_index_table(rows), sink, **PARQUET_OPTIONS)
     data = sink.getvalue().to_pybytes()
-    path = Path(path)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "xb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_file_atomic(Path(path), data)
     return hashlib.sha256(data).hexdigest(), len(data)
 
 

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from platform_lib.errors import UserError
 from platform_lib.fsguard import PathOutsideRootError, ensure_inside
 from platform_lib.shards.errors import ManifestError, ManifestMissingError
-from platform_lib.shards.writer import fsync_dir
+from platform_lib.shards.writer import fsync_dir, write_file_atomic
 from platform_lib.storage import (
     explain_location_error,
     is_local_url,
@@ -466,12 +466,7 @@ def write_manifest(root: Path, manifest: Manifest) -> Path:
     """Write `root/manifest.json` atomically (temporary name, fsync, rename, fsync folder)."""
     root = Path(root)
     path = root / MANIFEST_NAME
-    tmp = root / f"{MANIFEST_NAME}.tmp-{os.getpid()}"
-    with open(tmp, "xb") as f:
-        f.write(dumps_manifest(manifest))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_file_atomic(path, dumps_manifest(manifest))
     fsync_dir(root)
     return path
 

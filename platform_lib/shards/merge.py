@@ -27,19 +27,17 @@ from platform_lib.shards.build import (
     publish_staging,
     stage_output,
     write_dataset,
+    write_index_and_manifest,
 )
 from platform_lib.shards.errors import BuildError
-from platform_lib.shards.index import INDEX_NAME, read_index, write_index
+from platform_lib.shards.index import INDEX_NAME, read_index
 from platform_lib.shards.manifest import (
     FORMAT_VERSION,
     MANIFEST_NAME,
     Manifest,
     builder_version,
-    compute_dataset_hash,
     load_manifest,
-    write_manifest,
 )
-from platform_lib.shards.writer import fsync_dir
 from platform_lib.sources.catalog import iter_log_frames
 from platform_lib.sources.frame import CLASS_GROUPS, Frame, FrameError
 from platform_lib.sources.hashing import hash_logs
@@ -331,24 +329,18 @@ def merge_parts(
             )
     split_record = assign_row_splits(rows, config, fix="fix the split", over=" over the parts")
     with stage_output(output) as staging:
-        index_sha, index_bytes = write_index(rows, staging / INDEX_NAME)
-        merged = Manifest.from_dict(
+        merged = write_index_and_manifest(
+            staging,
+            rows,
+            shards,
             {
-                "format_version": FORMAT_VERSION,
-                "builder_version": builder_version(),
-                "dataset_hash": compute_dataset_hash(index_sha, shards),
                 "source": source,
-                "num_samples": len(rows),
-                "num_shards": len(shards),
-                "total_bytes": index_bytes + sum(s["bytes"] for s in shards),
                 "sensors": {
                     "cameras": first["sensors"]["cameras"],
                     "lidar": True,
                     "lidar_seg": any(m["sensors"]["lidar_seg"] for m, _, _ in loaded),
                     "radar": any(m["sensors"]["radar"] for m, _, _ in loaded),
                 },
-                "shards": shards,
-                "index": {"path": INDEX_NAME, "sha256": index_sha, "bytes": index_bytes},
                 "source_logs": [m["source_logs"][0] for m, _, _ in loaded],
                 "splits": split_record,
                 "class_counts": {
@@ -361,9 +353,6 @@ def merge_parts(
                 ),
                 "build_config": {**config.recorded(), "parts": "per-log"},
             },
-            where=f"{output}/manifest.json",
         )
-        fsync_dir(staging)
-        write_manifest(staging, merged)
         publish_staging(staging, output, config.overwrite)
     return merged

@@ -26,7 +26,7 @@ from platform_lib.shards.tar import (
     write_member,
 )
 
-__all__ = ["SampleLocation", "ShardInfo", "ShardWriter", "fsync_dir"]
+__all__ = ["SampleLocation", "ShardInfo", "ShardWriter", "fsync_dir", "write_file_atomic"]
 
 _COPY_BUFSIZE = 8 << 20
 _USTAR_NAME_MAX = 100  # bytes of the ustar name field
@@ -99,6 +99,16 @@ class _HashingFile:
         os.fsync(self._file.fileno())
         self._file.close()
         return self._hash.hexdigest(), self._position
+
+
+def write_file_atomic(path: Path, data: bytes) -> None:
+    """Write `data` to `path` via a temporary name + fsync + rename (no half file is seen)."""
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "xb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 def fsync_dir(path: Path) -> None:
