@@ -140,10 +140,6 @@ class DatasetView:
         """Return the ext name of member `m` (e.g. "lidar.npy")."""
         return self.member_names[self.member_code[m]]
 
-    def member_sha256_hex(self, m: int) -> str:
-        """Return the sha256 hex of member `m`."""
-        return self.member_sha256[m].tobytes().hex()
-
     def shard_path(self, i: int) -> str:
         """Return the shard path (relative to the root) of row `i`."""
         return self.manifest.shards[int(self.shard_id[i])].path
