@@ -4,9 +4,7 @@ Hashes depend on names and contents only (not on mtimes, permissions or the fold
 or location), so a copied folder hashes the same. A local folder is hashed over the listing
 its reader then reads through (`raw_files.scan_raw_files`), recording each file's digest so
 every read is checked against it; an object-storage prefix uses each object's version id,
-else its ETag, so hashing a bucket costs one listing. `hash_raw_content` (a folder),
-`hash_raw_log` (one log: log id + hash), `hash_log_listing`, `hash_log_location` (a log by
-path or URL) and `hash_raw_location` (a whole raw-log location) give the forms in use.
+else its ETag, so hashing a bucket costs one listing.
 """
 
 from __future__ import annotations
@@ -14,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,7 +29,6 @@ __all__ = [
     "check_raw_logs_unchanged",
     "hash_file",
     "hash_listing",
-    "hash_log_listing",
     "hash_log_location",
     "hash_raw_content",
     "hash_raw_location",
@@ -127,20 +125,12 @@ def hash_raw_log(log_dir: str | os.PathLike[str]) -> str:
         FileNotFoundError: if `log_dir` is not a directory.
         UserError: as `hash_raw_content`.
     """
-    return hash_log_listing(scan_raw_files(log_dir))
-
-
-def hash_log_listing(listing: RawFiles) -> str:
-    """Return `hash_raw_log` of the log folder `listing` lists, recording its digests.
-
-    Raises:
-        UserError: as `hash_listing`.
-    """
-    return _log_hash(listing.root.name, hash_listing(listing))
+    _, [entry] = hash_logs([log_dir])
+    return entry["content_hash"]
 
 
 def hash_logs(
-    log_dirs: list[Path] | list[str],
+    log_dirs: Sequence[str | os.PathLike[str]],
 ) -> tuple[list[RawFiles], list[dict[str, str]]]:
     """Return each log's listing, hashed, and `[{"log_id", "content_hash"}]` for the manifest.
 
@@ -152,7 +142,10 @@ def hash_logs(
         UserError: as `hash_listing`.
     """
     listings = [scan_raw_files(p) for p in log_dirs]
-    logs = [{"log_id": f.root.name, "content_hash": hash_log_listing(f)} for f in listings]
+    logs = [
+        {"log_id": f.root.name, "content_hash": _log_hash(f.root.name, hash_listing(f))}
+        for f in listings
+    ]
     return listings, logs
 
 

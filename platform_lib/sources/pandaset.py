@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from platform_lib.sources.catalog import find_log_folders
 from platform_lib.sources.frame import CameraImage, Cuboids, Frame, FrameError
 from platform_lib.sources.geometry import (
     EGO_FROM_PANDASET_LIDAR,
@@ -93,18 +94,7 @@ def list_pandaset_logs(root: str | os.PathLike[str]) -> list[Path]:
     Raises:
         FileNotFoundError: if `root` does not exist or holds no sequence folder.
     """
-    root = Path(root)
-    if (root / "lidar" / "poses.json").is_file():
-        return [root]
-    logs = (
-        sorted(
-            p
-            for p in root.iterdir()
-            if not p.name.startswith(".") and (p / "lidar" / "poses.json").is_file()
-        )
-        if root.is_dir()
-        else []
-    )
+    logs = find_log_folders(Path(root), "lidar/poses.json")
     if not logs:
         raise FileNotFoundError(
             f"{root}: no PandaSet sequence found (expected <root>/<seq>/lidar/poses.json or "

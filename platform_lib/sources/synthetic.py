@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from platform_lib.sources.catalog import find_log_folders
 from platform_lib.sources.hashing import hash_raw_log
 from platform_lib.sources.synthetic_render import (
     prepare_camera_rays,
@@ -210,16 +211,7 @@ def list_synthetic_logs(root: str | os.PathLike[str]) -> list[Path]:
     Raises:
         FileNotFoundError: if no folder with a synthetic meta.json is found.
     """
-    root = Path(root)
-    if (root / "meta.json").is_file():
-        return [root]
-    logs = (
-        sorted(
-            p for p in root.iterdir() if not p.name.startswith(".") and (p / "meta.json").is_file()
-        )
-        if root.is_dir()
-        else []
-    )
+    logs = find_log_folders(Path(root), "meta.json")
     if not logs:
         raise FileNotFoundError(
             f"{root}: no synthetic log found (expected <root>/synth-NNNN/meta.json); generate "
