@@ -298,12 +298,5 @@ def iter_tar_members(
             end = data_offset + size + skipped
             inside = f"the padding after this member's {size} bytes"
             raise _truncated(end, inside, shard=shard, member=name)
-        yield TarMember(
-            name=name,
-            kind=info.type,
-            header_offset=start,
-            data_offset=data_offset,
-            size=size,
-            data=data,
-        )
+        yield TarMember(name, info.type, start, data_offset, size, data)
         pos = data_offset + padded_size(size)

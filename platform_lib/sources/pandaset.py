@@ -110,9 +110,8 @@ def load_pandaset_log(
 
     Args:
         log_dir: the sequence folder.
-        files: the folder's listing to read through, usually hashed already
-            (`hashing.hash_listing`), so every byte read is checked against the hash; None:
-            list the folder now.
+        files: the folder's hashed listing to read through (`hashing.hash_logs`); None: list
+            it now.
 
     Raises:
         FrameError: (frame_index None) reasons "missing_file", "corrupt_metadata",
