@@ -6,6 +6,7 @@ import argparse
 import json
 import re
 import sys
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -66,16 +67,8 @@ def ensure_synthetic_logs(
             f"--input {input_path} holds no synthetic logs but is not an empty "
             "folder; pass a new or empty folder to generate synthetic logs into"
         )
-    overrides: dict[str, Any] = {
-        name: value
-        for name, value in (
-            ("num_logs", num_logs),
-            ("frames_per_log", frames_per_log),
-            ("seed", seed),
-        )
-        if value is not None
-    }
-    config = SyntheticConfig(**overrides)
+    given: dict[str, Any] = {"num_logs": num_logs, "frames_per_log": frames_per_log, "seed": seed}
+    config = SyntheticConfig(**{name: value for name, value in given.items() if value is not None})
     write_synthetic_logs(config, input_path)
     return (
         f"generated {config.num_logs} synthetic raw logs x {config.frames_per_log} frames "
@@ -186,9 +179,7 @@ def _run_build(args: argparse.Namespace) -> int:
         f"{manifest.dataset_hash}"
     )
     if manifest.quarantine:
-        counts: dict[str, int] = {}
-        for entry in manifest.quarantine:
-            counts[entry["reason"]] = counts.get(entry["reason"], 0) + 1
+        counts = Counter(entry["reason"] for entry in manifest.quarantine)
         detail = ", ".join(f"{r}: {n}" for r, n in sorted(counts.items()))
         print(
             f"quarantined {len(manifest.quarantine)} frame(s) ({detail}); "
