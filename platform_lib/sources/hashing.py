@@ -30,10 +30,8 @@ __all__ = [
     "hash_file",
     "hash_listing",
     "hash_log_location",
-    "hash_raw_content",
     "hash_raw_location",
     "hash_raw_log",
-    "list_raw_files",
     "resolve_raw_folder",
 ]
 
@@ -57,24 +55,13 @@ def hash_file(path: str | os.PathLike[str]) -> str:
     return digest.hexdigest()
 
 
-def list_raw_files(log_dir: str | os.PathLike[str]) -> list[str]:
-    """Return the sorted relative POSIX paths of the files in `log_dir`'s listing.
-
-    The listing (`scan_raw_files`) skips names starting with "." (tool state such as
-    `.DS_Store`, never sensor data) and follows symbolic links.
-
-    Raises:
-        FileNotFoundError: if `log_dir` is not a directory.
-        UserError: as `scan_raw_files` (dangling link, link loop, FIFO/device/socket).
-    """
-    return list(scan_raw_files(log_dir).files)
-
-
 def hash_listing(listing: RawFiles) -> str:
-    r"""Return the content hash of a listing (see module docstring).
+    r"""Return the hex sha256 content hash of a folder's listing (names and bytes).
 
-    Each file's digest is recorded in `listing.digests`; a file already read through the
-    listing keeps the digest of the bytes read (it is not read again).
+    The hash is sha256 over the sorted lines `relpath\0sha256(file bytes)\n`, plus
+    `relpath\0-> "target"\n` per symbolic link. Each file's digest is recorded in
+    `listing.digests`; a file already read through the listing keeps the digest of the bytes
+    read (it is not read again).
 
     Raises:
         UserError: a listed file cannot be read or is no longer a regular file (culprit: it).
@@ -101,19 +88,6 @@ def hash_listing(listing: RawFiles) -> str:
     return digest.hexdigest()
 
 
-def hash_raw_content(folder: str | os.PathLike[str]) -> str:
-    r"""Return the hex sha256 content hash of a folder (names and bytes).
-
-    The hash is sha256 over the sorted lines `relpath\0sha256(file bytes)\n`, plus
-    `relpath\0-> "target"\n` per symbolic link, of the folder's `scan_raw_files` listing.
-
-    Raises:
-        FileNotFoundError: if `folder` is not a directory.
-        UserError: as `scan_raw_files` and `hash_listing`.
-    """
-    return hash_listing(scan_raw_files(folder))
-
-
 def _log_hash(log_id: str, content_hash: str) -> str:
     return hashlib.sha256(f"log\0{log_id}\n{content_hash}\n".encode()).hexdigest()
 
@@ -123,7 +97,7 @@ def hash_raw_log(log_dir: str | os.PathLike[str]) -> str:
 
     Raises:
         FileNotFoundError: if `log_dir` is not a directory.
-        UserError: as `hash_raw_content`.
+        UserError: as `scan_raw_files` and `hash_listing`.
     """
     _, [entry] = hash_logs([log_dir])
     return entry["content_hash"]
