@@ -36,6 +36,7 @@ from platform_lib.shards.manifest import (
 )
 from platform_lib.shards.tar import BLOCK_SIZE, check_member_name, iter_tar_members, padded_size
 from platform_lib.shards.view import view_from_table
+from platform_lib.shards.writer import sample_content_hash
 from platform_lib.storage import open_input
 from schemas.index import validate_index_frame
 
@@ -172,10 +173,7 @@ def _check_index_rows(rows: list[dict[str, Any]], problems: list[Problem]) -> No
         expected_key = f"{row['log_id']}_{row['frame_index']:06d}"
         if key != expected_key:
             problems.append(Problem(f"index key {key} != {expected_key} (log_id, frame)"))
-        digest = hashlib.sha256()
-        for m in row["members"]:
-            digest.update(f"{m['name']}\0{m['sha256']}\n".encode())
-        if digest.hexdigest() != row["content_hash"]:
+        if sample_content_hash(row["members"]) != row["content_hash"]:
             problems.append(
                 Problem(
                     f"sample {key}: content_hash does not match its member hashes",
