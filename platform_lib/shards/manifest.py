@@ -293,7 +293,7 @@ class Manifest(_Record):
                 f"{where} lists {len(paths)} shards ({len(set(paths))} distinct) but num_shards "
                 f"is {self.num_shards}; rebuild the dataset"
             )
-        expected = compute_dataset_hash(self.index.sha256, list(self.shards))
+        expected = compute_dataset_hash(self.index.sha256, [vars(s) for s in self.shards])
         if self.dataset_hash != expected:
             raise ManifestError(
                 f"{where} names dataset_hash {self.dataset_hash[:16]}... but its index and shards "
@@ -310,17 +310,10 @@ def builder_version() -> str:
         return "drivetrain unknown"
 
 
-def compute_dataset_hash(index_sha256: str, shards: list[ShardEntry] | list[dict[str, Any]]) -> str:
+def compute_dataset_hash(index_sha256: str, shards: Sequence[dict[str, Any]]) -> str:
     """Return the dataset hash from the index sha256 and the shard entries (path, sha256)."""
-    digest = hashlib.sha256(f"index:{index_sha256}\n".encode())
-    for shard in shards:
-        path, sha = (
-            (shard["path"], shard["sha256"])
-            if isinstance(shard, dict)
-            else (shard.path, shard.sha256)
-        )
-        digest.update(f"{path}:{sha}\n".encode())
-    return digest.hexdigest()
+    lines = [f"index:{index_sha256}\n", *(f"{s['path']}:{s['sha256']}\n" for s in shards)]
+    return hashlib.sha256("".join(lines).encode()).hexdigest()
 
 
 class ShardLocationError(UserError, ManifestError):
