@@ -369,10 +369,7 @@ def declared_shard_roots(roots: Sequence[str | os.PathLike[str]] = ()) -> tuple[
 
 
 def _local_path(url: str) -> str:
-    for prefix in ("file://", "local://"):
-        if url.startswith(prefix):
-            return url[len(prefix) :]
-    return url
+    return re.sub(r"^(?:file|local)://", "", url)
 
 
 def _url_inside(url: str, folder: str) -> bool:
