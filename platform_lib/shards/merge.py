@@ -10,6 +10,7 @@ time. The merged format and its hash: docs/format.md, "Merged datasets".
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -191,27 +192,16 @@ def build_part(
                 str(log_dir),
                 "stop writing to the raw-log folder and re-run the build",
             )
-    frames = _then(
-        iter_log_frames(source, log_dir, files=files), check_source
-    )  # reads checked vs `files`
+    frames = _then(iter_log_frames(source, log_dir, files=files), check_source)  # reads checked
     logs = [{"log_id": log_dir.name, "content_hash": log_hash}]
-    if is_local:
+    with contextlib.ExitStack() as stack:
+        local = (
+            Path(path)
+            if is_local
+            else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="drivetrain-part-")))
+            / "part"
+        )
         try:
-            write_dataset(
-                frames,
-                path,
-                _part_config(config),
-                source=source,
-                source_logs=logs,
-                input_root=log_dir.parent,
-            )
-        except BuildError as exc:
-            if not fs.exists(f"{path}/{MANIFEST_NAME}"):
-                raise
-            del exc  # a concurrent builder published the same part first: identical bytes
-    else:
-        with tempfile.TemporaryDirectory(prefix="drivetrain-part-") as tmp:
-            local = Path(tmp) / "part"
             write_dataset(
                 frames,
                 local,
@@ -220,6 +210,10 @@ def build_part(
                 source_logs=logs,
                 input_root=log_dir.parent,
             )
+        except BuildError:
+            if not (is_local and fs.exists(f"{path}/{MANIFEST_NAME}")):
+                raise  # else a concurrent builder published the same part first: same bytes
+        if not is_local:
             fs.put(str(local / "shards") + "/", f"{path}/shards/", recursive=True)
             fs.put_file(str(local / INDEX_NAME), f"{path}/{INDEX_NAME}")
             fs.put_file(str(local / MANIFEST_NAME), f"{path}/{MANIFEST_NAME}")  # last
