@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -174,6 +175,19 @@ def load_pandaset_log(
     )
 
 
+def _timestamp(stamps: Any, i: int, folder: Path, log_id: str) -> float:
+    """Return entry `i` of `folder`/timestamps.json (already loaded as `stamps`), in s."""
+    if not isinstance(stamps, list) or i >= len(stamps):
+        raise FrameError.at(
+            folder / "timestamps.json",
+            f"no timestamp for frame {i}",
+            reason="count_mismatch",
+            log_id=log_id,
+            frame_index=i,
+        )
+    return float(stamps[i])
+
+
 def _read_camera(
     log: PandasetLog, name: str, i: int, ego_from_world: np.ndarray
 ) -> tuple[CameraImage, Path]:
@@ -196,22 +210,13 @@ def _read_camera(
     world_from_camera = parse_pose(
         cam["poses"], i, cam["folder"] / "poses.json", log_id=log.log_id, frame_index=i
     )
-    stamps = cam["timestamps"]
-    if not isinstance(stamps, list) or i >= len(stamps):
-        raise FrameError.at(
-            cam["folder"] / "timestamps.json",
-            f"no timestamp for frame {i}",
-            reason="count_mismatch",
-            log_id=log.log_id,
-            frame_index=i,
-        )
     image = CameraImage(
         jpeg=data,
         width=width,
         height=height,
         intrinsics=cam["intrinsics"].copy(),
         extrinsics=ego_from_world @ world_from_camera,
-        timestamp=float(stamps[i]),
+        timestamp=_timestamp(cam["timestamps"], i, cam["folder"], log.log_id),
     )
     return image, path
 
@@ -241,14 +246,7 @@ def read_pandaset_frame(log: PandasetLog, frame_index: int) -> Frame:
         @ _LIDAR_FROM_EGO
     )
     ego_from_world = invert_transform(world_from_ego)
-    if not isinstance(log.lidar_timestamps, list) or i >= len(log.lidar_timestamps):
-        raise FrameError.at(
-            lidar_dir / "timestamps.json",
-            f"no timestamp for frame {i}",
-            reason="count_mismatch",
-            log_id=log_id,
-            frame_index=i,
-        )
+    timestamp = _timestamp(log.lidar_timestamps, i, lidar_dir, log_id)
     points = np.empty((len(df), 4), dtype=np.float32)
     points[:, :3] = transform_points(ego_from_world, df[["x", "y", "z"]].to_numpy(np.float64))
     points[:, 3] = df["i"].to_numpy(np.float64)
@@ -278,7 +276,7 @@ def read_pandaset_frame(log: PandasetLog, frame_index: int) -> Frame:
     frame = Frame(
         log_id=log_id,
         frame_index=i,
-        timestamp=float(log.lidar_timestamps[i]),
+        timestamp=timestamp,
         ego_pose=world_from_ego,
         cameras=cameras,
         lidar=points,
