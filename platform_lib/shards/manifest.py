@@ -281,8 +281,8 @@ class Manifest(_Record):
     def check_identity(self, where: str) -> None:
         """Check that `dataset_hash` is the hash of the index and shards this manifest lists.
 
-        The shards and the index are later checked against their listed sha256 (once per
-        node), so a dataset that passes both is the dataset its hash names: lineage can trust it.
+        With the later sha256 checks of the index and shards, a dataset that passes is the one
+        its hash names: lineage can trust it.
 
         Raises:
             ManifestError: the hash differs, shard paths repeat, or `num_shards` is not the count.
@@ -336,12 +336,9 @@ class ShardLocationError(UserError, ManifestError):
 def dataset_file(root: str, name: str, *, is_local: bool) -> str:
     """Return `<root>/<name>`, a file of the dataset at `root`, refusing a local one outside it.
 
-    The one place where a dataset's own files (manifest.json, index.parquet, shards) get their
-    paths: for a local dataset the path is resolved (links and `..` followed) and must stay
-    inside the resolved folder, so a link to another file of the dataset is fine and one to
-    /etc/passwd is refused before it is opened. One `resolve` per file and open of the
-    dataset, none per sample. Object stores have no links (`..` is refused by
-    `check_shard_path`).
+    The one place where a dataset's own files get their paths: a local path is resolved (links
+    and `..` followed) and must stay inside the resolved folder, so a link to another file of
+    the dataset is fine and one to /etc/passwd is refused before it is opened.
 
     Args:
         root: the dataset folder (a path, a `file://` URL or, with `is_local` False, a URL or a
@@ -418,12 +415,10 @@ def shard_location(
 ) -> str:
     """Return where the bytes of the shard `entry` (one manifest shard) are, once checked.
 
-    `<root>/<path>` for a dataset built in one piece; for a merged dataset
-    (`platform_lib.shards.merge`) the entry's `location`: a URL or absolute path as is, a
-    relative one joined to `root`. `path` stays the dataset-relative name of the shard (what
-    the node cache writes under), so a location is only ever read, never written. A location
-    must lie inside the dataset folder or a declared root (module docstring): links and `..`
-    are resolved for local paths, a `..` segment in a URL is refused.
+    `<root>/<path>` for a dataset built in one piece; for a merged dataset the entry's
+    `location` (a URL or absolute path as is, a relative one joined to `root`), which must lie
+    inside the dataset folder or a declared root (`_check_location`). A location is only ever
+    read; the node cache writes under `path`.
 
     Args:
         root: the dataset folder or URL (where manifest.json is).

@@ -162,17 +162,14 @@ def build_part(
             (`sources.hashing.check_raw_logs_unchanged`).
 
     Returns:
-        Where the part is and whether it was built now.
+        Where the part is and whether it was built now. A part on object storage is uploaded
+        manifest last, so one without manifest.json is incomplete and is rebuilt.
 
     Raises:
         BuildError: the log has bad frames (without `config.quarantine`) or no usable frame;
             the message names the log and the per-reason counts.
         RawFileChangedError: the log's bytes are not those `log_hash` names, or a file changed
             while it was read (naming it); nothing is published.
-
-    Publishing is atomic: locally the part is staged and renamed into place; on object
-    storage its shards and index are uploaded first and its manifest last, so a part without
-    manifest.json is incomplete and is rebuilt.
     """
     log_dir = Path(log_dir)
     files = None
