@@ -192,9 +192,7 @@ def check_once(
     """Return a whole-file check's verdict, running `check` at most once per node and stamp.
 
     One process runs `check` under a file lock and writes `{**stamp, "ok": verdict}` to
-    `record` (temporary name + rename; the loader keeps records under
-    `<node cache>/<dataset_hash[:16]>/verified/`, keyed by the file's stamp: size, mtime, inode,
-    ... and the expected sha256); later calls with the same stamp read the verdict.
+    `record` (temporary name + rename); later calls with the same stamp read the verdict.
     Without a usable record (None, unwritable folder, a lock held past 600 s) `check` runs here.
 
     Args:
