@@ -1,12 +1,8 @@
 """index.parquet: one row per sample (schema `schemas.index.INDEX_SCHEMA`), written deterministically.
 
-The writer options are fixed so the same rows give the same file bytes: no pandas metadata
-(the table is built from Python rows with an explicit schema), fixed compression, page and
-row-group settings. Parquet stores no creation time; `created_by` names the pyarrow version,
-so byte identity holds for a fixed pyarrow release (recorded in the manifest build config).
-
-Readers trust an index only as the manifest's: `load_index` checks its size and sha256 (hashed
-once per node, recorded like the shard check), `check_index_table` its row count and keys.
+Fixed writer options and no pandas metadata make the same rows give the same bytes for a given
+pyarrow release (recorded in the manifest build config). Readers trust an index only as the
+manifest's: `load_index` checks its size and sha256, `check_index_table` its rows and keys.
 """
 
 from __future__ import annotations
