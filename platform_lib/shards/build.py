@@ -30,7 +30,7 @@ from tqdm import tqdm
 from platform_lib.fsguard import hold_owner_lock, remove_if_orphaned
 from platform_lib.shards.build_report import BadFrames
 from platform_lib.shards.errors import BuildError
-from platform_lib.shards.index import INDEX_NAME, write_index
+from platform_lib.shards.index import INDEX_NAME, count_classes, write_index
 from platform_lib.shards.manifest import (
     FORMAT_VERSION,
     MANIFEST_NAME,
@@ -43,7 +43,7 @@ from platform_lib.shards.prepare import PreparedFrame, prepare_frame, prepare_lo
 from platform_lib.shards.split import assign_splits
 from platform_lib.shards.writer import ShardWriter, fsync_dir
 from platform_lib.sources.catalog import iter_log_frames, list_log_urls
-from platform_lib.sources.frame import CLASS_GROUPS, Frame, FrameError
+from platform_lib.sources.frame import Frame, FrameError
 from platform_lib.sources.hashing import hash_logs
 
 __all__ = [
@@ -407,7 +407,7 @@ def _write_staging(
             },
             "source_logs": logs,
             "splits": split_record,
-            "class_counts": {g: sum(r[f"num_{g}"] for r in rows) for g in (*CLASS_GROUPS, "other")},
+            "class_counts": count_classes(rows),
             "quarantine": bad.entries() if config.quarantine else [],
             "build_config": config.recorded(),
         },

@@ -20,6 +20,7 @@ from platform_lib.fsguard import open_regular
 from platform_lib.shards.errors import DatasetIndexError
 from platform_lib.shards.sample import check_once
 from platform_lib.shards.writer import write_file_atomic
+from schemas.classes import CLASS_GROUPS
 from schemas.index import INDEX_SCHEMA, INDEX_SCHEMA_WITHOUT_XXH3
 
 if TYPE_CHECKING:
@@ -30,6 +31,7 @@ __all__ = [
     "PARQUET_OPTIONS",
     "build_index_table",
     "check_index_table",
+    "count_classes",
     "load_index",
     "read_index",
     "write_index",
@@ -59,6 +61,12 @@ def build_index_table(rows: list[dict[str, Any]]) -> pa.Table:
     """
     columns = {f.name: [row[f.name] for row in rows] for f in INDEX_SCHEMA}
     return pa.Table.from_pydict(columns, schema=INDEX_SCHEMA)
+
+
+def count_classes(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Return cuboids per class group over index rows ("other": those of no named group)."""
+    counts = {g: sum(row[f"num_{g}"] for row in rows) for g in CLASS_GROUPS}
+    return {**counts, "other": sum(row["num_cuboids"] for row in rows) - sum(counts.values())}
 
 
 def write_index(rows: list[dict[str, Any]], path: Path) -> tuple[str, int]:

@@ -27,7 +27,7 @@ from pandera.errors import SchemaErrors
 from tqdm import tqdm
 
 from platform_lib.shards.errors import DatasetError, ShardFormatError
-from platform_lib.shards.index import INDEX_NAME, read_index
+from platform_lib.shards.index import INDEX_NAME, count_classes, read_index
 from platform_lib.shards.manifest import (
     Manifest,
     dataset_file,
@@ -233,16 +233,11 @@ def _compare_shard(
 def _check_summary(manifest: Manifest, rows: list[dict[str, Any]], problems: list[Problem]) -> None:
     """The manifest's split and class counts (what `data inspect` shows) must match the index."""
     splits = {"train": 0, "val": 0}
-    classes = dict.fromkeys(("vehicle", "pedestrian", "cyclist", "other"), 0)
     for row in rows:
         splits[row["split"]] = splits.get(row["split"], 0) + 1
-        for group in ("vehicle", "pedestrian", "cyclist"):
-            classes[group] += row[f"num_{group}"]
-            classes["other"] -= row[f"num_{group}"]
-        classes["other"] += row["num_cuboids"]
     for name, recorded, counted in (
         ("splits.counts", manifest.splits.counts, splits),
-        ("class_counts", manifest.class_counts, classes),
+        ("class_counts", manifest.class_counts, count_classes(rows)),
     ):
         if recorded != counted:
             message = (
