@@ -57,12 +57,10 @@ def make_tarinfo(name: str, size: int) -> tarfile.TarInfo:
     return info
 
 
-def write_member(tar: tarfile.TarFile, name: str, data: bytes) -> tuple[int, int]:
-    """Append member `name` holding `data`; return (header offset, data offset) in bytes."""
-    header_offset = tar.offset
+def write_member(tar: tarfile.TarFile, name: str, data: bytes) -> int:
+    """Append member `name` holding `data`; return the byte offset of its data."""
     tar.addfile(make_tarinfo(name, len(data)), io.BytesIO(data))
-    data_offset = tar.offset - padded_size(len(data))
-    return header_offset, data_offset
+    return tar.offset - padded_size(len(data))
 
 
 def check_member_name(name: str) -> str | None:

@@ -230,11 +230,10 @@ class ShardWriter:
         sample_offset = self._tar.offset
         records = []
         for name, data in members:
-            _, data_offset = write_member(self._tar, f"{key}.{name}", data)
             records.append(
                 {
                     "name": name,
-                    "offset": data_offset,
+                    "offset": write_member(self._tar, f"{key}.{name}", data),
                     "size": len(data),
                     "sha256": hashlib.sha256(data).hexdigest(),
                     "xxh3_64": xxhash.xxh3_64_intdigest(data),
