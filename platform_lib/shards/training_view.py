@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import asdict
 from importlib import metadata
+from itertools import starmap
 from pathlib import Path
 from typing import Any
 
@@ -188,14 +189,10 @@ def _undecodable(cameras: dict[str, bytes]) -> str | None:
     return None
 
 
-def _reencode_task(task: tuple[dict[str, Any], CameraResize, int]) -> list[tuple[str, bytes]]:
-    return reencode_sample(*task)
-
-
 def _in_order(
     pool: ProcessPoolExecutor, tasks: Iterator[Any], *, ahead: int
 ) -> Iterator[list[tuple[str, bytes]]]:
-    """Yield `_reencode_task` of `tasks` in order, keeping at most `ahead` samples in flight.
+    """Yield `reencode_sample(*task)` of `tasks` in order, keeping at most `ahead` in flight.
 
     Raises:
         UserError: a sample took longer than `_SAMPLE_DEADLINE_S` (a worker hung).
@@ -203,7 +200,7 @@ def _in_order(
     """
     pending: deque[Future] = deque()
     for task in tasks:
-        pending.append(pool.submit(_reencode_task, task))
+        pending.append(pool.submit(reencode_sample, *task))
         if len(pending) >= ahead:
             yield _result(pending.popleft())
     while pending:
@@ -271,7 +268,7 @@ def build_view(
         with contextlib.ExitStack() as stack:
             samples = (reader.read_sample(key, verify=True) for key in keys)
             tasks = ((sample, config.resize, config.quality) for sample in samples)
-            encoded: Iterator[list[tuple[str, bytes]]] = map(_reencode_task, tasks)
+            encoded: Iterator[list[tuple[str, bytes]]] = starmap(reencode_sample, tasks)
             if config.workers > 1:
                 context = multiprocessing.get_context("spawn")
                 pool = stack.enter_context(ProcessPoolExecutor(config.workers, mp_context=context))
