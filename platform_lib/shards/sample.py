@@ -63,12 +63,8 @@ def read_sample_into(
 ) -> memoryview:
     """Read row `i`'s sample bytes from open shard `fd` into `out`; return the filled view.
 
-    Args:
-        fd: read-only file descriptor of the row's shard.
-        view: the dataset view.
-        i: row of `view`.
-        out: writable buffer of at least `sample_size` bytes (written in place, no copy).
-        shard: shard name for error messages.
+    `out` is a writable buffer of at least the row's `sample_size` bytes (filled in place, no
+    copy); `shard` names the shard in errors.
 
     Raises:
         ShardFormatError: the shard ends inside the sample (offset = where the data ends).
