@@ -35,7 +35,7 @@ from platform_lib.sources.pandaset_files import (
     require_columns,
 )
 from platform_lib.sources.raw_files import RawFiles, scan_raw_files
-from platform_lib.sources.validation import read_jpeg_file, require_file, validate_frame
+from platform_lib.sources.validation import read_jpeg_file, validate_frame
 
 __all__ = [
     "CAMERA_NAMES",
@@ -193,19 +193,16 @@ def _read_camera(
 ) -> tuple[CameraImage, Path]:
     cam = log.cameras[name]
     path = cam["folder"] / f"{i:02d}.jpg"
-    require_file(
+    data, width, height = read_jpeg_file(
         log.files,
         path,
-        f"camera image of frame {i} is missing (camera folder {cam['folder']} holds "
+        missing=f"camera image of frame {i} is missing (camera folder {cam['folder']} holds "
         f"{len(cam['files'])} images, lidar folder {log.log_dir / 'lidar'} holds "
         f"{log.num_lidar_files} sweeps); re-copy the image from the original download or "
         "quarantine the frame",
-        reason="missing_camera",
+        fix="; re-copy the image",
         log_id=log.log_id,
         frame_index=i,
-    )
-    data, width, height = read_jpeg_file(
-        log.files, path, fix="; re-copy the image", log_id=log.log_id, frame_index=i
     )
     world_from_camera = parse_pose(
         cam["poses"], i, cam["folder"] / "poses.json", log_id=log.log_id, frame_index=i

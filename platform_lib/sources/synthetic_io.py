@@ -214,15 +214,15 @@ def read_synthetic_frame(log: SyntheticLog, frame_index: int) -> Frame:
     cameras = {}
     for name in sorted(log.calib):
         path = root / "camera" / name / f"{stem}.jpg"
-        require_file(
+        data, width, height = read_jpeg_file(
             raw_files,
             path,
-            f"camera image of frame {i} is missing; regenerate the log or quarantine the frame",
-            reason="missing_camera",
+            missing=f"camera image of frame {i} is missing; regenerate the log or quarantine "
+            "the frame",
+            fix="",
             log_id=log_id,
             frame_index=i,
         )
-        data, width, height = read_jpeg_file(raw_files, path, fix="", log_id=log_id, frame_index=i)
         cal = log.calib[name]
         if (width, height) != (cal["width"], cal["height"]):
             raise FrameError.at(

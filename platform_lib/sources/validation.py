@@ -123,16 +123,21 @@ def load_json_file(
 
 
 def read_jpeg_file(
-    files: RawFiles, path: Path, *, fix: str, log_id: str, frame_index: int
+    files: RawFiles, path: Path, *, missing: str, fix: str, log_id: str, frame_index: int
 ) -> tuple[bytes, int, int]:
     """Read a camera JPEG through the listing; return (bytes, width, height) in pixels.
 
     Checks the SOI/EOI markers (`check_jpeg_bytes`) and parses the header only (no pixel
-    decode); `fix` ends the message of an unreadable header (e.g. "; re-copy the image").
+    decode); `missing` is the message of an absent file, `fix` ends the message of an
+    unreadable header (e.g. "; re-copy the image").
 
     Raises:
-        FrameError: reason "corrupt_camera". UserError: larger than `MAX_IMAGE_BYTES`.
+        FrameError: reason "missing_camera" or "corrupt_camera". UserError: larger than
+            `MAX_IMAGE_BYTES`.
     """
+    require_file(
+        files, path, missing, reason="missing_camera", log_id=log_id, frame_index=frame_index
+    )
     data = files.read(path, max_bytes=MAX_IMAGE_BYTES)
     check_jpeg_bytes(data, str(path), log_id=log_id, frame_index=frame_index)
     try:
