@@ -1,14 +1,10 @@
 """Validate a published dataset end to end: manifest, index schema + values, every shard byte.
 
-Checks, collecting every problem (with shard, member and byte offset where determinable):
-manifest keys and dataset_hash; index.parquet size (before reading it) and sha256, Arrow schema, pandera rules,
-content hashes; each shard's size (before reading more than the manifest's) and sha256; a tar scan of each shard (member names safe,
-regular files, header checksums, zero padding) compared member by member with the index
-(offset, size, sha256, sample ranges) and the manifest's per-shard sample counts. Local files
-are opened only when they are regular files (`platform_lib.fsguard`) that resolve inside the
-dataset folder (`manifest.dataset_file`), and shard locations only inside the dataset folder or
-a declared root (`manifest.shard_location`): these refusals raise (one line) instead of being
-listed.
+Collects every problem (with shard, member and byte offset where known): the manifest (as
+`load_manifest` checks it), index.parquet size, sha256, schema, pandera rules and content
+hashes, each shard's size and sha256, and a tar scan of each shard (safe member names, regular
+files, checksums, zero padding) compared member by member with the index. Unsafe files (not
+regular, or resolving outside the dataset folder and its declared roots) raise instead.
 """
 
 from __future__ import annotations
@@ -148,11 +144,8 @@ def _scan_shard(data: bytes, shard: str, problems: list[Problem]) -> dict[str, d
 def _read_sized(fs: fsspec.AbstractFileSystem, path: str, expected: int) -> tuple[int, bytes]:
     """Return (real size, bytes) of `path`, reading at most `min(real size, expected)` bytes.
 
-    The size is checked before any read: the open descriptor's `fstat` size for a local file
-    (regular files only, `storage.open_input`), the store's for a remote one. So a file that
-    is larger than the manifest says (or a kernel file that never ends) is not read past what
-    the manifest promises, and a shorter one is read to its end (its tar scan names where the
-    data stops).
+    The size comes before any read (local: `fstat` of a regular file; remote: the store's), so
+    no file is read past what the manifest promises.
 
     Raises:
         FileNotFoundError: `path` does not exist.
