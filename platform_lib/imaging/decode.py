@@ -110,9 +110,8 @@ class ResizePlan:
 def plan_camera_resize(source_width: int, source_height: int, resize: CameraResize) -> ResizePlan:
     """Return the crop + resize that turns a source image into `resize`'s size.
 
-    The crop is the largest box of the output aspect ratio inside the source (rounded to whole
-    source pixels), centred horizontally and placed at `anchor_y` vertically; the scale per
-    axis is output size / crop size (they differ by the rounding, at most 1 source pixel).
+    The crop is the largest box of the output aspect ratio inside the source (whole source
+    pixels), centred horizontally and at `anchor_y` vertically; scale = output / crop size.
 
     Raises:
         ValueError: if the source size is not positive.
@@ -205,10 +204,8 @@ def decode_jpeg_cpu(
 ) -> np.ndarray:
     """Decode one JPEG to RGB, at the output size of `resize` when given (DCT-domain scaling).
 
-    libjpeg-turbo scales in the DCT domain while decoding (scale factors M/8, through
-    simplejpeg's `min_width`/`min_height`), choosing the smallest decoded size that still has
-    at least the output resolution inside the crop; Pillow then resamples the crop box of that
-    image to the output size (antialiased bilinear, one pass).
+    libjpeg-turbo decodes at the smallest DCT scale (M/8) that keeps at least the output
+    resolution inside the crop; Pillow then resamples the crop box (antialiased bilinear).
 
     Args:
         data: JPEG bytes.
@@ -245,10 +242,8 @@ def gpu_decode_available() -> bool:
 def resize_on_device(images: Sequence[Any], resize: CameraResize) -> list:
     """Crop and resize (3, H, W) uint8 tensors on their own device, as `decode_jpeg_cpu` plans it.
 
-    Each image gets the crop box of `plan_camera_resize` (the CPU path's box, hence the same
-    intrinsics through `adjust_calib`), then an antialiased bilinear resize to the output size
-    (half-pixel centres, as Pillow's), rounded to uint8. Images of one source size are resized
-    in one call on an (n, 3, h, w) stack.
+    The crop box of `plan_camera_resize` (so `adjust_calib` holds), then an antialiased
+    bilinear resize (half-pixel centres, as Pillow's) rounded to uint8; one call per source size.
 
     Args:
         images: N (3, H, W) uint8 tensors on any one device (CUDA after nvJPEG; CPU in tests).
@@ -293,10 +288,8 @@ def decode_jpegs_gpu(
 ) -> list:
     """Decode JPEGs on the GPU with nvJPEG and crop/resize them like `decode_jpeg_cpu`.
 
-    `torchvision.io.decode_jpeg(list, device="cuda")` decodes the whole batch in one batched
-    nvJPEG call at full size (torchvision exposes no DCT scaling), then `resize_on_device`
-    crops and resizes on the device. Call it only in the main process (loader workers are
-    forked and never touch CUDA).
+    One batched nvJPEG call at full size (torchvision has no DCT scaling), then
+    `resize_on_device`. Call it only in the main process (forked loader workers never touch CUDA).
 
     Args:
         datas: N JPEG byte strings (any sizes); copied once into host tensors (so the ring
@@ -308,8 +301,7 @@ def decode_jpegs_gpu(
         N (3, H, W) uint8 RGB CUDA tensors (stack them when the sizes agree).
 
     Raises:
-        RuntimeError: no CUDA device, or torchvision is not installed (it is not part of the
-            main install: `pip install -e '.[gpu]'`, or the GPU task image; or decode on the CPU).
+        RuntimeError: no CUDA device, or torchvision (the `gpu` extra) is not installed.
     """
     import torch
 

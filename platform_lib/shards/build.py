@@ -30,7 +30,7 @@ from tqdm import tqdm
 from platform_lib.fsguard import hold_owner_lock, remove_if_orphaned
 from platform_lib.shards.build_report import BadFrames
 from platform_lib.shards.errors import BuildError
-from platform_lib.shards.index import INDEX_NAME, write_index
+from platform_lib.shards.index import INDEX_NAME, count_classes, write_index
 from platform_lib.shards.manifest import (
     FORMAT_VERSION,
     MANIFEST_NAME,
@@ -43,7 +43,7 @@ from platform_lib.shards.prepare import PreparedFrame, prepare_frame, prepare_lo
 from platform_lib.shards.split import assign_splits
 from platform_lib.shards.writer import ShardWriter, fsync_dir
 from platform_lib.sources.catalog import iter_log_frames, list_log_urls
-from platform_lib.sources.frame import CLASS_GROUPS, Frame, FrameError
+from platform_lib.sources.frame import Frame, FrameError
 from platform_lib.sources.hashing import hash_logs
 
 __all__ = [
@@ -55,6 +55,7 @@ __all__ = [
     "publish_staging",
     "stage_output",
     "write_dataset",
+    "write_index_and_manifest",
 ]
 
 #: Owner lock inside a staging folder (removed just before the folder is published).
@@ -380,47 +381,67 @@ def _write_staging(
         )
     # e.g. --val-logs naming a log without usable frames
     split_record = assign_row_splits(rows, config, fix="fix --val-logs/--split")
-    index_sha, index_bytes = write_index(rows, staging / INDEX_NAME)
     shard_entries = [asdict(s) for s in shards]
     if config.key_prefixes > 1:
         _spread_over_prefixes(staging, shard_entries, config.key_prefixes)
-    class_counts = {g: sum(r[f"num_{g}"] for r in rows) for g in (*CLASS_GROUPS, "other")}
     quarantined_per_log = bad.count_per_log()
-    logs = []
-    for entry in sorted(source_logs, key=lambda e: e["log_id"]):
-        logs.append(
-            {
-                **entry,
-                "num_frames": frames_per_log.get(entry["log_id"], 0),
-                "num_quarantined": quarantined_per_log.get(entry["log_id"], 0),
-            }
-        )
-    manifest = Manifest.from_dict(
+    logs = [
         {
-            "format_version": FORMAT_VERSION,
-            "builder_version": builder_version(),
-            "dataset_hash": compute_dataset_hash(index_sha, shard_entries),
+            **entry,
+            "num_frames": frames_per_log.get(entry["log_id"], 0),
+            "num_quarantined": quarantined_per_log.get(entry["log_id"], 0),
+        }
+        for entry in sorted(source_logs, key=lambda e: e["log_id"])
+    ]
+    return write_index_and_manifest(
+        staging,
+        rows,
+        shard_entries,
+        {
             "source": source,
-            "num_samples": len(rows),
-            "num_shards": len(shards),
-            "total_bytes": index_bytes + sum(s.bytes for s in shards),
             "sensors": {
                 "cameras": list(cameras or ()),
                 "lidar": True,
                 "lidar_seg": has_seg,
                 "radar": has_radar,
             },
-            "shards": shard_entries,
-            "index": {"path": INDEX_NAME, "sha256": index_sha, "bytes": index_bytes},
             "source_logs": logs,
             "splits": split_record,
-            "class_counts": class_counts,
+            "class_counts": count_classes(rows),
             "quarantine": bad.entries() if config.quarantine else [],
             "build_config": config.recorded(),
         },
+    )
+
+
+def write_index_and_manifest(
+    staging: Path, rows: list[dict[str, Any]], shards: list[dict[str, Any]], fields: dict[str, Any]
+) -> Manifest:
+    """Write the index of `rows` and then the manifest into `staging`; return the manifest.
+
+    Args:
+        staging: the folder being built (`stage_output`), its shards already closed.
+        rows: index rows, in index order.
+        shards: manifest shard entries (path, sha256, bytes, num_samples[, location]).
+        fields: the other manifest fields (source, sensors, source_logs, splits, ...); the
+            versions, dataset hash, counts, shards and index entry are filled in here.
+    """
+    index_sha, index_bytes = write_index(rows, staging / INDEX_NAME)
+    manifest = Manifest.from_dict(
+        {
+            **fields,
+            "format_version": FORMAT_VERSION,
+            "builder_version": builder_version(),
+            "dataset_hash": compute_dataset_hash(index_sha, shards),
+            "num_samples": len(rows),
+            "num_shards": len(shards),
+            "total_bytes": index_bytes + sum(s["bytes"] for s in shards),
+            "shards": shards,
+            "index": {"path": INDEX_NAME, "sha256": index_sha, "bytes": index_bytes},
+        },
         where=f"{staging}/{MANIFEST_NAME}",
     )
-    fsync_dir(staging / "shards")
+    fsync_dir(staging / "shards" if (staging / "shards").is_dir() else staging)
     write_manifest(staging, manifest)
     return manifest
 

@@ -34,21 +34,23 @@ class BadFrames:
             text = re.sub(pattern, "", text)
         return text
 
-    def add(self, error: FrameError, *, key: str | None = None) -> None:
-        """Record `error` (uses its `.reason`, `.path` and `.key` attributes when present)."""
-        key = key or getattr(error, "key", None)
-        if key is None and getattr(error, "log_id", None) is not None:
-            frame_index = getattr(error, "frame_index", None)
-            if frame_index is not None:
-                key = f"{error.log_id}_{int(frame_index):06d}"
-        path = getattr(error, "path", None)
+    def add(self, error: FrameError) -> None:
+        """Record `error` under its `.reason`, with its `.path` and sample key.
+
+        The key is `.key` when `prepare_frame` set it, else `<log_id>_<frame:06d>` when the
+        error names a frame, else "" (a log-level error).
+        """
+        key = getattr(error, "key", None)
+        if key is None and error.log_id is not None and error.frame_index is not None:
+            key = f"{error.log_id}_{int(error.frame_index):06d}"
+        path = error.path
         self._items.append(
             {
                 "key": key or "",
-                "reason": str(getattr(error, "reason", None) or type(error).__name__),
+                "reason": str(error.reason or type(error).__name__),
                 "detail": self._relative(str(error)),
-                "path": self._relative(str(path)) if path else "",
-                "abs_path": str(path) if path else "",
+                "path": self._relative(path) if path else "",
+                "abs_path": path or "",
             }
         )
 

@@ -6,18 +6,19 @@ import argparse
 import json
 import re
 import sys
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from platform_lib.errors import UserError, format_user_error
 from platform_lib.shards.errors import BuildError
 from platform_lib.shards.split import SPLIT_METHODS
 from platform_lib.sources.catalog import DEFAULT_SPLITS, SOURCE_NAMES
 
-T = TypeVar("T")
-
 if TYPE_CHECKING:  # the manifest module pulls pydantic; keep the CLI import light
+    from pydantic import ValidationError
+
     from platform_lib.shards.manifest import Manifest
 
 # Heavy modules (pyarrow, pandera, numpy) are imported inside the commands so that
@@ -66,16 +67,8 @@ def ensure_synthetic_logs(
             f"--input {input_path} holds no synthetic logs but is not an empty "
             "folder; pass a new or empty folder to generate synthetic logs into"
         )
-    overrides: dict[str, Any] = {
-        name: value
-        for name, value in (
-            ("num_logs", num_logs),
-            ("frames_per_log", frames_per_log),
-            ("seed", seed),
-        )
-        if value is not None
-    }
-    config = SyntheticConfig(**overrides)
+    given: dict[str, Any] = {"num_logs": num_logs, "frames_per_log": frames_per_log, "seed": seed}
+    config = SyntheticConfig(**{name: value for name, value in given.items() if value is not None})
     write_synthetic_logs(config, input_path)
     return (
         f"generated {config.num_logs} synthetic raw logs x {config.frames_per_log} frames "
@@ -109,21 +102,18 @@ def _split_options(args: argparse.Namespace) -> dict[str, Any]:
     return options | {k: v for k, v in given.items() if v is not None}
 
 
-def _config_or_none(command: str, make: Callable[[], T]) -> T | None:
-    """Return `make()` (a pydantic config from the flags), or print its one-line error and None."""
-    from pydantic import ValidationError
+def _usage_error(error: UserError) -> int:
+    """Print a bad argument's one-line error; return argparse's exit status for it, 2."""
+    print(format_user_error(error), file=sys.stderr)
+    return 2
 
+
+def _config_error(error: ValidationError, command: str) -> int:
+    """`_usage_error` for a config model built from the flags of `drivetrain data <command>`."""
     from platform_lib.shards.build import describe_config_error
 
-    try:
-        return make()
-    except ValidationError as exc:
-        print(
-            f"error: {describe_config_error(exc)} (data {command}): "
-            f"see `drivetrain data {command} --help`",
-            file=sys.stderr,
-        )
-        return None
+    help_line = f"see `drivetrain data {command} --help`"
+    return _usage_error(UserError(describe_config_error(error), f"data {command}", help_line))
 
 
 def _run_build(args: argparse.Namespace) -> int:
@@ -131,9 +121,8 @@ def _run_build(args: argparse.Namespace) -> int:
 
     from platform_lib.shards.build import BuildConfig, build_dataset, describe_config_error
 
-    config = _config_or_none(
-        "build",
-        lambda: BuildConfig(
+    try:
+        config = BuildConfig(
             shard_size_mb=args.shard_size_mb,
             **_split_options(args),
             val_logs=[v for v in (args.val_logs or "").split(",") if v],
@@ -141,10 +130,9 @@ def _run_build(args: argparse.Namespace) -> int:
             overwrite=args.overwrite,
             workers=args.workers,
             key_prefixes=args.key_prefixes,
-        ),
-    )
-    if config is None:
-        return 2
+        )
+    except ValidationError as exc:
+        return _config_error(exc, "build")
     input_path = Path(args.input)
     if args.source == "synthetic":
         try:
@@ -155,13 +143,10 @@ def _run_build(args: argparse.Namespace) -> int:
                 seed=args.seed,
             )
         except ValidationError as exc:  # e.g. --num-logs 0
-            print(
-                f"error: {describe_config_error(exc, 'SyntheticConfig.')} "
-                "(--num-logs/--frames-per-log/--seed): "
-                "give positive sizes",
-                file=sys.stderr,
+            what = describe_config_error(exc, "SyntheticConfig.")
+            return _usage_error(
+                UserError(what, "--num-logs/--frames-per-log/--seed", "give positive sizes")
             )
-            return 2
         print(note, file=sys.stderr)
     elif not input_path.is_dir():
         raise UserError(
@@ -186,9 +171,7 @@ def _run_build(args: argparse.Namespace) -> int:
         f"{manifest.dataset_hash}"
     )
     if manifest.quarantine:
-        counts: dict[str, int] = {}
-        for entry in manifest.quarantine:
-            counts[entry["reason"]] = counts.get(entry["reason"], 0) + 1
+        counts = Counter(entry["reason"] for entry in manifest.quarantine)
         detail = ", ".join(f"{r}: {n}" for r, n in sorted(counts.items()))
         print(
             f"quarantined {len(manifest.quarantine)} frame(s) ({detail}); "
@@ -258,26 +241,24 @@ def parse_camera_size(text: str) -> tuple[int, int]:
 
 
 def _run_view(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
     from platform_lib.shards.check import explain_dataset_error
     from platform_lib.shards.training_view import ViewConfig, build_view
 
     try:
         width, height = parse_camera_size(args.camera_size)
-    except UserError as exc:  # a bad argument: exit status 2, like argparse's
-        print(format_user_error(exc), file=sys.stderr)
-        return 2
-    config = _config_or_none(
-        "view",
-        lambda: ViewConfig(
+        config = ViewConfig(
             camera_width=width,
             camera_height=height,
             quality=args.quality,
             overwrite=args.overwrite,
             workers=args.workers,
-        ),
-    )
-    if config is None:
-        return 2
+        )
+    except UserError as exc:
+        return _usage_error(exc)
+    except ValidationError as exc:
+        return _config_error(exc, "view")
     check_dataset_folder(args.dataset)
     try:
         manifest = build_view(args.dataset, args.output, config)

@@ -1,12 +1,8 @@
 """index.parquet: one row per sample (schema `schemas.index.INDEX_SCHEMA`), written deterministically.
 
-The writer options are fixed so the same rows give the same file bytes: no pandas metadata
-(the table is built from Python rows with an explicit schema), fixed compression, page and
-row-group settings. Parquet stores no creation time; `created_by` names the pyarrow version,
-so byte identity holds for a fixed pyarrow release (recorded in the manifest build config).
-
-Readers trust an index only as the manifest's: `load_index` checks its size and sha256 (hashed
-once per node, recorded like the shard check), `check_index_table` its row count and keys.
+Fixed writer options and no pandas metadata make the same rows give the same bytes for a given
+pyarrow release (recorded in the manifest build config). Readers trust an index only as the
+manifest's: `load_index` checks its size and sha256, `check_index_table` its rows and keys.
 """
 
 from __future__ import annotations
@@ -23,6 +19,8 @@ import pyarrow.parquet as pq
 from platform_lib.fsguard import open_regular
 from platform_lib.shards.errors import DatasetIndexError
 from platform_lib.shards.sample import check_once
+from platform_lib.shards.writer import write_file_atomic
+from schemas.classes import CLASS_GROUPS
 from schemas.index import INDEX_SCHEMA, INDEX_SCHEMA_WITHOUT_XXH3
 
 if TYPE_CHECKING:
@@ -33,6 +31,7 @@ __all__ = [
     "PARQUET_OPTIONS",
     "build_index_table",
     "check_index_table",
+    "count_classes",
     "load_index",
     "read_index",
     "write_index",
@@ -64,6 +63,12 @@ def build_index_table(rows: list[dict[str, Any]]) -> pa.Table:
     return pa.Table.from_pydict(columns, schema=INDEX_SCHEMA)
 
 
+def count_classes(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Return cuboids per class group over index rows ("other": those of no named group)."""
+    counts = {g: sum(row[f"num_{g}"] for row in rows) for g in CLASS_GROUPS}
+    return {**counts, "other": sum(row["num_cuboids"] for row in rows) - sum(counts.values())}
+
+
 def write_index(rows: list[dict[str, Any]], path: Path) -> tuple[str, int]:
     """Write `rows` to `path` via a temporary name + fsync + rename.
 
@@ -73,13 +78,7 @@ def write_index(rows: list[dict[str, Any]], path: Path) -> tuple[str, int]:
     sink = pa.BufferOutputStream()
     pq.write_table(build_index_table(rows), sink, **PARQUET_OPTIONS)
     data = sink.getvalue().to_pybytes()
-    path = Path(path)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "xb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_file_atomic(Path(path), data)
     return hashlib.sha256(data).hexdigest(), len(data)
 
 

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from platform_lib.errors import UserError
 from platform_lib.fsguard import PathOutsideRootError, ensure_inside
 from platform_lib.shards.errors import ManifestError, ManifestMissingError
-from platform_lib.shards.writer import fsync_dir
+from platform_lib.shards.writer import fsync_dir, write_file_atomic
 from platform_lib.storage import (
     explain_location_error,
     is_local_url,
@@ -281,8 +281,8 @@ class Manifest(_Record):
     def check_identity(self, where: str) -> None:
         """Check that `dataset_hash` is the hash of the index and shards this manifest lists.
 
-        The shards and the index are later checked against their listed sha256 (once per
-        node), so a dataset that passes both is the dataset its hash names: lineage can trust it.
+        With the later sha256 checks of the index and shards, a dataset that passes is the one
+        its hash names: lineage can trust it.
 
         Raises:
             ManifestError: the hash differs, shard paths repeat, or `num_shards` is not the count.
@@ -293,7 +293,7 @@ class Manifest(_Record):
                 f"{where} lists {len(paths)} shards ({len(set(paths))} distinct) but num_shards "
                 f"is {self.num_shards}; rebuild the dataset"
             )
-        expected = compute_dataset_hash(self.index.sha256, list(self.shards))
+        expected = compute_dataset_hash(self.index.sha256, [vars(s) for s in self.shards])
         if self.dataset_hash != expected:
             raise ManifestError(
                 f"{where} names dataset_hash {self.dataset_hash[:16]}... but its index and shards "
@@ -310,17 +310,10 @@ def builder_version() -> str:
         return "drivetrain unknown"
 
 
-def compute_dataset_hash(index_sha256: str, shards: list[ShardEntry] | list[dict[str, Any]]) -> str:
+def compute_dataset_hash(index_sha256: str, shards: Sequence[dict[str, Any]]) -> str:
     """Return the dataset hash from the index sha256 and the shard entries (path, sha256)."""
-    digest = hashlib.sha256(f"index:{index_sha256}\n".encode())
-    for shard in shards:
-        path, sha = (
-            (shard["path"], shard["sha256"])
-            if isinstance(shard, dict)
-            else (shard.path, shard.sha256)
-        )
-        digest.update(f"{path}:{sha}\n".encode())
-    return digest.hexdigest()
+    lines = [f"index:{index_sha256}\n", *(f"{s['path']}:{s['sha256']}\n" for s in shards)]
+    return hashlib.sha256("".join(lines).encode()).hexdigest()
 
 
 class ShardLocationError(UserError, ManifestError):
@@ -343,12 +336,9 @@ class ShardLocationError(UserError, ManifestError):
 def dataset_file(root: str, name: str, *, is_local: bool) -> str:
     """Return `<root>/<name>`, a file of the dataset at `root`, refusing a local one outside it.
 
-    The one place where a dataset's own files (manifest.json, index.parquet, shards) get their
-    paths: for a local dataset the path is resolved (links and `..` followed) and must stay
-    inside the resolved folder, so a link to another file of the dataset is fine and one to
-    /etc/passwd is refused before it is opened. One `resolve` per file and open of the
-    dataset, none per sample. Object stores have no links (`..` is refused by
-    `check_shard_path`).
+    The one place where a dataset's own files get their paths: a local path is resolved (links
+    and `..` followed) and must stay inside the resolved folder, so a link to another file of
+    the dataset is fine and one to /etc/passwd is refused before it is opened.
 
     Args:
         root: the dataset folder (a path, a `file://` URL or, with `is_local` False, a URL or a
@@ -376,10 +366,7 @@ def declared_shard_roots(roots: Sequence[str | os.PathLike[str]] = ()) -> tuple[
 
 
 def _local_path(url: str) -> str:
-    for prefix in ("file://", "local://"):
-        if url.startswith(prefix):
-            return url[len(prefix) :]
-    return url
+    return re.sub(r"^(?:file|local)://", "", url)
 
 
 def _url_inside(url: str, folder: str) -> bool:
@@ -428,12 +415,10 @@ def shard_location(
 ) -> str:
     """Return where the bytes of the shard `entry` (one manifest shard) are, once checked.
 
-    `<root>/<path>` for a dataset built in one piece; for a merged dataset
-    (`platform_lib.shards.merge`) the entry's `location`: a URL or absolute path as is, a
-    relative one joined to `root`. `path` stays the dataset-relative name of the shard (what
-    the node cache writes under), so a location is only ever read, never written. A location
-    must lie inside the dataset folder or a declared root (module docstring): links and `..`
-    are resolved for local paths, a `..` segment in a URL is refused.
+    `<root>/<path>` for a dataset built in one piece; for a merged dataset the entry's
+    `location` (a URL or absolute path as is, a relative one joined to `root`), which must lie
+    inside the dataset folder or a declared root (`_check_location`). A location is only ever
+    read; the node cache writes under `path`.
 
     Args:
         root: the dataset folder or URL (where manifest.json is).
@@ -466,12 +451,7 @@ def write_manifest(root: Path, manifest: Manifest) -> Path:
     """Write `root/manifest.json` atomically (temporary name, fsync, rename, fsync folder)."""
     root = Path(root)
     path = root / MANIFEST_NAME
-    tmp = root / f"{MANIFEST_NAME}.tmp-{os.getpid()}"
-    with open(tmp, "xb") as f:
-        f.write(dumps_manifest(manifest))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_file_atomic(path, dumps_manifest(manifest))
     fsync_dir(root)
     return path
 

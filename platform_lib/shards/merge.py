@@ -10,6 +10,7 @@ time. The merged format and its hash: docs/format.md, "Merged datasets".
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -27,19 +28,17 @@ from platform_lib.shards.build import (
     publish_staging,
     stage_output,
     write_dataset,
+    write_index_and_manifest,
 )
 from platform_lib.shards.errors import BuildError
-from platform_lib.shards.index import INDEX_NAME, read_index, write_index
+from platform_lib.shards.index import INDEX_NAME, read_index
 from platform_lib.shards.manifest import (
     FORMAT_VERSION,
     MANIFEST_NAME,
     Manifest,
     builder_version,
-    compute_dataset_hash,
     load_manifest,
-    write_manifest,
 )
-from platform_lib.shards.writer import fsync_dir
 from platform_lib.sources.catalog import iter_log_frames
 from platform_lib.sources.frame import CLASS_GROUPS, Frame, FrameError
 from platform_lib.sources.hashing import hash_logs
@@ -163,17 +162,14 @@ def build_part(
             (`sources.hashing.check_raw_logs_unchanged`).
 
     Returns:
-        Where the part is and whether it was built now.
+        Where the part is and whether it was built now. A part on object storage is uploaded
+        manifest last, so one without manifest.json is incomplete and is rebuilt.
 
     Raises:
         BuildError: the log has bad frames (without `config.quarantine`) or no usable frame;
             the message names the log and the per-reason counts.
         RawFileChangedError: the log's bytes are not those `log_hash` names, or a file changed
             while it was read (naming it); nothing is published.
-
-    Publishing is atomic: locally the part is staged and renamed into place; on object
-    storage its shards and index are uploaded first and its manifest last, so a part without
-    manifest.json is incomplete and is rebuilt.
     """
     log_dir = Path(log_dir)
     files = None
@@ -193,27 +189,16 @@ def build_part(
                 str(log_dir),
                 "stop writing to the raw-log folder and re-run the build",
             )
-    frames = _then(
-        iter_log_frames(source, log_dir, files=files), check_source
-    )  # reads checked vs `files`
+    frames = _then(iter_log_frames(source, log_dir, files=files), check_source)  # reads checked
     logs = [{"log_id": log_dir.name, "content_hash": log_hash}]
-    if is_local:
+    with contextlib.ExitStack() as stack:
+        local = (
+            Path(path)
+            if is_local
+            else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="drivetrain-part-")))
+            / "part"
+        )
         try:
-            write_dataset(
-                frames,
-                path,
-                _part_config(config),
-                source=source,
-                source_logs=logs,
-                input_root=log_dir.parent,
-            )
-        except BuildError as exc:
-            if not fs.exists(f"{path}/{MANIFEST_NAME}"):
-                raise
-            del exc  # a concurrent builder published the same part first: identical bytes
-    else:
-        with tempfile.TemporaryDirectory(prefix="drivetrain-part-") as tmp:
-            local = Path(tmp) / "part"
             write_dataset(
                 frames,
                 local,
@@ -222,6 +207,10 @@ def build_part(
                 source_logs=logs,
                 input_root=log_dir.parent,
             )
+        except BuildError:
+            if not (is_local and fs.exists(f"{path}/{MANIFEST_NAME}")):
+                raise  # else a concurrent builder published the same part first: same bytes
+        if not is_local:
             fs.put(str(local / "shards") + "/", f"{path}/shards/", recursive=True)
             fs.put_file(str(local / INDEX_NAME), f"{path}/{INDEX_NAME}")
             fs.put_file(str(local / MANIFEST_NAME), f"{path}/{MANIFEST_NAME}")  # last
@@ -331,24 +320,18 @@ def merge_parts(
             )
     split_record = assign_row_splits(rows, config, fix="fix the split", over=" over the parts")
     with stage_output(output) as staging:
-        index_sha, index_bytes = write_index(rows, staging / INDEX_NAME)
-        merged = Manifest.from_dict(
+        merged = write_index_and_manifest(
+            staging,
+            rows,
+            shards,
             {
-                "format_version": FORMAT_VERSION,
-                "builder_version": builder_version(),
-                "dataset_hash": compute_dataset_hash(index_sha, shards),
                 "source": source,
-                "num_samples": len(rows),
-                "num_shards": len(shards),
-                "total_bytes": index_bytes + sum(s["bytes"] for s in shards),
                 "sensors": {
                     "cameras": first["sensors"]["cameras"],
                     "lidar": True,
                     "lidar_seg": any(m["sensors"]["lidar_seg"] for m, _, _ in loaded),
                     "radar": any(m["sensors"]["radar"] for m, _, _ in loaded),
                 },
-                "shards": shards,
-                "index": {"path": INDEX_NAME, "sha256": index_sha, "bytes": index_bytes},
                 "source_logs": [m["source_logs"][0] for m, _, _ in loaded],
                 "splits": split_record,
                 "class_counts": {
@@ -361,9 +344,6 @@ def merge_parts(
                 ),
                 "build_config": {**config.recorded(), "parts": "per-log"},
             },
-            where=f"{output}/manifest.json",
         )
-        fsync_dir(staging)
-        write_manifest(staging, merged)
         publish_staging(staging, output, config.overwrite)
     return merged

@@ -63,12 +63,8 @@ def read_sample_into(
 ) -> memoryview:
     """Read row `i`'s sample bytes from open shard `fd` into `out`; return the filled view.
 
-    Args:
-        fd: read-only file descriptor of the row's shard.
-        view: the dataset view.
-        i: row of `view`.
-        out: writable buffer of at least `sample_size` bytes (written in place, no copy).
-        shard: shard name for error messages.
+    `out` is a writable buffer of at least the row's `sample_size` bytes (filled in place, no
+    copy); `shard` names the shard in errors.
 
     Raises:
         ShardFormatError: the shard ends inside the sample (offset = where the data ends).
@@ -192,9 +188,7 @@ def check_once(
     """Return a whole-file check's verdict, running `check` at most once per node and stamp.
 
     One process runs `check` under a file lock and writes `{**stamp, "ok": verdict}` to
-    `record` (temporary name + rename; the loader keeps records under
-    `<node cache>/<dataset_hash[:16]>/verified/`, keyed by the file's stamp: size, mtime, inode,
-    ... and the expected sha256); later calls with the same stamp read the verdict.
+    `record` (temporary name + rename); later calls with the same stamp read the verdict.
     Without a usable record (None, unwritable folder, a lock held past 600 s) `check` runs here.
 
     Args:

@@ -11,7 +11,7 @@ Two methods:
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, Literal
 
 __all__ = ["SPLIT_METHODS", "assign_splits"]
 
@@ -19,13 +19,9 @@ SPLIT_METHODS = ("by_log", "by_frame_range")
 
 
 def _choose_val_logs(logs: list[str], val_fraction: float) -> list[str]:
-    if not logs or val_fraction <= 0:
+    if len(logs) < 2 or val_fraction <= 0:
         return []
-    count = int(len(logs) * val_fraction + 0.5)
-    if len(logs) >= 2:
-        count = min(max(count, 1), len(logs) - 1)
-    else:
-        count = 0
+    count = min(max(int(len(logs) * val_fraction + 0.5), 1), len(logs) - 1)
     ranked = sorted(logs, key=lambda log: hashlib.sha256(log.encode()).hexdigest())
     return sorted(ranked[:count])
 
@@ -33,20 +29,21 @@ def _choose_val_logs(logs: list[str], val_fraction: float) -> list[str]:
 def assign_splits(
     samples: list[tuple[str, int]],
     *,
-    method: str,
+    method: Literal["by_log", "by_frame_range"],
     val_fraction: float = 0.0,
     val_logs: tuple[str, ...] = (),
     val_frames_per_log: int = 0,
 ) -> tuple[list[str], dict[str, Any]]:
-    """Assign "train"/"val" to each (log_id, frame_index) sample.
+    """Assign "train"/"val" to each (log_id, frame_index) sample (unique pairs).
 
     Returns:
         (split per sample in input order, manifest["splits"] dict with method, params and counts).
 
     Raises:
-        ValueError: unknown method, or `val_logs` names logs that are not in the build.
+        ValueError: `val_logs` names logs that are not in the build.
     """
     logs = sorted({log for log, _ in samples})
+    params: dict[str, Any]
     if method == "by_log":
         if val_logs:
             unknown = sorted(set(val_logs) - set(logs))
@@ -55,29 +52,19 @@ def assign_splits(
             chosen = sorted(set(val_logs))
         else:
             chosen = _choose_val_logs(logs, val_fraction)
-        val = set(chosen)
-        splits = ["val" if log in val else "train" for log, _ in samples]
-        params: dict[str, Any] = {"val_fraction": val_fraction, "val_logs": chosen}
-    elif method == "by_frame_range":
-        if val_frames_per_log < 0:
-            raise ValueError(f"val_frames_per_log must be >= 0, got {val_frames_per_log}")
+        val_set = set(chosen)
+        splits = ["val" if log in val_set else "train" for log, _ in samples]
+        params = {"val_fraction": val_fraction, "val_logs": chosen}
+    else:
         frames_of: dict[str, list[int]] = {}
         for log, frame in samples:
             frames_of.setdefault(log, []).append(frame)
-        first_val = {
-            log: (
-                sorted(frames)[-min(val_frames_per_log, len(frames))]
-                if val_frames_per_log
-                else None
-            )
+        val = {
+            (log, frame)
             for log, frames in frames_of.items()
+            for frame in sorted(frames, reverse=True)[:val_frames_per_log]
         }
-        splits = [
-            "val" if (first := first_val[log]) is not None and frame >= first else "train"
-            for log, frame in samples
-        ]
+        splits = ["val" if sample in val else "train" for sample in samples]
         params = {"val_frames_per_log": val_frames_per_log}
-    else:
-        raise ValueError(f"split method must be one of {SPLIT_METHODS}, got {method!r}")
     counts = {"train": splits.count("train"), "val": splits.count("val")}
     return splits, {"method": method, "params": params, "counts": counts}

@@ -1,13 +1,9 @@
-"""Tar members: deterministic writing, the one member parser, and member-name safety.
+"""Tar members: deterministic writing, the one member walk, and member-name safety.
 
-Writing: every header has mtime 0, uid/gid 0, empty uname/gname and mode 0o644, so the same
-member bytes give the same tar bytes on any machine (Python's `tarfile`, PAX format).
-
-Reading: `iter_tar_members` is the one tar walk of the code base (sequential scans, the
-per-sample header check, validation). Headers (ustar, POSIX.1-2001 pax, GNU base-256 sizes)
-are parsed by Python's `tarfile`; the walk itself keeps byte offsets, so members are read by
-byte range from a buffer without copying their data, or from a stream. Offsets are byte
-offsets in the shard file.
+Written headers have mtime 0, uid/gid 0, empty uname/gname and mode 0o644, so the same member
+bytes give the same tar bytes anywhere (`tarfile`, PAX format). `iter_tar_members`, the one
+tar walk of the code base, parses headers with `tarfile` and keeps byte offsets in the shard
+file, so members are read by byte range from a buffer without copying, or from a stream.
 """
 
 from __future__ import annotations
@@ -61,12 +57,10 @@ def make_tarinfo(name: str, size: int) -> tarfile.TarInfo:
     return info
 
 
-def write_member(tar: tarfile.TarFile, name: str, data: bytes) -> tuple[int, int]:
-    """Append member `name` holding `data`; return (header offset, data offset) in bytes."""
-    header_offset = tar.offset
+def write_member(tar: tarfile.TarFile, name: str, data: bytes) -> int:
+    """Append member `name` holding `data`; return the byte offset of its data."""
     tar.addfile(make_tarinfo(name, len(data)), io.BytesIO(data))
-    data_offset = tar.offset - padded_size(len(data))
-    return header_offset, data_offset
+    return tar.offset - padded_size(len(data))
 
 
 def check_member_name(name: str) -> str | None:
@@ -174,11 +168,13 @@ def _corrupt(why: object, *, shard: str | None, offset: int) -> ShardFormatError
     )
 
 
-def _cut_header(end: int, *, shard: str | None) -> ShardFormatError:
+def _truncated(
+    end: int, inside: str, *, shard: str | None, member: str | None = None
+) -> ShardFormatError:
     return ShardFormatError(
-        f"truncated shard: the data ends at byte {end}, inside a tar header; rebuild or "
-        "re-download it",
+        f"truncated shard: the data ends at byte {end}, inside {inside}; rebuild or re-download it",
         shard=shard,
+        member=member,
         offset=end,
     )
 
@@ -252,7 +248,7 @@ def iter_tar_members(
         if not header or header == _ZERO_BLOCK:
             return
         if len(header) < BLOCK_SIZE:
-            raise _cut_header(pos + len(header), shard=shard)
+            raise _truncated(pos + len(header), "a tar header", shard=shard)
         info, start, blocks = _parse_header(header, shard=shard, offset=pos), pos, [header]
         while info.type in _EXTENSIONS:  # gather records + the described header for tarfile
             size = info.size
@@ -268,7 +264,7 @@ def iter_tar_members(
                 )
             pos, following = end, bytes(reader.read(BLOCK_SIZE))
             if len(following) < BLOCK_SIZE:
-                raise _cut_header(pos + len(following), shard=shard)
+                raise _truncated(pos + len(following), "a tar header", shard=shard)
             if following == _ZERO_BLOCK:
                 raise _corrupt("extension header without a member", shard=shard, offset=pos)
             blocks += [bytes(records), following]
@@ -289,36 +285,16 @@ def iter_tar_members(
                 member=raw.decode("utf-8", "replace"),
                 offset=data_offset,
             ) from None
-        data = None
-        if read_data:
-            data = reader.read(size)
-            got = len(data)
-        else:
-            got = reader.skip(size)
+        data = reader.read(size) if read_data else None
+        got = len(data) if data is not None else reader.skip(size)
         if got < size:
-            raise ShardFormatError(
-                f"truncated shard: the data ends at byte {data_offset + got}, "
-                f"inside this member's {size} bytes; rebuild or re-download it",
-                shard=shard,
-                member=name,
-                offset=data_offset + got,
-            )
+            end = data_offset + got
+            raise _truncated(end, f"this member's {size} bytes", shard=shard, member=name)
         padding = padded_size(size) - size
         skipped = reader.skip(padding)
         if skipped < padding:  # a member is always padded to a whole block
-            raise ShardFormatError(
-                f"truncated shard: the data ends at byte {data_offset + size + skipped}, "
-                f"inside the padding after this member's {size} bytes; rebuild or re-download it",
-                shard=shard,
-                member=name,
-                offset=data_offset + size + skipped,
-            )
-        yield TarMember(
-            name=name,
-            kind=info.type,
-            header_offset=start,
-            data_offset=data_offset,
-            size=size,
-            data=data,
-        )
+            end = data_offset + size + skipped
+            inside = f"the padding after this member's {size} bytes"
+            raise _truncated(end, inside, shard=shard, member=name)
+        yield TarMember(name, info.type, start, data_offset, size, data)
         pos = data_offset + padded_size(size)

@@ -17,7 +17,9 @@ import sys
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import asdict
 from importlib import metadata
+from itertools import starmap
 from pathlib import Path
 from typing import Any
 
@@ -28,21 +30,18 @@ from tqdm import tqdm
 
 from platform_lib.errors import UserError
 from platform_lib.imaging.decode import CameraResize, decode_sample_cameras
-from platform_lib.shards.build import check_output, publish_staging, stage_output
+from platform_lib.shards.build import (
+    check_output,
+    publish_staging,
+    stage_output,
+    write_index_and_manifest,
+)
 from platform_lib.shards.codec import dumps_json
 from platform_lib.shards.errors import SampleDecodeError
-from platform_lib.shards.index import INDEX_NAME, write_index
-from platform_lib.shards.manifest import (
-    FORMAT_VERSION,
-    Manifest,
-    ViewLineage,
-    builder_version,
-    compute_dataset_hash,
-    write_manifest,
-)
+from platform_lib.shards.manifest import Manifest, ViewLineage
 from platform_lib.shards.reader import open_dataset
 from platform_lib.shards.validate import validate_dataset
-from platform_lib.shards.writer import ShardWriter, fsync_dir
+from platform_lib.shards.writer import ShardWriter
 
 __all__ = ["CHROMA_SUBSAMPLING", "ViewConfig", "build_view", "reencode_sample", "view_lineage"]
 
@@ -190,14 +189,10 @@ def _undecodable(cameras: dict[str, bytes]) -> str | None:
     return None
 
 
-def _reencode_task(task: tuple[dict[str, Any], CameraResize, int]) -> list[tuple[str, bytes]]:
-    return reencode_sample(*task)
-
-
 def _in_order(
     pool: ProcessPoolExecutor, tasks: Iterator[Any], *, ahead: int
 ) -> Iterator[list[tuple[str, bytes]]]:
-    """Yield `_reencode_task` of `tasks` in order, keeping at most `ahead` samples in flight.
+    """Yield `reencode_sample(*task)` of `tasks` in order, keeping at most `ahead` in flight.
 
     Raises:
         UserError: a sample took longer than `_SAMPLE_DEADLINE_S` (a worker hung).
@@ -205,7 +200,7 @@ def _in_order(
     """
     pending: deque[Future] = deque()
     for task in tasks:
-        pending.append(pool.submit(_reencode_task, task))
+        pending.append(pool.submit(reencode_sample, *task))
         if len(pending) >= ahead:
             yield _result(pending.popleft())
     while pending:
@@ -273,7 +268,7 @@ def build_view(
         with contextlib.ExitStack() as stack:
             samples = (reader.read_sample(key, verify=True) for key in keys)
             tasks = ((sample, config.resize, config.quality) for sample in samples)
-            encoded: Iterator[list[tuple[str, bytes]]] = map(_reencode_task, tasks)
+            encoded: Iterator[list[tuple[str, bytes]]] = starmap(reencode_sample, tasks)
             if config.workers > 1:
                 context = multiprocessing.get_context("spawn")
                 pool = stack.enter_context(ProcessPoolExecutor(config.workers, mp_context=context))
@@ -284,22 +279,12 @@ def build_view(
             for row, members in zip(rows, bar, strict=True):
                 row.update(writer.add(row["key"], members).as_row())
             shards = writer.close()
-            index_sha, index_bytes = write_index(rows, stage / INDEX_NAME)
-            shard_entries = [
-                {"path": s.path, "sha256": s.sha256, "bytes": s.bytes, "num_samples": s.num_samples}
-                for s in shards
-            ]
-            manifest = Manifest.from_dict(
+            manifest = write_index_and_manifest(
+                stage,
+                rows,
+                [asdict(s) for s in shards],
                 {
                     **parent.to_dict(),
-                    "builder_version": builder_version(),
-                    "format_version": FORMAT_VERSION,
-                    "dataset_hash": compute_dataset_hash(index_sha, shard_entries),
-                    "num_samples": len(rows),
-                    "num_shards": len(shards),
-                    "total_bytes": index_bytes + sum(s.bytes for s in shards),
-                    "shards": shard_entries,
-                    "index": {"path": INDEX_NAME, "sha256": index_sha, "bytes": index_bytes},
                     "build_config": {
                         **parent.build_config,
                         "shard_size_mb": shard_mb,
@@ -307,9 +292,6 @@ def build_view(
                     },
                     "view": view_lineage(parent.dataset_hash, config).model_dump(mode="json"),
                 },
-                where=f"{stage}/manifest.json",
             )
-            fsync_dir(stage / "shards")
-            write_manifest(stage, manifest)
             publish_staging(stage, out, config.overwrite)
     return manifest

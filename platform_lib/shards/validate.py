@@ -1,14 +1,10 @@
 """Validate a published dataset end to end: manifest, index schema + values, every shard byte.
 
-Checks, collecting every problem (with shard, member and byte offset where determinable):
-manifest keys and dataset_hash; index.parquet size (before reading it) and sha256, Arrow schema, pandera rules,
-content hashes; each shard's size (before reading more than the manifest's) and sha256; a tar scan of each shard (member names safe,
-regular files, header checksums, zero padding) compared member by member with the index
-(offset, size, sha256, sample ranges) and the manifest's per-shard sample counts. Local files
-are opened only when they are regular files (`platform_lib.fsguard`) that resolve inside the
-dataset folder (`manifest.dataset_file`), and shard locations only inside the dataset folder or
-a declared root (`manifest.shard_location`): these refusals raise (one line) instead of being
-listed.
+Collects every problem (with shard, member and byte offset where known): the manifest (as
+`load_manifest` checks it), index.parquet size, sha256, schema, pandera rules and content
+hashes, each shard's size and sha256, and a tar scan of each shard (safe member names, regular
+files, checksums, zero padding) compared member by member with the index. Unsafe files (not
+regular, or resolving outside the dataset folder and its declared roots) raise instead.
 """
 
 from __future__ import annotations
@@ -27,16 +23,16 @@ from pandera.errors import SchemaErrors
 from tqdm import tqdm
 
 from platform_lib.shards.errors import DatasetError, ShardFormatError
-from platform_lib.shards.index import INDEX_NAME, read_index
+from platform_lib.shards.index import INDEX_NAME, count_classes, read_index
 from platform_lib.shards.manifest import (
     Manifest,
-    compute_dataset_hash,
     dataset_file,
     load_manifest,
     shard_location,
 )
 from platform_lib.shards.tar import BLOCK_SIZE, check_member_name, iter_tar_members, padded_size
 from platform_lib.shards.view import view_from_table
+from platform_lib.shards.writer import sample_content_hash
 from platform_lib.storage import open_input
 from schemas.index import validate_index_frame
 
@@ -45,7 +41,7 @@ __all__ = ["Problem", "ValidationReport", "validate_dataset"]
 _MAX_SCHEMA_LINES = 20
 
 
-@dataclass(kw_only=True, frozen=True)
+@dataclass(frozen=True)
 class Problem:
     """One violation of docs/format.md."""
 
@@ -113,74 +109,43 @@ def _scan_shard(data: bytes, shard: str, problems: list[Problem]) -> dict[str, d
         for info in iter_tar_members(view, shard=shard):
             problem = check_member_name(info.name)
             if problem:
-                problems.append(
-                    Problem(
-                        message=f"{problem}; refuse this shard",
-                        shard=shard,
-                        member=info.name,
-                        offset=info.header_offset,
-                    )
-                )
+                problem += "; refuse this shard"
             elif not info.is_regular:
-                problems.append(
-                    Problem(
-                        message="member is not a regular file",
-                        shard=shard,
-                        member=info.name,
-                        offset=info.header_offset,
-                    )
-                )
+                problem = "member is not a regular file"
+            if problem:
+                problems.append(Problem(problem, shard, info.name, info.header_offset))
             stop = info.data_offset + info.size
-            padding = view[stop : info.data_offset + padded_size(info.size)]
-            if any(padding):
-                problems.append(
-                    Problem(
-                        message="non-zero bytes in member padding (tampered)",
-                        shard=shard,
-                        member=info.name,
-                        offset=stop,
-                    )
-                )
+            end = info.data_offset + padded_size(info.size)
+            if any(view[stop:end]):
+                message = "non-zero bytes in member padding (tampered)"
+                problems.append(Problem(message, shard, info.name, stop))
             found[info.name] = {
                 "header": info.header_offset,
                 "offset": info.data_offset,
                 "size": info.size,
                 "sha256": hashlib.sha256(info.data or b"").hexdigest(),
             }
-            end = info.data_offset + padded_size(info.size)
     except ShardFormatError as exc:
-        problems.append(
-            Problem(message=exc.reason, shard=shard, member=exc.member, offset=exc.offset)
-        )
+        problems.append(Problem(exc.reason, shard, exc.member, exc.offset))
         return found
     tail = view[end:]
     if len(tail) < 2 * BLOCK_SIZE:
-        problems.append(
-            Problem(
-                message=f"shard ends {len(tail)} bytes after the last member, "
-                "before the end-of-archive blocks (truncated)",
-                shard=shard,
-                offset=len(data),
-            )
+        message = (
+            f"shard ends {len(tail)} bytes after the last member, "
+            "before the end-of-archive blocks (truncated)"
         )
+        problems.append(Problem(message, shard, offset=len(data)))
     elif any(tail):
         first = end + next(i for i, b in enumerate(tail) if b)
-        problems.append(
-            Problem(
-                message="non-zero bytes after the end of the archive", shard=shard, offset=first
-            )
-        )
+        problems.append(Problem("non-zero bytes after the end of the archive", shard, offset=first))
     return found
 
 
 def _read_sized(fs: fsspec.AbstractFileSystem, path: str, expected: int) -> tuple[int, bytes]:
     """Return (real size, bytes) of `path`, reading at most `min(real size, expected)` bytes.
 
-    The size is checked before any read: the open descriptor's `fstat` size for a local file
-    (regular files only, `storage.open_input`), the store's for a remote one. So a file that
-    is larger than the manifest says (or a kernel file that never ends) is not read past what
-    the manifest promises, and a shorter one is read to its end (its tar scan names where the
-    data stops).
+    The size comes before any read (local: `fstat` of a regular file; remote: the store's), so
+    no file is read past what the manifest promises.
 
     Raises:
         FileNotFoundError: `path` does not exist.
@@ -200,14 +165,11 @@ def _check_index_rows(rows: list[dict[str, Any]], problems: list[Problem]) -> No
         key = row["key"]
         expected_key = f"{row['log_id']}_{row['frame_index']:06d}"
         if key != expected_key:
-            problems.append(Problem(message=f"index key {key} != {expected_key} (log_id, frame)"))
-        digest = hashlib.sha256()
-        for m in row["members"]:
-            digest.update(f"{m['name']}\0{m['sha256']}\n".encode())
-        if digest.hexdigest() != row["content_hash"]:
+            problems.append(Problem(f"index key {key} != {expected_key} (log_id, frame)"))
+        if sample_content_hash(row["members"]) != row["content_hash"]:
             problems.append(
                 Problem(
-                    message=f"sample {key}: content_hash does not match its member hashes",
+                    f"sample {key}: content_hash does not match its member hashes",
                     shard=row["shard"],
                 )
             )
@@ -229,89 +191,52 @@ def _compare_shard(
             expected_names.add(name)
             actual = found.get(name)
             if actual is None:
-                problems.append(
-                    Problem(
-                        message=f"index row {key} lists this member, the tar scan did not find it",
-                        shard=shard,
-                        member=name,
-                        offset=m["offset"],
-                    )
-                )
+                message = f"index row {key} lists this member, the tar scan did not find it"
+                problems.append(Problem(message, shard, name, m["offset"]))
                 continue
             start = actual["header"] if start is None else start
             last_end = actual["offset"] + padded_size(actual["size"])
             for field_name in ("offset", "size"):
                 if actual[field_name] != m[field_name]:
-                    problems.append(
-                        Problem(
-                            message=f"index says {field_name} {m[field_name]}, tar has "
-                            f"{actual[field_name]}",
-                            shard=shard,
-                            member=name,
-                            offset=m["offset"],
-                        )
+                    message = (
+                        f"index says {field_name} {m[field_name]}, tar has {actual[field_name]}"
                     )
+                    problems.append(Problem(message, shard, name, m["offset"]))
             if actual["sha256"] != m["sha256"]:
-                problems.append(
-                    Problem(
-                        message=f"sha256 of member data [{actual['offset']}, "
-                        f"{actual['offset'] + actual['size']}) differs from the index (tampered or "
-                        "corrupt bytes)",
-                        shard=shard,
-                        member=name,
-                        offset=actual["offset"],
-                    )
+                message = (
+                    f"sha256 of member data [{actual['offset']}, "
+                    f"{actual['offset'] + actual['size']}) differs from the index (tampered or "
+                    "corrupt bytes)"
                 )
+                problems.append(Problem(message, shard, name, actual["offset"]))
         if start is not None and (
             start != row["sample_offset"] or last_end - start != row["sample_size"]
         ):
-            problems.append(
-                Problem(
-                    message=f"sample {key}: index range [{row['sample_offset']}, "
-                    f"+{row['sample_size']}) != tar range [{start}, "
-                    f"+{last_end - start})",
-                    shard=shard,
-                    offset=start,
-                )
+            message = (
+                f"sample {key}: index range [{row['sample_offset']}, +{row['sample_size']}) "
+                f"!= tar range [{start}, +{last_end - start})"
             )
+            problems.append(Problem(message, shard, offset=start))
     for name in sorted(set(found) - expected_names):
         problems.append(
-            Problem(
-                message="tar member is not in the index",
-                shard=shard,
-                member=name,
-                offset=found[name]["header"],
-            )
+            Problem("tar member is not in the index", shard, name, found[name]["header"])
         )
 
 
 def _check_summary(manifest: Manifest, rows: list[dict[str, Any]], problems: list[Problem]) -> None:
     """The manifest's split and class counts (what `data inspect` shows) must match the index."""
     splits = {"train": 0, "val": 0}
-    classes = dict.fromkeys(("vehicle", "pedestrian", "cyclist", "other"), 0)
     for row in rows:
         splits[row["split"]] = splits.get(row["split"], 0) + 1
-        named = 0
-        for group in ("vehicle", "pedestrian", "cyclist"):
-            classes[group] += row[f"num_{group}"]
-            named += row[f"num_{group}"]
-        classes["other"] += row["num_cuboids"] - named
-    recorded = manifest.splits.counts
-    if recorded != splits:
-        problems.append(
-            Problem(
-                message=f"manifest splits.counts {recorded} != {splits} "
-                "counted in the index (manifest edited?)"
+    for name, recorded, counted in (
+        ("splits.counts", manifest.splits.counts, splits),
+        ("class_counts", manifest.class_counts, count_classes(rows)),
+    ):
+        if recorded != counted:
+            message = (
+                f"manifest {name} {recorded} != {counted} counted in the index (manifest edited?)"
             )
-        )
-    recorded = manifest.class_counts
-    if recorded != classes:
-        problems.append(
-            Problem(
-                message=f"manifest class_counts {recorded} != {classes} "
-                "counted in the index (manifest edited?)"
-            )
-        )
+            problems.append(Problem(message))
 
 
 def validate_dataset(
@@ -348,36 +273,23 @@ def validate_dataset(
     try:
         manifest = load_manifest(root)
     except DatasetError as exc:
-        problems.append(Problem(message=str(exc)))
+        problems.append(Problem(str(exc)))
         return report
     report.dataset_hash = manifest.dataset_hash
     fs, base = fsspec.core.url_to_fs(root)
     shards = manifest.shards
     locations = [shard_location(root, entry, roots=shard_roots) for entry in shards]
-    index_entry = manifest.index
-    if compute_dataset_hash(index_entry.sha256, list(shards)) != manifest.dataset_hash:
-        problems.append(
-            Problem(
-                message="manifest dataset_hash does not match its index and "
-                "shard hashes (manifest edited?)"
-            )
-        )
-    if manifest.num_shards != len(shards):
-        problems.append(
-            Problem(
-                message=f"manifest num_shards {manifest.num_shards} != {len(shards)} shard entries"
-            )
-        )
+    index_entry = manifest.index  # dataset_hash and num_shards: checked by load_manifest
     try:
         index_file = dataset_file(base, INDEX_NAME, is_local=isinstance(fs, LocalFileSystem))
         index_size, index_bytes = _read_sized(fs, index_file, index_entry.bytes)
     except FileNotFoundError:
-        problems.append(Problem(message=f"{INDEX_NAME} is missing; rebuild the dataset"))
+        problems.append(Problem(f"{INDEX_NAME} is missing; rebuild the dataset"))
         return report
     if index_size != index_entry.bytes:
         problems.append(
             Problem(
-                message=f"{INDEX_NAME} sha256/size differ from the manifest (it has {index_size} "
+                f"{INDEX_NAME} sha256/size differ from the manifest (it has {index_size} "
                 f"bytes, the manifest says {index_entry.bytes}: replaced or corrupt); rebuild "
                 "the dataset"
             )
@@ -386,14 +298,14 @@ def validate_dataset(
     if hashlib.sha256(index_bytes).hexdigest() != index_entry.sha256:
         problems.append(
             Problem(
-                message=f"{INDEX_NAME} sha256/size differ from the manifest "
+                f"{INDEX_NAME} sha256/size differ from the manifest "
                 "(replaced or corrupt); rebuild the dataset"
             )
         )
     try:
         table = read_index(io.BytesIO(index_bytes), where=f"{root}/{INDEX_NAME}")
     except Exception as exc:  # pyarrow raises several types for corrupt Parquet
-        problems.append(Problem(message=f"{INDEX_NAME} is unreadable or off-schema: {exc}"))
+        problems.append(Problem(f"{INDEX_NAME} is unreadable or off-schema: {exc}"))
         return report
     try:
         validate_index_frame(table.to_pandas())
@@ -402,7 +314,7 @@ def validate_dataset(
         for case in cases.itertuples():
             problems.append(
                 Problem(
-                    message=f"{INDEX_NAME} column {case.column}: check "
+                    f"{INDEX_NAME} column {case.column}: check "
                     f"{case.check} fails at row {case.index} "
                     f"(value {case.failure_case!r})"
                 )
@@ -411,9 +323,7 @@ def validate_dataset(
     report.num_samples = len(rows)
     if manifest.num_samples != len(rows):
         problems.append(
-            Problem(
-                message=f"manifest num_samples {manifest.num_samples} != {len(rows)} index rows"
-            )
+            Problem(f"manifest num_samples {manifest.num_samples} != {len(rows)} index rows")
         )
     _check_summary(manifest, rows, problems)
     _check_index_rows(rows, problems)
@@ -429,10 +339,10 @@ def validate_dataset(
             shard_roots=shard_roots,
         )
         problems.extend(
-            Problem(message=f"{INDEX_NAME} {reason} (key {key})") for key, reason in checked.skipped
+            Problem(f"{INDEX_NAME} {reason} (key {key})") for key, reason in checked.skipped
         )
     except DatasetError as exc:
-        problems.append(Problem(message=str(exc)))
+        problems.append(Problem(str(exc)))
     rows_of: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         rows_of.setdefault(row["shard"], []).append(row)
@@ -446,7 +356,7 @@ def validate_dataset(
         if len(shard_rows) != entry.num_samples:
             problems.append(
                 Problem(
-                    message=f"index has {len(shard_rows)} samples in this "
+                    f"index has {len(shard_rows)} samples in this "
                     f"shard, manifest says {entry.num_samples}",
                     shard=path,
                 )
@@ -457,15 +367,12 @@ def validate_dataset(
             shard_fs, shard_file = fsspec.core.url_to_fs(location)
             size, data = _read_sized(shard_fs, shard_file, entry.bytes)
         except FileNotFoundError:
-            problems.append(
-                Problem(message="shard file is missing; rebuild or re-download it", shard=path)
-            )
+            problems.append(Problem("shard file is missing; rebuild or re-download it", shard=path))
             continue
         if size != entry.bytes:
             problems.append(
                 Problem(
-                    message=f"shard has {size} bytes, manifest says "
-                    f"{entry.bytes} (truncated or extended)",
+                    f"shard has {size} bytes, manifest says {entry.bytes} (truncated or extended)",
                     shard=path,
                     offset=min(size, entry.bytes),
                 )
@@ -473,7 +380,7 @@ def validate_dataset(
         if hashlib.sha256(data).hexdigest() != entry.sha256:
             problems.append(
                 Problem(
-                    message="shard sha256 differs from the manifest (corrupt or tampered bytes)",
+                    "shard sha256 differs from the manifest (corrupt or tampered bytes)",
                     shard=path,
                 )
             )
@@ -481,6 +388,6 @@ def validate_dataset(
         _compare_shard(path, found, shard_rows, problems)
     for path in sorted(set(rows_of) - {s.path for s in shards}):
         problems.append(
-            Problem(message="index rows point to a shard the manifest does not list", shard=path)
+            Problem("index rows point to a shard the manifest does not list", shard=path)
         )
     return report

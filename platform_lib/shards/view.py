@@ -39,11 +39,9 @@ _HEX[np.frombuffer(b"abcdef", np.uint8)] = np.arange(10, 16)
 class DatasetView:
     """One dataset split: the validated manifest plus fixed-width index columns (see module doc).
 
-    Every per-row or per-member column is a fixed-width numpy array (keys as one byte buffer
-    plus offsets, Arrow's string layout), so worker processes that inherit a view by fork share
-    its pages instead of copying them on read (reading a Python object writes its reference
-    count; reading a numpy element writes nothing). Rows are sorted by (shard_id,
-    sample_offset): units laid out in this order read sequentially.
+    Columns are fixed-width numpy arrays (keys as Arrow's string layout), so forked workers
+    share its pages: reading a numpy element, unlike a Python object, writes no reference
+    count. Rows are sorted by (shard_id, sample_offset), so units read sequentially.
     """
 
     url: str
@@ -139,10 +137,6 @@ class DatasetView:
     def member_name(self, m: int) -> str:
         """Return the ext name of member `m` (e.g. "lidar.npy")."""
         return self.member_names[self.member_code[m]]
-
-    def member_sha256_hex(self, m: int) -> str:
-        """Return the sha256 hex of member `m`."""
-        return self.member_sha256[m].tobytes().hex()
 
     def shard_path(self, i: int) -> str:
         """Return the shard path (relative to the root) of row `i`."""
@@ -383,7 +377,6 @@ def load_view(
         DatasetIndexError: index.parquet missing, of another size or sha256 than the
             manifest's, unreadable, off-schema, or a row inconsistent with the manifest
             (see `load_index`, `view_from_table`).
-        NotRegularFileError: a local index that is not a regular file.
         PathOutsideRootError: a local manifest, index or shard links out of the dataset folder.
         OSError: the store could not be read (the loader retries transient ones).
     """

@@ -26,7 +26,14 @@ from platform_lib.shards.tar import (
     write_member,
 )
 
-__all__ = ["SampleLocation", "ShardInfo", "ShardWriter", "fsync_dir"]
+__all__ = [
+    "SampleLocation",
+    "ShardInfo",
+    "ShardWriter",
+    "fsync_dir",
+    "sample_content_hash",
+    "write_file_atomic",
+]
 
 _COPY_BUFSIZE = 8 << 20
 _USTAR_NAME_MAX = 100  # bytes of the ustar name field
@@ -99,6 +106,23 @@ class _HashingFile:
         os.fsync(self._file.fileno())
         self._file.close()
         return self._hash.hexdigest(), self._position
+
+
+def sample_content_hash(members: list[dict[str, Any]]) -> str:
+    r"""Return a sample's content hash: sha256 hex over `name\0sha256\n` of its members in order."""
+    return hashlib.sha256(
+        "".join(f"{m['name']}\0{m['sha256']}\n" for m in members).encode()
+    ).hexdigest()
+
+
+def write_file_atomic(path: Path, data: bytes) -> None:
+    """Write `data` to `path` via a temporary name + fsync + rename (no half file is seen)."""
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "xb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 def fsync_dir(path: Path) -> None:
@@ -205,20 +229,16 @@ class ShardWriter:
         assert self._tar is not None
         sample_offset = self._tar.offset
         records = []
-        digest = hashlib.sha256()
         for name, data in members:
-            _, data_offset = write_member(self._tar, f"{key}.{name}", data)
-            member_sha = hashlib.sha256(data).hexdigest()
             records.append(
                 {
                     "name": name,
-                    "offset": data_offset,
+                    "offset": write_member(self._tar, f"{key}.{name}", data),
                     "size": len(data),
-                    "sha256": member_sha,
+                    "sha256": hashlib.sha256(data).hexdigest(),
                     "xxh3_64": xxhash.xxh3_64_intdigest(data),
                 }
             )
-            digest.update(f"{name}\0{member_sha}\n".encode())
         self._num_samples += 1
         return SampleLocation(
             shard=self._shard_rel,
@@ -226,7 +246,7 @@ class ShardWriter:
             sample_offset=sample_offset,
             sample_size=self._tar.offset - sample_offset,
             members=records,
-            content_hash=digest.hexdigest(),
+            content_hash=sample_content_hash(records),
         )
 
     def close(self) -> list[ShardInfo]:

@@ -23,6 +23,7 @@ __all__ = [
     "DEFAULT_SPLITS",
     "SOURCE_NAMES",
     "check_source",
+    "find_log_folders",
     "iter_log_frames",
     "list_log_urls",
     "list_logs",
@@ -52,6 +53,17 @@ def check_source(source: str, *, culprit: str = "source") -> str:
             f"unknown raw-log format {source!r}", culprit, f"use one of {', '.join(SOURCE_NAMES)}"
         )
     return source
+
+
+def find_log_folders(root: Path, marker: str) -> list[Path]:
+    """Return [root] if it holds the file `marker`, else its sorted non-hidden folders that do."""
+    if (root / marker).is_file():
+        return [root]
+    if not root.is_dir():
+        return []
+    return sorted(
+        p for p in root.iterdir() if not p.name.startswith(".") and (p / marker).is_file()
+    )
 
 
 def _resolve(

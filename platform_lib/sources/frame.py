@@ -31,14 +31,15 @@ __all__ = [
     "sample_key",
 ]
 
-#: Class groups the models are trained on; cuboid labels of a source map onto these (or "other").
-
 #: Log ids become part of WebDataset keys, which must not contain dots or path separators.
 LOG_ID_PATTERN = re.compile(r"^[A-Za-z0-9-]{1,64}$")
 
 
 class FrameError(ValueError):
     """A raw frame is malformed. The message names the source file and what to do.
+
+    Pickles with every attribute (`BaseException` pickling: the message, then `__dict__`), so
+    worker processes hand it back whole.
 
     Attributes:
         path: the culprit raw file or folder (str), or None when not file-specific.
@@ -77,17 +78,6 @@ class FrameError(ValueError):
         return cls(
             f"{path}: {problem}", path=path, reason=reason, log_id=log_id, frame_index=frame_index
         )
-
-    def __reduce__(self):  # keep all attributes (also ones set later, e.g. .key) across pickling
-        return (
-            _rebuild_frame_error,
-            (str(self), self.path, self.reason, self.log_id, self.frame_index),
-            dict(self.__dict__),
-        )
-
-
-def _rebuild_frame_error(message, path, reason, log_id, frame_index) -> FrameError:
-    return FrameError(message, path=path, reason=reason, log_id=log_id, frame_index=frame_index)
 
 
 def sample_key(log_id: str, frame_index: int) -> str:

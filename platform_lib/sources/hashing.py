@@ -4,9 +4,7 @@ Hashes depend on names and contents only (not on mtimes, permissions or the fold
 or location), so a copied folder hashes the same. A local folder is hashed over the listing
 its reader then reads through (`raw_files.scan_raw_files`), recording each file's digest so
 every read is checked against it; an object-storage prefix uses each object's version id,
-else its ETag, so hashing a bucket costs one listing. `hash_raw_content` (a folder),
-`hash_raw_log` (one log: log id + hash), `hash_log_listing`, `hash_log_location` (a log by
-path or URL) and `hash_raw_location` (a whole raw-log location) give the forms in use.
+else its ETag, so hashing a bucket costs one listing.
 """
 
 from __future__ import annotations
@@ -14,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,12 +29,9 @@ __all__ = [
     "check_raw_logs_unchanged",
     "hash_file",
     "hash_listing",
-    "hash_log_listing",
     "hash_log_location",
-    "hash_raw_content",
     "hash_raw_location",
     "hash_raw_log",
-    "list_raw_files",
     "resolve_raw_folder",
 ]
 
@@ -59,24 +55,13 @@ def hash_file(path: str | os.PathLike[str]) -> str:
     return digest.hexdigest()
 
 
-def list_raw_files(log_dir: str | os.PathLike[str]) -> list[str]:
-    """Return the sorted relative POSIX paths of the files in `log_dir`'s listing.
-
-    The listing (`scan_raw_files`) skips names starting with "." (tool state such as
-    `.DS_Store`, never sensor data) and follows symbolic links.
-
-    Raises:
-        FileNotFoundError: if `log_dir` is not a directory.
-        UserError: as `scan_raw_files` (dangling link, link loop, FIFO/device/socket).
-    """
-    return list(scan_raw_files(log_dir).files)
-
-
 def hash_listing(listing: RawFiles) -> str:
-    r"""Return the content hash of a listing (see module docstring).
+    r"""Return the hex sha256 content hash of a folder's listing (names and bytes).
 
-    Each file's digest is recorded in `listing.digests`; a file already read through the
-    listing keeps the digest of the bytes read (it is not read again).
+    The hash is sha256 over the sorted lines `relpath\0sha256(file bytes)\n`, plus
+    `relpath\0-> "target"\n` per symbolic link. Each file's digest is recorded in
+    `listing.digests`; a file already read through the listing keeps the digest of the bytes
+    read (it is not read again).
 
     Raises:
         UserError: a listed file cannot be read or is no longer a regular file (culprit: it).
@@ -103,19 +88,6 @@ def hash_listing(listing: RawFiles) -> str:
     return digest.hexdigest()
 
 
-def hash_raw_content(folder: str | os.PathLike[str]) -> str:
-    r"""Return the hex sha256 content hash of a folder (names and bytes).
-
-    The hash is sha256 over the sorted lines `relpath\0sha256(file bytes)\n`, plus
-    `relpath\0-> "target"\n` per symbolic link, of the folder's `scan_raw_files` listing.
-
-    Raises:
-        FileNotFoundError: if `folder` is not a directory.
-        UserError: as `scan_raw_files` and `hash_listing`.
-    """
-    return hash_listing(scan_raw_files(folder))
-
-
 def _log_hash(log_id: str, content_hash: str) -> str:
     return hashlib.sha256(f"log\0{log_id}\n{content_hash}\n".encode()).hexdigest()
 
@@ -125,22 +97,14 @@ def hash_raw_log(log_dir: str | os.PathLike[str]) -> str:
 
     Raises:
         FileNotFoundError: if `log_dir` is not a directory.
-        UserError: as `hash_raw_content`.
+        UserError: as `scan_raw_files` and `hash_listing`.
     """
-    return hash_log_listing(scan_raw_files(log_dir))
-
-
-def hash_log_listing(listing: RawFiles) -> str:
-    """Return `hash_raw_log` of the log folder `listing` lists, recording its digests.
-
-    Raises:
-        UserError: as `hash_listing`.
-    """
-    return _log_hash(listing.root.name, hash_listing(listing))
+    _, [entry] = hash_logs([log_dir])
+    return entry["content_hash"]
 
 
 def hash_logs(
-    log_dirs: list[Path] | list[str],
+    log_dirs: Sequence[str | os.PathLike[str]],
 ) -> tuple[list[RawFiles], list[dict[str, str]]]:
     """Return each log's listing, hashed, and `[{"log_id", "content_hash"}]` for the manifest.
 
@@ -152,7 +116,10 @@ def hash_logs(
         UserError: as `hash_listing`.
     """
     listings = [scan_raw_files(p) for p in log_dirs]
-    logs = [{"log_id": f.root.name, "content_hash": hash_log_listing(f)} for f in listings]
+    logs = [
+        {"log_id": f.root.name, "content_hash": _log_hash(f.root.name, hash_listing(f))}
+        for f in listings
+    ]
     return listings, logs
 
 

@@ -14,9 +14,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from platform_lib.sources.catalog import find_log_folders
 from platform_lib.sources.frame import CameraImage, Cuboids, Frame, FrameError
 from platform_lib.sources.geometry import (
     EGO_FROM_PANDASET_LIDAR,
@@ -33,7 +35,7 @@ from platform_lib.sources.pandaset_files import (
     require_columns,
 )
 from platform_lib.sources.raw_files import RawFiles, scan_raw_files
-from platform_lib.sources.validation import read_jpeg_file, require_file, validate_frame
+from platform_lib.sources.validation import read_jpeg_file, validate_frame
 
 __all__ = [
     "CAMERA_NAMES",
@@ -93,18 +95,7 @@ def list_pandaset_logs(root: str | os.PathLike[str]) -> list[Path]:
     Raises:
         FileNotFoundError: if `root` does not exist or holds no sequence folder.
     """
-    root = Path(root)
-    if (root / "lidar" / "poses.json").is_file():
-        return [root]
-    logs = (
-        sorted(
-            p
-            for p in root.iterdir()
-            if not p.name.startswith(".") and (p / "lidar" / "poses.json").is_file()
-        )
-        if root.is_dir()
-        else []
-    )
+    logs = find_log_folders(Path(root), "lidar/poses.json")
     if not logs:
         raise FileNotFoundError(
             f"{root}: no PandaSet sequence found (expected <root>/<seq>/lidar/poses.json or "
@@ -120,9 +111,8 @@ def load_pandaset_log(
 
     Args:
         log_dir: the sequence folder.
-        files: the folder's listing to read through, usually hashed already
-            (`hashing.hash_listing`), so every byte read is checked against the hash; None:
-            list the folder now.
+        files: the folder's hashed listing to read through (`hashing.hash_logs`); None: list
+            it now.
 
     Raises:
         FrameError: (frame_index None) reasons "missing_file", "corrupt_metadata",
@@ -185,44 +175,45 @@ def load_pandaset_log(
     )
 
 
+def _timestamp(stamps: Any, i: int, folder: Path, log_id: str) -> float:
+    """Return entry `i` of `folder`/timestamps.json (already loaded as `stamps`), in s."""
+    if not isinstance(stamps, list) or i >= len(stamps):
+        raise FrameError.at(
+            folder / "timestamps.json",
+            f"no timestamp for frame {i}",
+            reason="count_mismatch",
+            log_id=log_id,
+            frame_index=i,
+        )
+    return float(stamps[i])
+
+
 def _read_camera(
     log: PandasetLog, name: str, i: int, ego_from_world: np.ndarray
 ) -> tuple[CameraImage, Path]:
     cam = log.cameras[name]
     path = cam["folder"] / f"{i:02d}.jpg"
-    require_file(
+    data, width, height = read_jpeg_file(
         log.files,
         path,
-        f"camera image of frame {i} is missing (camera folder {cam['folder']} holds "
+        missing=f"camera image of frame {i} is missing (camera folder {cam['folder']} holds "
         f"{len(cam['files'])} images, lidar folder {log.log_dir / 'lidar'} holds "
         f"{log.num_lidar_files} sweeps); re-copy the image from the original download or "
         "quarantine the frame",
-        reason="missing_camera",
+        fix="; re-copy the image",
         log_id=log.log_id,
         frame_index=i,
-    )
-    data, width, height = read_jpeg_file(
-        log.files, path, fix="; re-copy the image", log_id=log.log_id, frame_index=i
     )
     world_from_camera = parse_pose(
         cam["poses"], i, cam["folder"] / "poses.json", log_id=log.log_id, frame_index=i
     )
-    stamps = cam["timestamps"]
-    if not isinstance(stamps, list) or i >= len(stamps):
-        raise FrameError.at(
-            cam["folder"] / "timestamps.json",
-            f"no timestamp for frame {i}",
-            reason="count_mismatch",
-            log_id=log.log_id,
-            frame_index=i,
-        )
     image = CameraImage(
         jpeg=data,
         width=width,
         height=height,
         intrinsics=cam["intrinsics"].copy(),
         extrinsics=ego_from_world @ world_from_camera,
-        timestamp=float(stamps[i]),
+        timestamp=_timestamp(cam["timestamps"], i, cam["folder"], log.log_id),
     )
     return image, path
 
@@ -252,14 +243,7 @@ def read_pandaset_frame(log: PandasetLog, frame_index: int) -> Frame:
         @ _LIDAR_FROM_EGO
     )
     ego_from_world = invert_transform(world_from_ego)
-    if not isinstance(log.lidar_timestamps, list) or i >= len(log.lidar_timestamps):
-        raise FrameError.at(
-            lidar_dir / "timestamps.json",
-            f"no timestamp for frame {i}",
-            reason="count_mismatch",
-            log_id=log_id,
-            frame_index=i,
-        )
+    timestamp = _timestamp(log.lidar_timestamps, i, lidar_dir, log_id)
     points = np.empty((len(df), 4), dtype=np.float32)
     points[:, :3] = transform_points(ego_from_world, df[["x", "y", "z"]].to_numpy(np.float64))
     points[:, 3] = df["i"].to_numpy(np.float64)
@@ -289,7 +273,7 @@ def read_pandaset_frame(log: PandasetLog, frame_index: int) -> Frame:
     frame = Frame(
         log_id=log_id,
         frame_index=i,
-        timestamp=float(log.lidar_timestamps[i]),
+        timestamp=timestamp,
         ego_pose=world_from_ego,
         cameras=cameras,
         lidar=points,

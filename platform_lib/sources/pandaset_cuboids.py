@@ -75,12 +75,7 @@ def read_pandaset_cuboids(
 ) -> Cuboids:
     """Read annotations/cuboids/NN.pkl.gz of frame `i` into ego-frame `Cuboids`.
 
-    Args:
-        path: the frame's annotations/cuboids/NN.pkl.gz.
-        log_id: sequence id, for error messages.
-        i: frame index.
-        ego_from_world: (4, 4) inverse of the sweep's world_from_ego.
-        files: the sequence folder's listing (`raw_files.RawFiles`), through which it is opened.
+    `path` is opened through `files`; `ego_from_world` (4, 4) maps world points to the ego frame.
 
     Raises:
         FrameError: "missing_cuboids", "corrupt_cuboids", "missing_column".

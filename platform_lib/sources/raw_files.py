@@ -178,29 +178,15 @@ def scan_raw_files(folder: str | os.PathLike[str]) -> RawFiles:
 
     Rules of the walk:
 
-    * Names starting with "." are skipped (tool state such as `.DS_Store`): never hashed, never
-      read.
-    * Symbolic links are followed, wherever they point (a camera folder linked from another
-      disk is part of the log), and each link's target as written (`os.readlink`) is recorded,
-      so the hash covers both the bytes reached through a link and where it points. Files keep
-      their in-tree path (`camera/front_camera/00.jpg`), so a symlink-free log hashes as before
-      and readers name in-tree paths in their errors. Links are the one way a read leaves the
-      log folder: only build from raw logs you trust (the PandaSet pickles run code anyway).
-    * Refused with a one-line `UserError` naming the path: a dangling link, a link loop (a
-      folder link back to one of its own ancestors, or a chain the kernel gives up on), a
-      FIFO, device or socket (`NotRegularFileError`), and a walk of more than `MAX_ENTRIES`
-      entries.
-    * Readers name only paths below the folder they listed (names come from the listing and
-      fixed layout names, never from file contents), so `..` cannot occur; `RawFiles.open`
-      refuses any path that is not in the listing.
-
-    Hash what you read: the listing keeps one sha256 per file (`RawFiles.digests`), recorded
-    when the listing is hashed (`hashing.hash_listing`) or, for a file not hashed yet, when it
-    is first read. `RawFiles.read` and `RawFiles.open` hash the bytes they read and compare, so
-    a file swapped, edited, or changed and changed back between hashing and reading raises
-    `RawFileChangedError` instead of reaching a build under the hash of other bytes. Bounds:
-    `MAX_JSON_BYTES` and `MAX_JSON_DEPTH` (JSON metadata), `MAX_IMAGE_BYTES` (one camera
-    image), `MAX_ARRAY_BYTES` (one lidar/annotation file, compressed size).
+    * Names starting with "." (tool state such as `.DS_Store`) are skipped: never hashed or read.
+    * Symbolic links are followed wherever they point and each target as written is recorded,
+      so the hash covers both; files keep their in-tree path (`camera/front_camera/00.jpg`).
+      Links are the one way a read leaves the log folder: build only from raw logs you trust.
+    * Refused with a one-line `UserError` naming the path: a dangling link, a link loop, a
+      FIFO, device or socket (`NotRegularFileError`), and more than `MAX_ENTRIES` entries.
+    * `RawFiles.read`/`open` refuse paths not in the listing and hash the bytes they read
+      against `RawFiles.digests` (recorded by `hashing.hash_listing` or the first read), so a
+      file changed between hashing and reading raises `RawFileChangedError`.
 
     Raises:
         FileNotFoundError: `folder` is not a directory.

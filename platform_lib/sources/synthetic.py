@@ -9,14 +9,18 @@ the package README.md, "Synthetic logs"; JSON is `sort_keys=True, separators=(",
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from itertools import repeat
 from pathlib import Path
 
 import numpy as np
 
+from platform_lib.sources.catalog import find_log_folders
 from platform_lib.sources.hashing import hash_raw_log
 from platform_lib.sources.synthetic_render import (
     prepare_camera_rays,
@@ -187,21 +191,13 @@ def write_synthetic_logs(
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     disable = not (progress if progress is not None else os.isatty(2))
-    bar = tqdm(total=config.num_logs, desc="synthetic logs", unit="log", disable=disable)
-    indices = range(config.num_logs)
-    with bar:
-        if workers == 1 or config.num_logs == 1:
-            out = []
-            for j in indices:
-                out.append(write_synthetic_log(config, j, out_dir))
-                bar.update()
-            return out
-        with ProcessPoolExecutor(max_workers=min(workers, config.num_logs)) as pool:
-            futures = [pool.submit(write_synthetic_log, config, j, out_dir) for j in indices]
-            for future in as_completed(futures):
-                future.result()
-                bar.update()
-            return [f.result() for f in futures]
+    with contextlib.ExitStack() as stack:
+        run: Callable[..., Iterator[Path]] = map
+        if workers > 1 and config.num_logs > 1:
+            run = stack.enter_context(ProcessPoolExecutor(min(workers, config.num_logs))).map
+        logs = run(write_synthetic_log, repeat(config), range(config.num_logs), repeat(out_dir))
+        bar = tqdm(logs, total=config.num_logs, desc="synthetic logs", unit="log", disable=disable)
+        return list(bar)
 
 
 def list_synthetic_logs(root: str | os.PathLike[str]) -> list[Path]:
@@ -210,16 +206,7 @@ def list_synthetic_logs(root: str | os.PathLike[str]) -> list[Path]:
     Raises:
         FileNotFoundError: if no folder with a synthetic meta.json is found.
     """
-    root = Path(root)
-    if (root / "meta.json").is_file():
-        return [root]
-    logs = (
-        sorted(
-            p for p in root.iterdir() if not p.name.startswith(".") and (p / "meta.json").is_file()
-        )
-        if root.is_dir()
-        else []
-    )
+    logs = find_log_folders(Path(root), "meta.json")
     if not logs:
         raise FileNotFoundError(
             f"{root}: no synthetic log found (expected <root>/synth-NNNN/meta.json); generate "

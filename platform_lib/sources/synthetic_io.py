@@ -69,13 +69,9 @@ def _load_json(files: RawFiles, path: Path, log_id: str | None, **where: Any) ->
 def load_synthetic_log(
     log_dir: str | os.PathLike[str], *, files: RawFiles | None = None
 ) -> SyntheticLog:
-    """Load meta.json, calib.json, poses.json and timestamps.json of a synthetic log.
+    """Load meta.json, calib.json, poses.json and timestamps.json of the log at `log_dir`.
 
-    Args:
-        log_dir: the log folder.
-        files: the folder's listing to read through, usually hashed already
-            (`hashing.hash_listing`), so every byte read is checked against the hash; None:
-            list the folder now.
+    `files`: the folder's listing to read through, as in `pandaset.load_pandaset_log`.
 
     Raises:
         FrameError: (frame_index None) "missing_file", "corrupt_metadata", "count_mismatch".
@@ -218,15 +214,15 @@ def read_synthetic_frame(log: SyntheticLog, frame_index: int) -> Frame:
     cameras = {}
     for name in sorted(log.calib):
         path = root / "camera" / name / f"{stem}.jpg"
-        require_file(
+        data, width, height = read_jpeg_file(
             raw_files,
             path,
-            f"camera image of frame {i} is missing; regenerate the log or quarantine the frame",
-            reason="missing_camera",
+            missing=f"camera image of frame {i} is missing; regenerate the log or quarantine "
+            "the frame",
+            fix="",
             log_id=log_id,
             frame_index=i,
         )
-        data, width, height = read_jpeg_file(raw_files, path, fix="", log_id=log_id, frame_index=i)
         cal = log.calib[name]
         if (width, height) != (cal["width"], cal["height"]):
             raise FrameError.at(

@@ -1,10 +1,9 @@
 """Validation of canonical frames: every source calls `validate_frame` before yielding a frame.
 
-Checks shapes, dtypes and finiteness of every array (see the legend in
-`platform_lib.sources.frame`), that per-point labels match the points, that cuboid sizes are
-within the bounds of the cuboid contract (`schemas.cuboids`: positive sizes, centres and sizes
-in range; yaw any finite angle, as the table wraps it), and that camera JPEGs are complete. Each failure raises `FrameError` naming the raw
-file the bad value came from (`Frame.source_files[role]`) and a reason slug.
+Checks shapes, dtypes and finiteness of every array (legend in `platform_lib.sources.frame`),
+per-point labels against points, cuboids against the contract of `schemas.cuboids`, and that
+camera JPEGs are complete. Each failure raises `FrameError` naming the raw file the bad value
+came from (`Frame.source_files[role]`) and a reason slug.
 """
 
 from __future__ import annotations
@@ -124,16 +123,21 @@ def load_json_file(
 
 
 def read_jpeg_file(
-    files: RawFiles, path: Path, *, fix: str, log_id: str, frame_index: int
+    files: RawFiles, path: Path, *, missing: str, fix: str, log_id: str, frame_index: int
 ) -> tuple[bytes, int, int]:
     """Read a camera JPEG through the listing; return (bytes, width, height) in pixels.
 
     Checks the SOI/EOI markers (`check_jpeg_bytes`) and parses the header only (no pixel
-    decode); `fix` ends the message of an unreadable header (e.g. "; re-copy the image").
+    decode); `missing` is the message of an absent file, `fix` ends the message of an
+    unreadable header (e.g. "; re-copy the image").
 
     Raises:
-        FrameError: reason "corrupt_camera". UserError: larger than `MAX_IMAGE_BYTES`.
+        FrameError: reason "missing_camera" or "corrupt_camera". UserError: larger than
+            `MAX_IMAGE_BYTES`.
     """
+    require_file(
+        files, path, missing, reason="missing_camera", log_id=log_id, frame_index=frame_index
+    )
     data = files.read(path, max_bytes=MAX_IMAGE_BYTES)
     check_jpeg_bytes(data, str(path), log_id=log_id, frame_index=frame_index)
     try:
@@ -270,11 +274,7 @@ def _validate_cuboids(frame: Frame) -> None:
     cub = frame.cuboids
     k = len(cub.label)
     lengths = {
-        "class_group": len(cub.class_group),
-        "center": len(cub.center),
-        "size": len(cub.size),
-        "yaw": len(cub.yaw),
-        "track_id": len(cub.track_id),
+        f: len(getattr(cub, f)) for f in ("class_group", "center", "size", "yaw", "track_id")
     }
     if any(n != k for n in lengths.values()):
         raise _fail(

@@ -29,8 +29,9 @@ from PIL import Image
 from platform_lib.errors import UserError, format_user_error
 from platform_lib.sources.catalog import read_frames
 from platform_lib.sources.frame import FrameError
-from platform_lib.sources.hashing import hash_raw_location, hash_raw_log, list_raw_files
+from platform_lib.sources.hashing import hash_listing, hash_raw_location, hash_raw_log
 from platform_lib.sources.pandaset import CAMERA_NAMES, load_pandaset_log
+from platform_lib.sources.raw_files import scan_raw_files
 
 _POSE = [
     {"position": {"x": 0.0, "y": 0.0, "z": 0.0}, "heading": {"w": 1.0, "x": 0, "y": 0, "z": 0}}
@@ -94,7 +95,7 @@ def test_camera_folder_behind_a_directory_link_is_hashed(tmp_path: Path) -> None
     elsewhere = tmp_path / "other-disk" / "front_camera"
     _move_and_link(seq / "camera" / "front_camera", elsewhere)
     before, location_before = hash_raw_log(seq), hash_raw_location(str(tmp_path / "raw"))
-    assert "camera/front_camera/00.jpg" in list_raw_files(seq)
+    assert "camera/front_camera/00.jpg" in scan_raw_files(seq).files
 
     new_jpeg = _jpeg(200)
     (elsewhere / "00.jpg").write_bytes(new_jpeg)  # behind the link
@@ -121,8 +122,6 @@ def test_symlink_free_hash_is_unchanged_format(tmp_path: Path) -> None:
     """Ordinary logs hash as before: sha256 over sorted `relpath NUL sha256(bytes) LF`."""
     import hashlib
 
-    from platform_lib.sources.hashing import hash_raw_content
-
     seq = _write_sequence(tmp_path / "001")
     lines = "".join(
         f"{p.relative_to(seq).as_posix()}\0{hashlib.sha256(p.read_bytes()).hexdigest()}\n"
@@ -130,7 +129,7 @@ def test_symlink_free_hash_is_unchanged_format(tmp_path: Path) -> None:
         if p.is_file()
     )
     expected = hashlib.sha256(lines.encode()).hexdigest()
-    assert hash_raw_content(seq) == hash_raw_location(str(seq)) == expected
+    assert hash_listing(scan_raw_files(seq)) == hash_raw_location(str(seq)) == expected
 
 
 # ----------------------------------------------------------------------------- refusals
@@ -311,7 +310,7 @@ def test_every_file_the_reader_opens_is_hashed(choices, extras, poke) -> None:
         for rel in extras:
             (seq / rel).write_text("tool state")
         _link_tree(root, seq, dict(sorted(choices.items(), key=lambda kv: kv[0].count("/"))))
-        hashed = set(list_raw_files(seq))
+        hashed = set(scan_raw_files(seq).files)
         before = hash_raw_log(seq)
         _opened = []
         try:
@@ -335,7 +334,7 @@ def test_hidden_sequence_folders_are_neither_hashed_nor_read(tmp_path: Path) -> 
     _write_sequence(tmp_path / "001")
     _write_sequence(tmp_path / ".001-backup", shade=10)
     assert [p.name for p in list_pandaset_logs(tmp_path)] == ["001"]
-    assert not any(rel.startswith(".") for rel in list_raw_files(tmp_path))
+    assert not any(rel.startswith(".") for rel in scan_raw_files(tmp_path).files)
 
 
 def test_hostile_pandaset_pickle_is_refused_without_running_code(pandaset_copy, tmp_path):
