@@ -126,10 +126,8 @@ def apply_overrides(
         )
         for path, v in items:
             section, _, name = path.rpartition(".")
-            if path in fields and section and isinstance(values[section], dict):
-                values[section][name] = v
-            elif section in SECTIONS and isinstance(values[section], dict):
-                values[section][name] = v  # unknown field of a section
+            if section in SECTIONS and isinstance(values[section], dict):
+                values[section][name] = v  # a field, or an unknown name, of a section
             else:
                 values[path] = v
             order.append(path)

@@ -23,18 +23,12 @@ __all__ = ["PreemptedError", "PreemptionHandler"]
 class PreemptedError(RuntimeError):
     """Training stopped on a termination signal after its final checkpoint; restarting resumes."""
 
-    def __init__(
-        self, message: str, *, step: int, checkpoint: str | None, signal_name: str
-    ) -> None:
+    def __init__(self, message: str, step: int, checkpoint: str | None, signal_name: str) -> None:
         super().__init__(message)
         self.step, self.checkpoint, self.signal_name = step, checkpoint, signal_name
 
     def __reduce__(self) -> Any:
-        return _rebuild, (str(self), self.step, self.checkpoint, self.signal_name)
-
-
-def _rebuild(message: str, step: int, checkpoint: str | None, signal_name: str) -> PreemptedError:
-    return PreemptedError(message, step=step, checkpoint=checkpoint, signal_name=signal_name)
+        return type(self), (str(self), self.step, self.checkpoint, self.signal_name)
 
 
 class PreemptionHandler:
