@@ -22,7 +22,7 @@ import time
 import traceback
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch.distributed as dist
 from torch._C._distributed_c10d import _dump_fr_trace_json  # type: ignore[attr-defined]  # private, no stub
@@ -172,13 +172,8 @@ class HangWatchdog:
         poll_s: float = 0.5,
     ) -> None:
         self.dir = Path(run_dir) / "hang"
-        self.rank, self.world_size, self.timeout_s, self.wait_s, self.poll_s = (
-            rank,
-            world_size,
-            timeout_s,
-            wait_s,
-            poll_s,
-        )
+        self.rank, self.world_size, self.timeout_s = rank, world_size, timeout_s
+        self.wait_s, self.poll_s = wait_s, poll_s
         attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
         self.prefix = f"drivetrain/hang/{os.environ.get('TORCHELASTIC_RUN_ID', 'run')}/{attempt}/"
         self._stop = threading.Event()
@@ -192,12 +187,8 @@ class HangWatchdog:
             self._thread.start()
 
     def _poll(self) -> None:
-        try:
-            store = _store_client(
-                max(30.0, self.wait_s)
-            )  # own connection: the main thread uses its own
-            if store is None:  # no job store (not under torchrun / elastic): nothing to answer
-                return
+        try:  # started only when the job has a store; a connection of its own (not `_store`)
+            store = cast(dist.Store, _store_client(max(30.0, self.wait_s)))
             while not self._stop.wait(self.poll_s):
                 if store.check([self.prefix + "request"]):
                     self._answer(store)
