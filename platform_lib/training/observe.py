@@ -119,12 +119,8 @@ def publish_goodput(
 ) -> dict[str, Any] | None:
     """Close the recorder, gather all ranks (collective) and, on rank 0, write and return the report.
 
-    Args:
-        recorder: this rank's step recorder.
-        cfg: the run's config.
-        ctx: this rank's distributed context.
-        out: the run folder (the report goes under it).
-        batch: a batch of this run (the last one) for the FLOP count; None skips MFU.
+    The report goes under the run folder `out`; `batch` (a batch of this run, the last one)
+    is what the FLOPs are counted on, None skips MFU.
     """
     if recorder.profiler is not None:
         recorder.profiler.stop()

@@ -4,10 +4,6 @@
 with the model's `tp_plan()`, then FSDP2 / HSDP over the data-parallel mesh dimensions) and
 returns the layout's step function, so one train loop serves every layout. Plain FSDP keeps
 the 1-D mesh and step of every run before layouts. Details: docs/parallelism.md.
-
-Each block (`list_blocks`) is one FSDP unit and the root takes the rest; master weights,
-gradients and optimizer state stay fp32. Mixed precision: bf16 parameters, fp32 reduction
-(`mixed_precision=False`: fp32 throughout). Activation checkpointing wraps the same blocks.
 """
 
 from __future__ import annotations
@@ -94,7 +90,9 @@ def apply_fsdp(
     *,
     reshard_after_forward: bool = True,
 ) -> nn.Module:
-    """Shard `model` in place with FSDP2: each block (`list_blocks`), then the root.
+    """Shard `model` in place with FSDP2: each block (`list_blocks`), then the root (the rest).
+
+    Master weights, gradients and optimizer state stay fp32 whatever `mp_policy` computes in.
 
     Args:
         model: an unsharded module on the mesh's device type.

@@ -1,15 +1,9 @@
 """Model-zoo gate: every CPU preset trains a few steps and must match its golden losses.
 
-Each preset trains on a fixed synthetic dataset (`platform_lib.zoo.dataset`).
-
-`check_zoo_preset(preset, dataset_dir, workdir)` trains `zoo_config(preset)` (the preset cut
-to ZOO_STEPS steps, world size 1, in this process; `ZOO_CUTS` cuts a large preset further) and compares its per-step losses with
+`check_zoo_preset` trains `zoo_config(preset)` (world size 1, in this process) on the fixed
+synthetic dataset (`zoo.dataset`) and compares its per-step losses with
 `golden/zoo-<preset>.json` beside this module: relative tolerance 1e-4 in fp32, 2e-2 in bf16
-(bf16 CPU kernels round differently per instruction set). The step time is returned for the
-caller to compare with the workload's baseline (`drivetrain zoo check` does, in MLflow).
-
-    drivetrain zoo check                 # all CPU presets
-    drivetrain zoo check --write         # regenerate the golden files after an intended change
+(bf16 CPU kernels round differently per instruction set). Run by `drivetrain zoo check`.
 """
 
 from __future__ import annotations
@@ -50,7 +44,7 @@ RTOL = {"fp32": 1e-4, "bf16": 2e-2}
 
 
 def zoo_config(preset: str) -> TrainConfig:
-    """Return `preset` cut to ZOO_STEPS steps (and its `ZOO_CUTS`).
+    """Return `preset` cut to ZOO_STEPS steps (and its `ZOO_CUTS`: a large preset cut further).
 
     Warm-up 1 step, one checkpoint at the end, no loader workers: the gate measures the
     model, not the loader.
