@@ -27,6 +27,8 @@ from typing import Any, cast
 import torch.distributed as dist
 from torch._C._distributed_c10d import _dump_fr_trace_json  # type: ignore[attr-defined]  # private, no stub
 
+from platform_lib.telemetry.publish import write_json_atomic
+
 __all__ = [
     "CollectiveHangError",
     "HangWatchdog",
@@ -239,10 +241,7 @@ class HangWatchdog:
             timeout_s=self.timeout_s,
             error=str(error)[:2000],
         )
-        self.dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.dir / f"report.json.tmp{self.rank}"
-        tmp.write_text(json.dumps({**report, "dumps": dumps}, indent=1))
-        os.replace(tmp, self.dir / "report.json")
+        write_json_atomic(self.dir / "report.json", {**report, "dumps": dumps})
         return CollectiveHangError(self._message(report, dumps), report)
 
     def _message(self, report: dict[str, Any], dumps: dict[int, dict[str, Any]]) -> str:

@@ -31,6 +31,7 @@ from platform_lib.loading.input_wait import InputWaitMeter
 from platform_lib.loading.loader import StreamingLoader
 from platform_lib.models.catalog import build_model
 from platform_lib.models.presets import get_model_config
+from platform_lib.telemetry.publish import write_json_atomic
 from platform_lib.telemetry.recorder import MetricsSink, StepRecorder
 from platform_lib.training.checkpoint import (
     Checkpointer,
@@ -363,9 +364,7 @@ def finish(
         checkpoint_blocking_s=sum(s.blocking_s for s in checkpointer.saves),
     )
     record = {**asdict(result), "config": cfg.to_dict(), "input_wait": meter.summary()}
-    tmp = out / "train_result.json.tmp"
-    tmp.write_text(json.dumps(record, indent=2, sort_keys=True))
-    os.replace(tmp, out / "train_result.json")
+    write_json_atomic(out / "train_result.json", record)
     return result
 
 

@@ -11,7 +11,6 @@ and its parent (`registry.lineage`). Why views pay: platform_lib/shards/README.m
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ from platform_lib.models.presets import get_model_config
 from platform_lib.shards.manifest import ViewLineage, load_manifest
 from platform_lib.shards.reader import open_dataset
 from platform_lib.shards.training_view import ViewConfig
+from platform_lib.telemetry.publish import write_json_atomic
 from platform_lib.training.config import TrainConfig
 
 __all__ = [
@@ -98,11 +98,8 @@ def record_trained_on(run_dir: str | Path, dataset_dir: str | Path) -> Path:
         ManifestMissingError, ManifestError: `dataset_dir` has no valid manifest.
     """
     manifest = load_manifest(dataset_dir)
-    record = TrainedOn(manifest.dataset_hash, manifest.view).to_dict()
     path = Path(run_dir) / TRAINED_ON_JSON
-    tmp = path.with_name(f"{path.name}.tmp")
-    tmp.write_text(json.dumps(record, indent=2, sort_keys=True), encoding="utf-8")
-    os.replace(tmp, path)
+    write_json_atomic(path, TrainedOn(manifest.dataset_hash, manifest.view).to_dict())
     return path
 
 
