@@ -1,9 +1,9 @@
 """Batches for training and evaluation, built from a published dataset.
 
 Both go through the streaming loader (`platform_lib.loading.loader.build_loader`):
-`build_train_loader` is the one place training obtains batches and receives the data section
-(`DataConfig`) whole (the run's dataset, `data.mix`, windows); `loader_config` is the one place
-its fields meet the loader's options. `build_eval_loader` reads one split of one dataset in
+`build_train_loader` is the one place training obtains batches: it receives the data section
+(`DataConfig`) whole (the run's dataset, `data.mix`, windows) and sets the loader's options
+from it. `build_eval_loader` reads one split of one dataset in
 index order. Batches are dicts of stacked tensors from the model's sample transform plus
 "__key__" (B sample keys; a window's is its last frame's) and "__source__" (0 the run's own
 dataset, i the i-th of `data.mix`). With `data.camera_decode` "device" the workers send camera
@@ -51,7 +51,6 @@ __all__ = [
     "dataset_sources",
     "build_train_loader",
     "iterate_epochs",
-    "loader_config",
     "split_keys",
     "warn_if_batch_exceeds_split",
 ]
@@ -233,18 +232,6 @@ def warn_if_batch_exceeds_split(
     return True
 
 
-def loader_config(data: DataConfig, transform: Transform) -> LoaderConfig:
-    """Return the loader options of the data section, with the model's sample transform."""
-    return LoaderConfig(
-        sample_transform=transform,
-        multiprocessing_context=_WORKER_START,
-        prefetch_depth=data.prefetch_depth,
-        shuffle_buffer=data.shuffle_buffer,
-        window_frames=data.window_frames,
-        window_stride=data.window_stride,
-    )
-
-
 def dataset_sources(dataset_dir: str | os.PathLike[str], data: DataConfig) -> DatasetSpec:
     """Return the `build_loader` dataset argument: the run's dataset alone, or with `data.mix`.
 
@@ -292,9 +279,8 @@ def build_train_loader(
         ValueError: if the split is empty, or no log has `window_frames` consecutive frames;
             loader errors for a missing or damaged dataset.
     """
-    keys = split_keys(
-        open_dataset(Path(dataset_dir)), data.train_split
-    )  # fail fast, naming the split
+    # fail fast, naming the split
+    keys = split_keys(open_dataset(Path(dataset_dir)), data.train_split)
     warn_if_batch_exceeds_split(data.batch_size, world_size, data.train_split, len(keys))
     return build_loader(
         dataset_sources(dataset_dir, data),
@@ -306,5 +292,12 @@ def build_train_loader(
         shuffle=True,
         decode="none",
         split=data.train_split,
-        config=loader_config(data, transform),
+        config=LoaderConfig(
+            sample_transform=transform,
+            multiprocessing_context=_WORKER_START,
+            prefetch_depth=data.prefetch_depth,
+            shuffle_buffer=data.shuffle_buffer,
+            window_frames=data.window_frames,
+            window_stride=data.window_stride,
+        ),
     )

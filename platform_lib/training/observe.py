@@ -44,15 +44,9 @@ def layout_meta(layout: Layout) -> dict[str, Any] | None:
     """
     if layout.is_fsdp_only:
         return None
-    return {
-        "pp": layout.pp,
-        "dp_replicate": layout.dp_replicate,
-        "dp_shard": layout.dp_shard,
-        "tp": layout.tp,
-        "pp_schedule": layout.pp_schedule,
-        "pp_microbatches": layout.pp_microbatches,
-        "stages_per_rank": stages_per_rank(layout.pp_schedule),
-    }
+    names = ("pp", "dp_replicate", "dp_shard", "tp", "pp_schedule", "pp_microbatches")
+    meta: dict[str, Any] = {name: getattr(layout, name) for name in names}
+    return meta | {"stages_per_rank": stages_per_rank(layout.pp_schedule)}
 
 
 def build_recorder(
