@@ -241,10 +241,8 @@ def preempt(
 ) -> PreemptedError:
     """Save the final checkpoint of `step` (if the grace period allows); return the error to raise."""
     already = bool(checkpointer.saves) and checkpointer.saves[-1].step == step
-    budget, needed = (
-        preemption.remaining_s(),
-        max((s.blocking_s for s in checkpointer.saves), default=0.0),
-    )
+    budget = preemption.remaining_s()
+    needed = max((s.blocking_s for s in checkpointer.saves), default=0.0)
     path: str | None = checkpointer.saves[-1].path if already else None
     if not already and needed <= budget:
         path, _ = maybe_checkpoint(checkpointer, step, model, optimizer, loader, cfg, force=True)
@@ -398,10 +396,8 @@ def train(
         NonFiniteError: NaN/inf gradients. CheckpointSaveError: a save failed (e.g. disk full).
     """
     enable_flight_recorder()  # before the process group exists
-    ctx, out = (
-        init_distributed(cfg.parallel.backend, cfg.parallel.collective_timeout_s),
-        Path(output_dir),
-    )
+    ctx = init_distributed(cfg.parallel.backend, cfg.parallel.collective_timeout_s)
+    out = Path(output_dir)
     threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
     torch.set_num_threads(cfg.parallel.num_threads)
     torch.use_deterministic_algorithms(True, warn_only=True)
@@ -433,10 +429,8 @@ def train(
         )
         record_restart(out, step, samples, metrics, time.perf_counter() - restore_start)
         decode = camera_batch_decoder(get_model_config(cfg.model.name), cfg.data)
-        batches, meter = (
-            iterate_epochs(loader, faults.batch_delay_s()),
-            InputWaitMeter(skip_first=1),
-        )
+        batches = iterate_epochs(loader, faults.batch_delay_s())
+        meter = InputWaitMeter(skip_first=1)
         batch = None
         while step < cfg.optimizer.max_steps:
             step_hooks.at_step(step + 1)

@@ -19,6 +19,7 @@ from typing import Any
 from platform_lib.errors import UserError
 from platform_lib.fsguard import read_regular
 from platform_lib.models.presets import get_model_config
+from platform_lib.models.world_model.config import WorldModelConfig
 from platform_lib.shards.manifest import ViewLineage, load_manifest
 from platform_lib.shards.reader import open_dataset
 from platform_lib.shards.training_view import ViewConfig
@@ -61,6 +62,8 @@ def choose_training_view(dataset_dir: str | Path, config: TrainConfig) -> ViewCo
         ManifestMissingError, DatasetError: `dataset_dir` is not a published dataset.
     """
     model = get_model_config(config.model.name)
+    if isinstance(model, WorldModelConfig):  # its inputs are prepared as BEV fusion's
+        model = model.bev_config()
     width, height = model.camera_width, model.camera_height
     with open_dataset(dataset_dir) as reader:
         if not reader.keys:

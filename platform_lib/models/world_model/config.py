@@ -91,21 +91,6 @@ class WorldModelConfig(GridModelConfig):
         head = d + d * self.num_classes * p * p + self.num_classes * p * p
         return embed + positions + self.layers * block + head
 
-    @property
-    def camera_width(self) -> int:
-        """Camera width the shared sample preparation decodes to, in pixels (`bev_config`)."""
-        return self.bev_config().camera_width
-
-    @property
-    def camera_height(self) -> int:
-        """Camera height the shared sample preparation decodes to, in pixels (`bev_config`)."""
-        return self.bev_config().camera_height
-
-    @property
-    def camera_anchor_y(self) -> float:
-        """Vertical crop anchor of the decoded cameras (`bev_config`; training views read it)."""
-        return self.bev_config().camera_anchor_y
-
     def bev_config(self) -> BEVFusionConfig:
         """Return the BEV fusion config whose `prepare_window` builds this model's inputs."""
         return BEVFusionConfig(
