@@ -489,12 +489,8 @@ class Checkpointer:
         Waits for the previous async save first. A synchronous save is complete on return;
         an async one once `wait()` returns (or the next `save` starts).
 
-        Args:
-            step: optimizer steps completed.
-            model: the FSDP-wrapped model.
-            optimizer: its optimizer.
-            rank_state: this rank's state: tensors, numbers, strings, lists and dicts (loaded
-                back with `weights_only=True`).
+        `step` counts the optimizer steps completed; `rank_state` is this rank's state:
+        tensors, numbers, strings, lists and dicts (loaded back with `weights_only=True`).
 
         Raises:
             CheckpointSaveError: the save failed (for sync saves: after `retries` transient

@@ -90,20 +90,14 @@ def apply_fsdp(
     *,
     reshard_after_forward: bool = True,
 ) -> nn.Module:
-    """Shard `model` in place with FSDP2: each block (`list_blocks`), then the root (the rest).
+    """Shard `model` (unsharded, on `mesh`'s device type) in place with FSDP2; return it.
 
-    Master weights, gradients and optimizer state stay fp32 whatever `mp_policy` computes in.
-
-    Args:
-        model: an unsharded module on the mesh's device type.
-        mesh: 1-D device mesh (see `build_mesh`).
-        mp_policy: mixed precision policy (see `build_mp_policy`).
-        reshard_after_forward: free each block's gathered parameters after its forward
-            (least memory; backward gathers them again). False keeps them until backward:
-            one all-gather per block per step instead of two (faster for small models).
-
-    Returns:
-        The same module object, now an FSDPModule whose parameters are DTensors.
+    Each block (`list_blocks`) is one FSDP unit, then the root takes the rest; the module is
+    then an FSDPModule whose parameters are DTensors. Master weights, gradients and optimizer
+    state stay fp32 whatever `mp_policy` computes in. `reshard_after_forward` frees each
+    block's gathered parameters after its forward (least memory; backward gathers them
+    again); False keeps them until backward: one all-gather per block per step instead of
+    two (faster for small models).
     """
     for name in list_blocks(model):
         fully_shard(

@@ -45,21 +45,15 @@ def choose_training_view(dataset_dir: str | Path, config: TrainConfig) -> ViewCo
     """Return the training view `config`'s model should train on, or None for the dataset itself.
 
     The cameras of the dataset's first sample (`calib.json`; a dataset's sources give every
-    sample the same rig) decide: a view when each camera is at least the model's
-    `camera_width` x `camera_height` and one is larger (the view crops and shrinks as the
-    loader's decode would); None when a camera already has the model's size or is smaller
-    in either side (the loader decodes those as before), or when the dataset is already a
-    view at that size.
-
-    Args:
-        dataset_dir: a published dataset (local folder or URL).
-        config: the training config; `config.model.name` names the model preset.
-
-    Returns:
-        The view's config (camera size and crop anchor of the model, progress bars off).
+    sample the same rig) decide: a view (the model's camera size and crop anchor, progress
+    bars off) when each camera is at least the model's `camera_width` x `camera_height` and
+    one is larger (the view crops and shrinks as the loader's decode would); None when a
+    camera is smaller in either side (the loader decodes those as before) or every camera
+    already has the model's size (e.g. the dataset is a view at that size).
 
     Raises:
-        ManifestMissingError, DatasetError: `dataset_dir` is not a published dataset.
+        ManifestMissingError, DatasetError: `dataset_dir` (local folder or URL) is not a
+            published dataset.
     """
     model = get_model_config(config.model.name)
     if isinstance(model, WorldModelConfig):  # its inputs are prepared as BEV fusion's
