@@ -153,13 +153,11 @@ def clip_grad_norm(
     Returns:
         The global gradient norm (fp32 scalar, plain tensor, equal on every rank).
     """
-    params = [p for p in params if p.grad is not None]
+    grads = [p.grad for p in params if p.grad is not None]
     groups: dict[Any, list[torch.Tensor]] = {}
-    for p in params:
-        grad = p.grad
-        assert grad is not None
+    for grad in grads:
         groups.setdefault(grad.device_mesh if isinstance(grad, DTensor) else None, []).append(grad)
-    device = params[0].device if params else torch.device("cpu")
+    device = grads[0].device if grads else torch.device("cpu")
     total_sq = torch.zeros((), dtype=torch.float32, device=device)
     for grads in groups.values():
         norm = torch.nn.utils.get_total_norm(grads, 2.0)
@@ -170,9 +168,8 @@ def clip_grad_norm(
     total = total_sq.sqrt()
     coef = float(torch.clamp(max_norm / (total + 1e-6), max=1.0))
     with torch.no_grad():
-        for p in params:
-            assert p.grad is not None
-            p.grad.mul_(coef)
+        for grad in grads:
+            grad.mul_(coef)
     return total
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from platform_lib.telemetry.publish import read_metrics_rows
 from platform_lib.training.config import TrainConfig
 from platform_lib.training.overrides import apply_overrides
 from platform_lib.training.presets import get_preset
@@ -95,13 +96,8 @@ def check_zoo_preset(
             f"no golden file {path} for preset {preset!r}: create it with `drivetrain zoo check --write`"
         )
     run = Path(workdir) / preset
-    result = train(cfg, str(dataset_dir), str(run))
-    assert result is not None  # world size 1: this process is rank 0
-    rows = [
-        json.loads(line)
-        for line in Path(result.metrics_path).read_text().splitlines()
-        if line.strip()
-    ]
+    train(cfg, str(dataset_dir), str(run))  # world size 1: this process is rank 0
+    rows = read_metrics_rows(run)
     losses, precision = [r["loss"] for r in rows], _precision(cfg)
     config = json.loads(json.dumps(cfg.to_dict()))
     if write:

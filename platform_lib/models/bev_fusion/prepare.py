@@ -143,10 +143,8 @@ def _camera_input(
 ) -> tuple[np.ndarray, dict[str, Any]]:
     """Decode/crop/resize one camera to the model input; return (3, h, w) float32 and its calib."""
     plan, encoded, adjusted = _camera_plan(image, calib, cfg, where)
-    if encoded:
-        pixels = decode_jpeg_cpu(
-            memoryview(cast(bytes, image)), plan=plan
-        )  # DCT-domain downscaling (bytes or 1-D uint8 array)
+    if encoded:  # DCT-domain downscaling (bytes or a 1-D uint8 array)
+        pixels = decode_jpeg_cpu(memoryview(cast(bytes, image)), plan=plan)
     else:
         pixels = resize_camera_image(np.ascontiguousarray(image, dtype=np.uint8), plan)
     return normalise_camera(pixels), adjusted
