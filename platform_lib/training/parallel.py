@@ -71,10 +71,9 @@ def apply_activation_checkpointing(model: nn.Module) -> nn.Module:
     """Wrap each block of `model` (`list_blocks`) in place with `checkpoint_wrapper`; return `model`.
 
     Call before `apply_fsdp`. Non-reentrant torch.utils.checkpoint: a block keeps only its
-    input in forward and recomputes its activations in backward. State-dict keys do not
-    change (DCP's state-dict helpers drop the wrapper's prefix). The loss and gradients are those without it (the recomputed
-    forward is the same computation); it trades ~1/3 more compute for keeping only each
-    block's input activation.
+    input in forward and recomputes its activations in backward (~1/3 more compute; the same
+    loss and gradients). State-dict keys do not change (DCP's state-dict helpers drop the
+    wrapper's prefix).
     """
     for name in list_blocks(model):
         parent, _, attr = name.rpartition(".")

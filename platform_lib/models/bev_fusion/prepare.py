@@ -190,11 +190,7 @@ def compute_camera_index(calib: Mapping[str, Any], cfg: BEVFusionConfig) -> np.n
 def _cached_camera_index(
     k: bytes, ego_from_camera: bytes, width: int, height: int, cfg: BEVFusionConfig
 ) -> np.ndarray:
-    """Return `compute_camera_index`, memoised per (calibration, cfg).
-
-    A rig's calibration repeats from frame to frame, and the lift is half of
-    `prepare_sample`'s time without the memo.
-    """
+    """Return `compute_camera_index`, memoised per (calibration, cfg): a rig's repeats per frame."""
     calib = {
         "intrinsics": np.frombuffer(k).reshape(3, 3),
         "extrinsics": np.frombuffer(ego_from_camera).reshape(4, 4),
