@@ -16,7 +16,6 @@ from typing import Any
 import torch
 
 from platform_lib.models.catalog import build_model
-from platform_lib.models.presets import get_model_config
 from platform_lib.telemetry.mfu import count_flops_per_sample, resolve_peak_flops
 from platform_lib.telemetry.profiler import StepProfiler
 from platform_lib.telemetry.publish import TELEMETRY_DIR, write_run_report
@@ -94,13 +93,13 @@ def count_model_flops(cfg: TrainConfig, batch: dict[str, Any]) -> float:
     size = next(len(v) for v in batch.values() if torch.is_tensor(v))
     with torch.random.fork_rng(devices=[]):
         with torch.device("meta"):
-            model = build_model(get_model_config(cfg.model.name))
+            model = build_model(cfg.model.name)
         meta = {k: v.to("meta") if torch.is_tensor(v) else v for k, v in batch.items()}
         try:
             return count_flops_per_sample(lambda: forward_backward(model, meta, cfg.model), size)
         except (NotImplementedError, RuntimeError):
             device = next(iter(v.device for v in batch.values() if torch.is_tensor(v)))
-            model = build_model(get_model_config(cfg.model.name)).to(device)
+            model = build_model(cfg.model.name).to(device)
             return count_flops_per_sample(lambda: forward_backward(model, batch, cfg.model), size)
 
 
