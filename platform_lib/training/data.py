@@ -214,22 +214,20 @@ def iterate_epochs(loader: Any, batch_delay_s: float = 0.0) -> Iterator[Any]:
 
 def warn_if_batch_exceeds_split(
     batch_size: int, world_size: int, split: str, num_samples: int
-) -> bool:
+) -> None:
     """Warn (one line, naming `data.batch_size`) when one global batch holds more samples than the split.
 
     The loader still works (its pad policy repeats samples), but every step then sees some
-    samples twice. Returns True when it warned.
+    samples twice.
     """
-    if batch_size * world_size <= num_samples:
-        return False
-    warnings.warn(
-        f"batch of {batch_size} x world size {world_size} is larger than split {split!r} "
-        f"({num_samples} samples): every step repeats samples (data.batch_size): lower "
-        f"batch_size to at most {max(1, num_samples // world_size)}",
-        UserWarning,
-        stacklevel=3,
-    )
-    return True
+    if batch_size * world_size > num_samples:
+        warnings.warn(
+            f"batch of {batch_size} x world size {world_size} is larger than split {split!r} "
+            f"({num_samples} samples): every step repeats samples (data.batch_size): lower "
+            f"batch_size to at most {max(1, num_samples // world_size)}",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 def dataset_sources(dataset_dir: str | os.PathLike[str], data: DataConfig) -> DatasetSpec:
