@@ -9,14 +9,7 @@ from pydantic import ConfigDict, Field, PositiveFloat, PositiveInt
 
 from platform_lib.models.targets import GridModelConfig
 
-__all__ = ["BEVFusionConfig", "Backbone", "LidarEncoder"]
-
-#: Camera CNN: "tiny" (a few conv blocks, `camera_stride` power of 2) or a ResNet with an
-#: FPN-lite neck (`resnet.py`; `camera_stride` 8, 16 or 32).
-Backbone = Literal["tiny", "resnet18", "resnet34"]
-#: LiDAR branch: "bev" (hand-made BEV statistics + a conv block) or "pillars" (PointPillars
-#: pillar feature net + scatter, `pillars.py`).
-LidarEncoder = Literal["bev", "pillars"]
+__all__ = ["BEVFusionConfig"]
 
 
 @pydantic.dataclasses.dataclass(kw_only=True, frozen=True, config=ConfigDict(strict=True))
@@ -48,8 +41,9 @@ class BEVFusionConfig(GridModelConfig):
     x camera_width: 0 keeps the top rows, 1 the bottom rows (road); see imaging/decode.py"""
     camera_stride: PositiveInt = 4
     """downsampling of the camera CNN (power of 2); image columns per feature column"""
-    backbone: Backbone = "tiny"
-    """camera CNN: "tiny" conv blocks, or "resnet18" / "resnet34" + FPN-lite neck (shared by the cameras)"""
+    backbone: Literal["tiny", "resnet18", "resnet34"] = "tiny"
+    """camera CNN shared by the cameras: "tiny" conv blocks (`camera_stride` a power of 2), or a
+    ResNet + FPN-lite neck (`resnet.py`; `camera_stride` 8, 16 or 32)"""
     neck_channels: PositiveInt = 256
     """channels of the FPN-lite neck after a ResNet backbone (unused by "tiny")"""
     lift_depth_bins: PositiveInt = 4
@@ -58,8 +52,9 @@ class BEVFusionConfig(GridModelConfig):
     """farthest distance along the optical axis that camera features are lifted to, in m"""
     lift_z: float = -1.0
     """ego height of the BEV cell centre projected into the cameras, in m"""
-    lidar_encoder: LidarEncoder = "bev"
-    """LiDAR branch: "bev" statistics + conv block, or "pillars" (PointPillars feature net)"""
+    lidar_encoder: Literal["bev", "pillars"] = "bev"
+    """LiDAR branch: "bev" statistics + conv block, or "pillars" (PointPillars feature net +
+    scatter, `pillars.py`)"""
     max_pillars: PositiveInt = 12000
     """non-empty BEV cells (pillars) kept per sample by "pillars", most points first"""
     max_points_per_pillar: PositiveInt = 32
