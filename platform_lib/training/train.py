@@ -290,17 +290,16 @@ def log_step(
     loss: torch.Tensor,
     cfg: TrainConfig,
     ctx: DistContext,
-    data_parallel: int | None = None,
+    data_parallel: int,
     **values: float,
 ) -> None:
     """Average the loss over ranks and write one metrics line (rank 0, every `log_interval` steps).
 
-    `data_parallel`: ranks that load different samples (the layout's dp degree; None: all).
+    `data_parallel`: ranks that load different samples (the layout's dp degree).
     """
     mean_loss, max_steps = reduce_mean(loss), cfg.optimizer.max_steps  # collective: every step
     if step % cfg.metrics.log_interval == 0 or step in (1, max_steps):
-        dp = ctx.world_size if data_parallel is None else data_parallel
-        samples_per_s = cfg.data.batch_size * dp / values["step_time_s"]
+        samples_per_s = cfg.data.batch_size * data_parallel / values["step_time_s"]
         metrics.log(
             {
                 "step": step,
