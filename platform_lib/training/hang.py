@@ -157,30 +157,25 @@ class HangWatchdog:
         rank: this process's global rank.
         world_size: ranks in the job.
         timeout_s: the collective timeout (for the messages), in s.
-        wait_s: how long `diagnose` waits for the other ranks' dumps, in s.
-        poll_s: interval of the dump-request poll, in s.
 
     A world of one rank (or no job store) needs no watchdog: the thread is not started.
     """
 
+    wait_s = 10.0
+    """how long `diagnose` waits for the other ranks' dumps, in s"""
+    poll_s = 0.5
+    """interval of the dump-request poll, in s"""
+
     def __init__(
-        self,
-        run_dir: str | os.PathLike[str],
-        *,
-        rank: int,
-        world_size: int,
-        timeout_s: float,
-        wait_s: float = 10.0,
-        poll_s: float = 0.5,
+        self, run_dir: str | os.PathLike[str], *, rank: int, world_size: int, timeout_s: float
     ) -> None:
         self.dir = Path(run_dir) / "hang"
         self.rank, self.world_size, self.timeout_s = rank, world_size, timeout_s
-        self.wait_s, self.poll_s = wait_s, poll_s
         attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
         self.prefix = f"drivetrain/hang/{os.environ.get('TORCHELASTIC_RUN_ID', 'run')}/{attempt}/"
         self._stop = threading.Event()
         self._answered = threading.Event()
-        self._store = _store_client(max(30.0, wait_s)) if world_size > 1 else None
+        self._store = _store_client(max(30.0, self.wait_s)) if world_size > 1 else None
         self._thread: threading.Thread | None = None
         if self._store is not None:
             self._thread = threading.Thread(
