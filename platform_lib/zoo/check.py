@@ -68,10 +68,6 @@ def golden_path(preset: str, golden_dir: str | os.PathLike[str] = GOLDEN_DIR) ->
     return Path(golden_dir) / f"zoo-{preset}.json"
 
 
-def _precision(cfg: TrainConfig) -> str:
-    return "bf16" if cfg.parallel.mixed_precision else "fp32"
-
-
 def check_zoo_preset(
     preset: str,
     dataset_dir: str | os.PathLike[str],
@@ -98,7 +94,8 @@ def check_zoo_preset(
     run = Path(workdir) / preset
     train(cfg, str(dataset_dir), str(run))  # world size 1: this process is rank 0
     rows = read_metrics_rows(run)
-    losses, precision = [r["loss"] for r in rows], _precision(cfg)
+    losses = [r["loss"] for r in rows]
+    precision = "bf16" if cfg.parallel.mixed_precision else "fp32"
     config = json.loads(json.dumps(cfg.to_dict()))
     if write:
         record = {
