@@ -46,8 +46,9 @@ def _bev_fusion_temporal() -> BEVFusionConfig:
 def _bev_fusion_base() -> BEVFusionConfig:
     """128 x 128 cells of 0.8 m (+-51.2 m), 704 x 256 cameras, ResNet-34, pillars, ~25 M params: GPU runs.
 
-    The 6 cameras share a ResNet-34 + FPN-lite neck (stride 16); the LiDAR branch is the
-    PointPillars encoder. Sizes and costs: docs/models.md.
+    The 6 cameras share a ResNet-34 + FPN-lite neck (256 channels, stride 16); the LiDAR
+    branch is the PointPillars encoder (12000 pillars of 32 points). Sizes and costs:
+    docs/models.md.
     """
     return BEVFusionConfig(
         name="bev_fusion_base",
@@ -59,12 +60,9 @@ def _bev_fusion_base() -> BEVFusionConfig:
         camera_anchor_y=0.5,
         camera_stride=16,
         backbone="resnet34",
-        neck_channels=256,
         lift_depth_bins=32,
         lift_max_depth=60.0,
         lidar_encoder="pillars",
-        max_pillars=12000,
-        max_points_per_pillar=32,
         lidar_channels=64,
         camera_channels=80,
         radar_channels=16,

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, TypedDict
 
 import numpy as np
+import pydantic
+from pydantic import ConfigDict
 
 from schemas.classes import CLASS_GROUPS
 
@@ -90,12 +92,12 @@ class BEVGrid:
         return rows, cols, inside
 
 
-@dataclass(kw_only=True, frozen=True)
+@pydantic.dataclasses.dataclass(kw_only=True, frozen=True, config=ConfigDict(strict=True))
 class GridModelConfig:
     """The fields every zoo model config opens with: its preset name and its BEV grid.
 
     Model configs subclass it, so these fields come first in each, in this order (recorded
-    config hashes depend on it).
+    config hashes depend on it). Fields are validated (pydantic, strict types) at construction.
     """
 
     name: str
@@ -114,13 +116,7 @@ class GridModelConfig:
     @property
     def grid(self) -> BEVGrid:
         """The BEV grid (H = rows along ego x, W = columns along ego y)."""
-        return BEVGrid(
-            x_min=self.x_min,
-            x_max=self.x_max,
-            y_min=self.y_min,
-            y_max=self.y_max,
-            resolution=self.resolution,
-        )
+        return BEVGrid(**{f.name: getattr(self, f.name) for f in fields(BEVGrid)})
 
 
 class Extent(TypedDict):

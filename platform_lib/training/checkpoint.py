@@ -172,6 +172,11 @@ def _join(folder: str, name: str) -> str:
     return f"{folder.rstrip('/')}/{name}" if _is_remote(folder) else os.path.join(folder, name)
 
 
+def _step_name(path: str) -> str:
+    """Return the last part of a step folder path or URL ("step-000012")."""
+    return path.rstrip("/").rsplit("/", 1)[-1]
+
+
 def list_checkpoints(folder: str | os.PathLike[str]) -> list[tuple[int, str, bool]]:
     """Return (step, step folder, complete) for every `step-NNNNNN` under `folder`, by step.
 
@@ -298,8 +303,7 @@ def _hash_step(path: str) -> dict[str, str]:
 
 def _verify_step(folder: str, path: str) -> str | None:
     """Return why step folder `path` may not be read (None when it matches the ledger)."""
-    name = path.rstrip("/").rsplit("/", 1)[-1]
-    recorded = _read_ledger(folder).get(name)
+    recorded = _read_ledger(folder).get(_step_name(path))
     if recorded is None:
         return (
             f"checkpoint is not in the ledger {_ledger_path(folder)} (not committed by this "
@@ -365,6 +369,14 @@ def _failure_summary(error: CheckpointException) -> str:
     return "; ".join(f"rank {rank}: {exc!r}" for rank, (exc, _) in sorted(error.failures.items()))
 
 
+def _save_failed(what: str, folder: str, error: CheckpointException) -> CheckpointSaveError:
+    """Return the error of a failed save: `what` failed, naming each failing rank's error."""
+    return CheckpointSaveError(
+        f"{what} failed ({_failure_summary(error)}); the previous checkpoint is kept: free space "
+        f"or fix access to {folder}, then restart"
+    )
+
+
 def _is_transient(error: BaseException) -> bool:
     if isinstance(error, CheckpointException):
         return bool(error.failures) and all(is_transient(e) for e, _ in error.failures.values())
@@ -403,13 +415,8 @@ class Checkpointer:
         if keep < 1 or retries < 1:
             raise ValueError(f"keep and retries must be >= 1, got keep={keep}, retries={retries}")
         self.folder = os.fspath(folder).rstrip("/")
-        self.keep, self.async_save, self.retries, self.storage_hook = (
-            keep,
-            async_save,
-            retries,
-            storage_hook,
-        )
-        self.retry_backoff_s = retry_backoff_s
+        self.keep, self.async_save, self.retries = keep, async_save, retries
+        self.retry_backoff_s, self.storage_hook = retry_backoff_s, storage_hook
         self.wait_timeout_s = wait_timeout_s
         if not _is_remote(self.folder):
             ensure_private_dir(fsspec.core.url_to_fs(self.folder)[1])
@@ -418,9 +425,7 @@ class Checkpointer:
         """every save of this process, in order"""
         self.failed_saves: list[tuple[int, str]] = []
         """(step, error) of async saves that failed transiently and were skipped"""
-        self._pending: tuple[int, str, Any] | None = (
-            None  # (step, path, Future or AsyncSaveResponse)
-        )
+        self._pending: tuple[int, str, Any] | None = None  # step, path, Future
         self._group = None
         self._stager: DefaultStager | None = None
         if async_save:
@@ -455,7 +460,7 @@ class Checkpointer:
         for _, path, done in reversed(list_checkpoints(self.folder)):
             if not done:
                 continue
-            if path.rstrip("/").rsplit("/", 1)[-1] in ledger:
+            if _step_name(path) in ledger:
                 return path
             warnings.warn(
                 f"skipping checkpoint {path}: it is not in the ledger {_ledger_path(self.folder)} "
@@ -469,7 +474,7 @@ class Checkpointer:
         if self.rank != 0:
             return
         ledger = _read_ledger(self.folder)
-        ledger[path.rstrip("/").rsplit("/", 1)[-1]] = _hash_step(path)
+        ledger[_step_name(path)] = _hash_step(path)
         _write_ledger(self.folder, ledger)
 
     def save(
@@ -484,12 +489,8 @@ class Checkpointer:
         Waits for the previous async save first. A synchronous save is complete on return;
         an async one once `wait()` returns (or the next `save` starts).
 
-        Args:
-            step: optimizer steps completed.
-            model: the FSDP-wrapped model.
-            optimizer: its optimizer.
-            rank_state: this rank's state: tensors, numbers, strings, lists and dicts (loaded
-                back with `weights_only=True`).
+        `step` counts the optimizer steps completed; `rank_state` is this rank's state:
+        tensors, numbers, strings, lists and dicts (loaded back with `weights_only=True`).
 
         Raises:
             CheckpointSaveError: the save failed (for sync saves: after `retries` transient
@@ -503,7 +504,7 @@ class Checkpointer:
         group = self._group
         if self.rank == 0:  # a partial folder of this step from an earlier attempt
             ledger = _read_ledger(self.folder)
-            if ledger.pop(path.rsplit("/", 1)[-1], None) is not None:
+            if ledger.pop(_step_name(path), None) is not None:
                 _write_ledger(self.folder, ledger)
             fs, root = fsspec.core.url_to_fs(path)
             if fs.exists(root):
@@ -550,10 +551,8 @@ class Checkpointer:
                     dcp.save(state, storage_writer=self._writer(path, step))
         except CheckpointException as error:
             self._remove_partial(path)
-            raise CheckpointSaveError(
-                f"saving checkpoint step {step} to {path} failed ({_failure_summary(error)}); the previous "
-                f"checkpoint is kept: free space or fix access to {self.folder}, then restart"
-            ) from error.failures[min(error.failures)][0]
+            what = f"saving checkpoint step {step} to {path}"
+            raise _save_failed(what, self.folder, error) from error.failures[min(error.failures)][0]
 
     def _remove_partial(self, path: str) -> None:
         if self.rank == 0:
@@ -588,10 +587,9 @@ class Checkpointer:
         except CheckpointException as error:
             self._remove_partial(path)
             if not _is_transient(error):
-                raise CheckpointSaveError(
-                    f"async checkpoint step {step} to {path} failed ({_failure_summary(error)}); the previous "
-                    f"checkpoint is kept: free space or fix access to {self.folder}, then restart"
-                ) from error.failures[min(error.failures)][0]
+                what = f"async checkpoint step {step} to {path}"
+                first = error.failures[min(error.failures)][0]
+                raise _save_failed(what, self.folder, error) from first
             self.failed_saves.append((step, _failure_summary(error)))
             warnings.warn(
                 f"async checkpoint step {step} skipped after a transient storage error "
@@ -609,13 +607,9 @@ class Checkpointer:
             return
         found = list_checkpoints(self.folder)
         ledger = _read_ledger(self.folder)
-
-        def name(path: str) -> str:
-            return path.rstrip("/").rsplit("/", 1)[-1]
-
         # only steps this trainer committed (in its ledger) count and are pruned; a complete
         # step folder copied in from elsewhere is neither ours to delete nor a newer checkpoint
-        complete = [(s, p) for s, p, done in found if done and name(p) in ledger]
+        complete = [(s, p) for s, p, done in found if done and _step_name(p) in ledger]
         if not complete:
             return
         newest = complete[-1][0]
@@ -625,7 +619,7 @@ class Checkpointer:
         for path in doomed:
             fs, root = fsspec.core.url_to_fs(path)
             fs.rm(root, recursive=True)
-        kept = {name(p) for _, p in complete[-self.keep :]}
+        kept = {_step_name(p) for _, p in complete[-self.keep :]}
         if set(ledger) - kept:
             _write_ledger(self.folder, {k: v for k, v in ledger.items() if k in kept})
 
@@ -678,7 +672,7 @@ class Checkpointer:
         )
         if key in state:
             return torch.load(io.BytesIO(state[key]), weights_only=True)
-        match = _STEP_DIR.match(path.rstrip("/").rsplit("/", 1)[-1])
+        match = _STEP_DIR.match(_step_name(path))
         if match is None:
             raise ValueError(f"{path} is not a step-NNNNNN checkpoint folder")
         return {"step": int(match.group(1))}

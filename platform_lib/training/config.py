@@ -68,20 +68,14 @@ _FIX = "change the preset or the overrides so that each field is in range"
 class ConfigError(UserError):
     """An impossible training config; `fields` names every offending field (dotted paths)."""
 
-    def __init__(self, what: str, culprit: str, fix: str, *, fields: tuple[str, ...] = ()) -> None:
+    def __init__(self, what: str, culprit: str, fix: str, fields: tuple[str, ...] = ()) -> None:
         """Keep the message parts and the offending field paths."""
         super().__init__(what, culprit, fix)
         self.fields = fields
 
     def __reduce__(self) -> Any:
         """Pickle with the fields (see `UserError.__reduce__`)."""
-        return _rebuild_config_error, (self.what, self.culprit, self.fix, self.fields)
-
-
-def _rebuild_config_error(
-    what: str, culprit: str, fix: str, fields: tuple[str, ...]
-) -> ConfigError:
-    return ConfigError(what, culprit, fix, fields=fields)
+        return type(self), (self.what, self.culprit, self.fix, self.fields)
 
 
 def _integral_to_int(value: Any) -> Any:
@@ -107,23 +101,9 @@ class _Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     #: Fields added after configs were recorded (golden files, lineage hashes, MLflow params):
-    #: `to_dict`, and so `hash_config`, leaves each out while it holds its default, so every
-    #: record of a config that does not use it stays valid.
+    #: `TrainConfig.to_dict`, and so `hash_config`, leaves each out while it holds its default,
+    #: so every record of a config that does not use it stays valid.
     ADDED_FIELDS: ClassVar[frozenset[str]] = frozenset()
-
-    def to_dict(self) -> dict[str, Any]:
-        """Return the config as a nested JSON-serialisable dict ({"optimizer": {"lr": ...}, ...}).
-
-        Fields of `ADDED_FIELDS` at their default are left out (`from_dict` restores them).
-        """
-        values = self.model_dump()
-        for name, f in type(self).model_fields.items():
-            value = getattr(self, name)
-            if isinstance(value, _Section):
-                values[name] = value.to_dict()
-            elif name in self.ADDED_FIELDS and value == f.get_default(call_default_factory=True):
-                del values[name]
-        return values
 
 
 def _cross_field(problem: str) -> ConfigError:
@@ -410,6 +390,13 @@ class TrainConfig(_Section):
             )
         return self
 
+    def to_dict(self) -> dict[str, Any]:
+        """Return the config as a nested JSON-serialisable dict ({"optimizer": {"lr": ...}, ...}).
+
+        Fields of `ADDED_FIELDS` at their default are left out (`from_dict` restores them).
+        """
+        return _drop_added_defaults(self.model_dump())
+
     @classmethod
     def from_dict(cls, values: Mapping[str, Any], *, culprit: str = "config") -> TrainConfig:
         """Build a config from `to_dict` output (nested, every section optional).
@@ -606,12 +593,12 @@ def canonical_json(config: Any) -> str:
     Keys sorted at every level, no whitespace, and every integral float written as an int,
     so the same values give the same text whatever their spelling (`1` vs `1.0`) or key order.
     A training config's `data` section also holds `RETIRED_DATA_FIELDS`, and a section's
-    `ADDED_FIELDS` at their default are left out (`to_dict`; a mapping: `_drop_added_defaults`),
-    so hashes recorded before stay the same.
+    `ADDED_FIELDS` at their default are left out (`_drop_added_defaults`), so hashes recorded
+    before stay the same.
     """
     if isinstance(config, BaseModel):
-        config = config.to_dict() if isinstance(config, _Section) else config.model_dump()
-    elif isinstance(config, Mapping):
+        config = config.model_dump()
+    if isinstance(config, Mapping):
         config = _drop_added_defaults(config)
     if isinstance(config, Mapping) and isinstance(config.get("data"), Mapping):
         config = {**config, "data": {**RETIRED_DATA_FIELDS, **config["data"]}}

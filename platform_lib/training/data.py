@@ -1,9 +1,9 @@
 """Batches for training and evaluation, built from a published dataset.
 
 Both go through the streaming loader (`platform_lib.loading.loader.build_loader`):
-`build_train_loader` is the one place training obtains batches and receives the data section
-(`DataConfig`) whole (the run's dataset, `data.mix`, windows); `loader_config` is the one place
-its fields meet the loader's options. `build_eval_loader` reads one split of one dataset in
+`build_train_loader` is the one place training obtains batches: it receives the data section
+(`DataConfig`) whole (the run's dataset, `data.mix`, windows) and sets the loader's options
+from it. `build_eval_loader` reads one split of one dataset in
 index order. Batches are dicts of stacked tensors from the model's sample transform plus
 "__key__" (B sample keys; a window's is its last frame's) and "__source__" (0 the run's own
 dataset, i the i-th of `data.mix`). With `data.camera_decode` "device" the workers send camera
@@ -51,7 +51,6 @@ __all__ = [
     "dataset_sources",
     "build_train_loader",
     "iterate_epochs",
-    "loader_config",
     "split_keys",
     "warn_if_batch_exceeds_split",
 ]
@@ -215,34 +214,20 @@ def iterate_epochs(loader: Any, batch_delay_s: float = 0.0) -> Iterator[Any]:
 
 def warn_if_batch_exceeds_split(
     batch_size: int, world_size: int, split: str, num_samples: int
-) -> bool:
+) -> None:
     """Warn (one line, naming `data.batch_size`) when one global batch holds more samples than the split.
 
     The loader still works (its pad policy repeats samples), but every step then sees some
-    samples twice. Returns True when it warned.
+    samples twice.
     """
-    if batch_size * world_size <= num_samples:
-        return False
-    warnings.warn(
-        f"batch of {batch_size} x world size {world_size} is larger than split {split!r} "
-        f"({num_samples} samples): every step repeats samples (data.batch_size): lower "
-        f"batch_size to at most {max(1, num_samples // world_size)}",
-        UserWarning,
-        stacklevel=3,
-    )
-    return True
-
-
-def loader_config(data: DataConfig, transform: Transform) -> LoaderConfig:
-    """Return the loader options of the data section, with the model's sample transform."""
-    return LoaderConfig(
-        sample_transform=transform,
-        multiprocessing_context=_WORKER_START,
-        prefetch_depth=data.prefetch_depth,
-        shuffle_buffer=data.shuffle_buffer,
-        window_frames=data.window_frames,
-        window_stride=data.window_stride,
-    )
+    if batch_size * world_size > num_samples:
+        warnings.warn(
+            f"batch of {batch_size} x world size {world_size} is larger than split {split!r} "
+            f"({num_samples} samples): every step repeats samples (data.batch_size): lower "
+            f"batch_size to at most {max(1, num_samples // world_size)}",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 def dataset_sources(dataset_dir: str | os.PathLike[str], data: DataConfig) -> DatasetSpec:
@@ -292,9 +277,8 @@ def build_train_loader(
         ValueError: if the split is empty, or no log has `window_frames` consecutive frames;
             loader errors for a missing or damaged dataset.
     """
-    keys = split_keys(
-        open_dataset(Path(dataset_dir)), data.train_split
-    )  # fail fast, naming the split
+    # fail fast, naming the split
+    keys = split_keys(open_dataset(Path(dataset_dir)), data.train_split)
     warn_if_batch_exceeds_split(data.batch_size, world_size, data.train_split, len(keys))
     return build_loader(
         dataset_sources(dataset_dir, data),
@@ -306,5 +290,12 @@ def build_train_loader(
         shuffle=True,
         decode="none",
         split=data.train_split,
-        config=loader_config(data, transform),
+        config=LoaderConfig(
+            sample_transform=transform,
+            multiprocessing_context=_WORKER_START,
+            prefetch_depth=data.prefetch_depth,
+            shuffle_buffer=data.shuffle_buffer,
+            window_frames=data.window_frames,
+            window_stride=data.window_stride,
+        ),
     )

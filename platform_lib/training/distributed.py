@@ -8,6 +8,7 @@ LOCAL_RANK, MASTER_ADDR, MASTER_PORT). Without it, it starts a single-process gr
 from __future__ import annotations
 
 import atexit
+import functools
 import gc
 import os
 from dataclasses import dataclass
@@ -86,39 +87,30 @@ def init_distributed(backend: str = "auto", timeout_s: float | None = None) -> D
         ValueError: from `resolve_backend`.
     """
     name = resolve_backend(backend)
-    if dist.is_initialized():
-        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        return DistContext(
-            rank=dist.get_rank(),
-            local_rank=local_rank,
-            world_size=dist.get_world_size(),
-            backend=dist.get_backend(),
-            device=resolve_device(dist.get_backend(), local_rank),
-            owns_group=False,
-        )
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+    owns_group = not dist.is_initialized()
+    launched = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    if not owns_group:
+        name = dist.get_backend()
+    local_rank = int(os.environ.get("LOCAL_RANK", "0")) if launched or not owns_group else 0
+    device = resolve_device(name, local_rank)
+    if owns_group and launched:
         skip_collection_at_exit()  # a launcher's worker: it exits when the run ends
-        rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        device = resolve_device(name, local_rank)
         dist.init_process_group(
             name,
-            rank=rank,
-            world_size=world_size,
+            rank=int(os.environ["RANK"]),
+            world_size=int(os.environ["WORLD_SIZE"]),
             device_id=device if device.type == "cuda" else None,
             timeout=None if timeout_s is None else timedelta(seconds=timeout_s),
         )
-    else:
-        rank, world_size, local_rank = 0, 1, 0
-        device = resolve_device(name, local_rank)
+    elif owns_group:
         dist.init_process_group(name, store=dist.HashStore(), rank=0, world_size=1)
     return DistContext(
-        rank=rank,
+        rank=dist.get_rank(),
         local_rank=local_rank,
-        world_size=world_size,
+        world_size=dist.get_world_size(),
         backend=name,
         device=device,
-        owns_group=True,
+        owns_group=owns_group,
     )
 
 
@@ -128,25 +120,15 @@ def destroy_distributed(ctx: DistContext) -> None:
         dist.destroy_process_group()
 
 
-_exit_registered = False
-
-
+@functools.cache  # registered once per process
 def skip_collection_at_exit() -> None:
     """At interpreter exit, keep the garbage collector off the objects alive at that moment.
 
     CPython's finalisation runs full collections over every object a worker created (torch,
-    flytekit, MLflow, matplotlib: millions of objects) in `gc_collect_main` after the last
-    atexit handler, and the elastic agent returns only after every worker has exited
-    (docs/performance-history.md, "Where the post-training tail went"). `gc.freeze()` moves them to
-    the permanent generation, which those collections skip (Python docs, `gc.freeze`; the
-    exit-time cost is the one Instagram's "Dismissing Python Garbage Collection" describes).
-    Atexit handlers still run, and objects freed by reference counting are finalised as
-    usual; objects left in reference cycles are not collected, so their finalisers do not
-    run (CPython never guaranteed `__del__` at exit: Python docs, `object.__del__`). Files
-    must therefore be closed explicitly (the run's writers use `with` blocks). Registered
-    once per process; `init_distributed` calls it in launcher-started workers only.
+    flytekit, MLflow: millions) after the last atexit handler, and the elastic agent returns
+    only after every worker has exited (docs/performance-history.md). `gc.freeze()` moves them
+    to the permanent generation, which those collections skip (Python docs, `gc.freeze`).
+    Objects left in reference cycles are then not finalised, so files must be closed
+    explicitly (the run's writers use `with` blocks).
     """
-    global _exit_registered
-    if not _exit_registered:
-        atexit.register(gc.freeze)
-        _exit_registered = True
+    atexit.register(gc.freeze)

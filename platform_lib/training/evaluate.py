@@ -144,7 +144,7 @@ def _count_split(
 
 
 def _load(weights_path: str, cfg: TrainConfig) -> torch.nn.Module:
-    model = build_model(get_model_config(cfg.model.name))
+    model = build_model(cfg.model.name)
     model.load_state_dict(load_weights(weights_path), strict=True)
     return model
 

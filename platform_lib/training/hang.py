@@ -22,10 +22,12 @@ import time
 import traceback
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch.distributed as dist
 from torch._C._distributed_c10d import _dump_fr_trace_json  # type: ignore[attr-defined]  # private, no stub
+
+from platform_lib.telemetry.publish import write_json_atomic
 
 __all__ = [
     "CollectiveHangError",
@@ -155,35 +157,25 @@ class HangWatchdog:
         rank: this process's global rank.
         world_size: ranks in the job.
         timeout_s: the collective timeout (for the messages), in s.
-        wait_s: how long `diagnose` waits for the other ranks' dumps, in s.
-        poll_s: interval of the dump-request poll, in s.
 
     A world of one rank (or no job store) needs no watchdog: the thread is not started.
     """
 
+    wait_s = 10.0
+    """how long `diagnose` waits for the other ranks' dumps, in s"""
+    poll_s = 0.5
+    """interval of the dump-request poll, in s"""
+
     def __init__(
-        self,
-        run_dir: str | os.PathLike[str],
-        *,
-        rank: int,
-        world_size: int,
-        timeout_s: float,
-        wait_s: float = 10.0,
-        poll_s: float = 0.5,
+        self, run_dir: str | os.PathLike[str], *, rank: int, world_size: int, timeout_s: float
     ) -> None:
         self.dir = Path(run_dir) / "hang"
-        self.rank, self.world_size, self.timeout_s, self.wait_s, self.poll_s = (
-            rank,
-            world_size,
-            timeout_s,
-            wait_s,
-            poll_s,
-        )
+        self.rank, self.world_size, self.timeout_s = rank, world_size, timeout_s
         attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
         self.prefix = f"drivetrain/hang/{os.environ.get('TORCHELASTIC_RUN_ID', 'run')}/{attempt}/"
         self._stop = threading.Event()
         self._answered = threading.Event()
-        self._store = _store_client(max(30.0, wait_s)) if world_size > 1 else None
+        self._store = _store_client(max(30.0, self.wait_s)) if world_size > 1 else None
         self._thread: threading.Thread | None = None
         if self._store is not None:
             self._thread = threading.Thread(
@@ -192,12 +184,8 @@ class HangWatchdog:
             self._thread.start()
 
     def _poll(self) -> None:
-        try:
-            store = _store_client(
-                max(30.0, self.wait_s)
-            )  # own connection: the main thread uses its own
-            if store is None:  # no job store (not under torchrun / elastic): nothing to answer
-                return
+        try:  # started only when the job has a store; a connection of its own (not `_store`)
+            store = cast(dist.Store, _store_client(max(30.0, self.wait_s)))
             while not self._stop.wait(self.poll_s):
                 if store.check([self.prefix + "request"]):
                     self._answer(store)
@@ -248,10 +236,7 @@ class HangWatchdog:
             timeout_s=self.timeout_s,
             error=str(error)[:2000],
         )
-        self.dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.dir / f"report.json.tmp{self.rank}"
-        tmp.write_text(json.dumps({**report, "dumps": dumps}, indent=1))
-        os.replace(tmp, self.dir / "report.json")
+        write_json_atomic(self.dir / "report.json", {**report, "dumps": dumps})
         return CollectiveHangError(self._message(report, dumps), report)
 
     def _message(self, report: dict[str, Any], dumps: dict[int, dict[str, Any]]) -> str:

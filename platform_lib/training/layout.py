@@ -91,10 +91,6 @@ class Layout:
         return c["dp_replicate"] * self.dp_shard + c["dp_shard"]
 
 
-def _error(field: str, what: str, fix: str) -> UserError:
-    return UserError(what, field, fix)
-
-
 def resolve_layout(
     parallel: ParallelConfig,
     world_size: int,
@@ -117,36 +113,36 @@ def resolve_layout(
             divide the batch or are fewer than pp.
     """
     if parallel.cp != 1:
-        raise _error(
-            "parallel.cp",
+        raise UserError(
             f"context parallelism (cp={parallel.cp}) is not supported yet",
+            "parallel.cp",
             "set parallel.cp to 1",
         )
     fixed = parallel.dp_replicate * parallel.tp * parallel.pp
     dp_shard = parallel.dp_shard
     if dp_shard == -1:
         if world_size % fixed:
-            raise _error(
-                "parallel.dp_replicate x parallel.tp x parallel.pp",
+            raise UserError(
                 f"dp_replicate={parallel.dp_replicate} x tp={parallel.tp} x pp={parallel.pp} = "
                 f"{fixed} does not divide the world size {world_size}",
+                "parallel.dp_replicate x parallel.tp x parallel.pp",
                 f"choose degrees whose product divides {world_size} "
                 f"(divisors: {', '.join(map(str, _divisors(world_size)))})",
             )
         dp_shard = world_size // fixed
     if fixed * dp_shard != world_size:
-        raise _error(
-            "parallel.dp_shard",
+        raise UserError(
             f"dp_replicate={parallel.dp_replicate} x dp_shard={dp_shard} x tp={parallel.tp} x "
             f"pp={parallel.pp} = {fixed * dp_shard} is not the world size {world_size}",
+            "parallel.dp_shard",
             f"set parallel.dp_shard to -1 (what is left) or to "
             f"{world_size // fixed if world_size % fixed == 0 else 'a value'} so the product is "
             f"{world_size}",
         )
     if parallel.tp > local_world_size:
-        raise _error(
-            "parallel.tp",
+        raise UserError(
             f"tp={parallel.tp} exceeds the {local_world_size} ranks of a node (TP stays inside a node)",
+            "parallel.tp",
             f"set parallel.tp to one of {', '.join(map(str, _divisors(local_world_size)))}",
         )
     microbatches = 1
@@ -154,22 +150,22 @@ def resolve_layout(
         stages = parallel.pp * stages_per_rank(parallel.pp_schedule)
         microbatches = parallel.pp_microbatches or stages
         if microbatches < parallel.pp:
-            raise _error(
-                "parallel.pp_microbatches",
+            raise UserError(
                 f"{microbatches} microbatches cannot keep pp={parallel.pp} stages busy",
+                "parallel.pp_microbatches",
                 f"set parallel.pp_microbatches to at least {parallel.pp} (or leave it unset)",
             )
         if parallel.pp_schedule == "Interleaved1F1B" and microbatches % parallel.pp:
-            raise _error(
-                "parallel.pp_microbatches",
+            raise UserError(
                 f"Interleaved1F1B needs microbatches ({microbatches}) that are a multiple of "
                 f"pp={parallel.pp}",
+                "parallel.pp_microbatches",
                 f"set parallel.pp_microbatches to a multiple of {parallel.pp}",
             )
         if batch_size is not None and batch_size % microbatches:
-            raise _error(
-                "parallel.pp_microbatches",
+            raise UserError(
                 f"{microbatches} microbatches do not divide data.batch_size={batch_size}",
+                "parallel.pp_microbatches",
                 f"choose one of {', '.join(map(str, _divisors(batch_size)))} "
                 "(or change data.batch_size)",
             )
@@ -192,25 +188,25 @@ def _check_model(parallel: ParallelConfig, model_name: str) -> None:
     spec = get_model_config(model_name)
     divisor: int | None = getattr(spec, "tp_divisor", None)
     if parallel.tp > 1 and divisor is None:
-        raise _error(
-            "parallel.tp",
+        raise UserError(
             f"model {model_name!r} declares no tensor-parallel plan",
+            "parallel.tp",
             "set parallel.tp to 1, or pick a model with a TP plan (world_model_*)",
         )
     if divisor is not None and divisor % parallel.tp:
-        raise _error(
-            "parallel.tp",
+        raise UserError(
             f"tp={parallel.tp} does not divide the {divisor} attention heads of {model_name!r}",
+            "parallel.tp",
             f"set parallel.tp to one of {', '.join(map(str, _divisors(divisor)))}",
         )
     splits: int = getattr(spec, "num_split_points", 0)
     stages = parallel.pp * stages_per_rank(parallel.pp_schedule) if parallel.pp > 1 else 1
     if stages > splits + 1:
         most = (splits + 1) // stages_per_rank(parallel.pp_schedule)
-        raise _error(
-            "parallel.pp",
+        raise UserError(
             f"pp={parallel.pp} with {parallel.pp_schedule} needs {stages} stages but model "
             f"{model_name!r} has {splits} split points ({splits + 1} stages at most)",
+            "parallel.pp",
             f"set parallel.pp to at most {max(most, 1)}"
             + (" (this model cannot be pipelined: 1)" if splits == 0 else ""),
         )

@@ -182,22 +182,17 @@ def optimizer_step(
     """Clip gradients (global norm over all shards) and take AdamW step `step` (1-based).
 
     `clip` (max norm -> norm before clipping) is the layout's clipping
-    (`parallel.ParallelModel.clip_grad_norm`); None: torch's `clip_grad_norm_`.
+    (`parallel.ParallelModel.clip_grad_norm`); None: torch's `clip_grad_norm_`. The norm is
+    computed on the sharded DTensor gradients, so it is the full model's on every rank.
 
     Returns:
         (gradient norm before clipping, learning rate used).
 
     Raises:
         NonFiniteError: the global gradient norm is NaN or inf (on every rank alike).
-
-    The norm is computed on the sharded DTensor gradients, so it is the norm of the full
-    model's gradient on every rank.
     """
     max_norm = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
-    if clip is None:
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    else:
-        norm = clip(max_norm)
+    norm = clip(max_norm) if clip else torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
     if hasattr(norm, "full_tensor"):
         norm = norm.full_tensor()
     if not torch.isfinite(norm):

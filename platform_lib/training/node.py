@@ -160,20 +160,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="training seed")
     parser.add_argument("--dataset", required=True, help="published dataset folder or URL")
     parser.add_argument("--output", required=True, help="this host's run folder")
-    args = parser.parse_args(argv)
-    cfg = resolve_train_config(args.preset, args.overrides, args.seed)
-    workers = run_node(
-        cfg,
-        args.dataset,
-        args.output,
-        nnodes=args.nnodes,
-        nproc_per_node=args.nproc_per_node,
-        rdzv_endpoint=args.rdzv_endpoint,
-        run_id=args.run_id,
-        max_restarts=args.max_restarts,
-        rdzv_host=args.rdzv_host,
-        local_addr=args.local_addr,
-    )
+    args = vars(parser.parse_args(argv))  # the options left after these are run_node's keywords
+    cfg = resolve_train_config(args.pop("preset"), args.pop("overrides"), args.pop("seed"))
+    workers = run_node(cfg, args.pop("dataset"), args.pop("output"), **args)
     print(json.dumps({"node": socket.gethostname(), "workers": workers}, sort_keys=True))
     return 0
 

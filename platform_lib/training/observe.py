@@ -16,7 +16,6 @@ from typing import Any
 import torch
 
 from platform_lib.models.catalog import build_model
-from platform_lib.models.presets import get_model_config
 from platform_lib.telemetry.mfu import count_flops_per_sample, resolve_peak_flops
 from platform_lib.telemetry.profiler import StepProfiler
 from platform_lib.telemetry.publish import TELEMETRY_DIR, write_run_report
@@ -44,15 +43,9 @@ def layout_meta(layout: Layout) -> dict[str, Any] | None:
     """
     if layout.is_fsdp_only:
         return None
-    return {
-        "pp": layout.pp,
-        "dp_replicate": layout.dp_replicate,
-        "dp_shard": layout.dp_shard,
-        "tp": layout.tp,
-        "pp_schedule": layout.pp_schedule,
-        "pp_microbatches": layout.pp_microbatches,
-        "stages_per_rank": stages_per_rank(layout.pp_schedule),
-    }
+    names = ("pp", "dp_replicate", "dp_shard", "tp", "pp_schedule", "pp_microbatches")
+    meta: dict[str, Any] = {name: getattr(layout, name) for name in names}
+    return meta | {"stages_per_rank": stages_per_rank(layout.pp_schedule)}
 
 
 def build_recorder(
@@ -100,13 +93,13 @@ def count_model_flops(cfg: TrainConfig, batch: dict[str, Any]) -> float:
     size = next(len(v) for v in batch.values() if torch.is_tensor(v))
     with torch.random.fork_rng(devices=[]):
         with torch.device("meta"):
-            model = build_model(get_model_config(cfg.model.name))
+            model = build_model(cfg.model.name)
         meta = {k: v.to("meta") if torch.is_tensor(v) else v for k, v in batch.items()}
         try:
             return count_flops_per_sample(lambda: forward_backward(model, meta, cfg.model), size)
         except (NotImplementedError, RuntimeError):
             device = next(iter(v.device for v in batch.values() if torch.is_tensor(v)))
-            model = build_model(get_model_config(cfg.model.name)).to(device)
+            model = build_model(cfg.model.name).to(device)
             return count_flops_per_sample(lambda: forward_backward(model, batch, cfg.model), size)
 
 
@@ -119,12 +112,8 @@ def publish_goodput(
 ) -> dict[str, Any] | None:
     """Close the recorder, gather all ranks (collective) and, on rank 0, write and return the report.
 
-    Args:
-        recorder: this rank's step recorder.
-        cfg: the run's config.
-        ctx: this rank's distributed context.
-        out: the run folder (the report goes under it).
-        batch: a batch of this run (the last one) for the FLOP count; None skips MFU.
+    The report goes under the run folder `out`; `batch` (a batch of this run, the last one)
+    is what the FLOPs are counted on, None skips MFU.
     """
     if recorder.profiler is not None:
         recorder.profiler.stop()

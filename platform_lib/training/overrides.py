@@ -6,10 +6,6 @@ dotted path (`{"optimizer.max_steps": 5}`) or nested by section
 laid over the preset's nested dict and `TrainConfig.model_validate` checks it; any problem is
 one `ConfigError` line naming the field and the allowed fields or values
 (`platform_lib.training.config.config_error`).
-
-The workflow's own inputs meet the overrides in `resolve_train_config`, under one rule: the
-preset and the seed are inputs of their own (`--preset`, `--seed`), so overrides naming them
-are an error, and the config that runs (and is recorded in MLflow) is the one asked for.
 """
 
 from __future__ import annotations
@@ -126,10 +122,8 @@ def apply_overrides(
         )
         for path, v in items:
             section, _, name = path.rpartition(".")
-            if path in fields and section and isinstance(values[section], dict):
-                values[section][name] = v
-            elif section in SECTIONS and isinstance(values[section], dict):
-                values[section][name] = v  # unknown field of a section
+            if section in SECTIONS and isinstance(values[section], dict):
+                values[section][name] = v  # a field, or an unknown name, of a section
             else:
                 values[path] = v
             order.append(path)

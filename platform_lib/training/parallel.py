@@ -4,10 +4,6 @@
 with the model's `tp_plan()`, then FSDP2 / HSDP over the data-parallel mesh dimensions) and
 returns the layout's step function, so one train loop serves every layout. Plain FSDP keeps
 the 1-D mesh and step of every run before layouts. Details: docs/parallelism.md.
-
-Each block (`list_blocks`) is one FSDP unit and the root takes the rest; master weights,
-gradients and optimizer state stay fp32. Mixed precision: bf16 parameters, fp32 reduction
-(`mixed_precision=False`: fp32 throughout). Activation checkpointing wraps the same blocks.
 """
 
 from __future__ import annotations
@@ -75,10 +71,9 @@ def apply_activation_checkpointing(model: nn.Module) -> nn.Module:
     """Wrap each block of `model` (`list_blocks`) in place with `checkpoint_wrapper`; return `model`.
 
     Call before `apply_fsdp`. Non-reentrant torch.utils.checkpoint: a block keeps only its
-    input in forward and recomputes its activations in backward. State-dict keys do not
-    change (DCP's state-dict helpers drop the wrapper's prefix). The loss and gradients are those without it (the recomputed
-    forward is the same computation); it trades ~1/3 more compute for keeping only each
-    block's input activation.
+    input in forward and recomputes its activations in backward (~1/3 more compute; the same
+    loss and gradients). State-dict keys do not change (DCP's state-dict helpers drop the
+    wrapper's prefix).
     """
     for name in list_blocks(model):
         parent, _, attr = name.rpartition(".")
@@ -94,18 +89,14 @@ def apply_fsdp(
     *,
     reshard_after_forward: bool = True,
 ) -> nn.Module:
-    """Shard `model` in place with FSDP2: each block (`list_blocks`), then the root.
+    """Shard `model` (unsharded, on `mesh`'s device type) in place with FSDP2; return it.
 
-    Args:
-        model: an unsharded module on the mesh's device type.
-        mesh: 1-D device mesh (see `build_mesh`).
-        mp_policy: mixed precision policy (see `build_mp_policy`).
-        reshard_after_forward: free each block's gathered parameters after its forward
-            (least memory; backward gathers them again). False keeps them until backward:
-            one all-gather per block per step instead of two (faster for small models).
-
-    Returns:
-        The same module object, now an FSDPModule whose parameters are DTensors.
+    Each block (`list_blocks`) is one FSDP unit, then the root takes the rest; the module is
+    then an FSDPModule whose parameters are DTensors. Master weights, gradients and optimizer
+    state stay fp32 whatever `mp_policy` computes in. `reshard_after_forward` frees each
+    block's gathered parameters after its forward (least memory; backward gathers them
+    again); False keeps them until backward: one all-gather per block per step instead of
+    two (faster for small models).
     """
     for name in list_blocks(model):
         fully_shard(
@@ -161,13 +152,11 @@ def clip_grad_norm(
     Returns:
         The global gradient norm (fp32 scalar, plain tensor, equal on every rank).
     """
-    params = [p for p in params if p.grad is not None]
+    grads = [p.grad for p in params if p.grad is not None]
     groups: dict[Any, list[torch.Tensor]] = {}
-    for p in params:
-        grad = p.grad
-        assert grad is not None
+    for grad in grads:
         groups.setdefault(grad.device_mesh if isinstance(grad, DTensor) else None, []).append(grad)
-    device = params[0].device if params else torch.device("cpu")
+    device = grads[0].device if grads else torch.device("cpu")
     total_sq = torch.zeros((), dtype=torch.float32, device=device)
     for grads in groups.values():
         norm = torch.nn.utils.get_total_norm(grads, 2.0)
@@ -178,9 +167,8 @@ def clip_grad_norm(
     total = total_sq.sqrt()
     coef = float(torch.clamp(max_norm / (total + 1e-6), max=1.0))
     with torch.no_grad():
-        for p in params:
-            assert p.grad is not None
-            p.grad.mul_(coef)
+        for grad in grads:
+            grad.mul_(coef)
     return total
 
 

@@ -95,14 +95,12 @@ def merge_stages(stages: list[nn.Module]) -> nn.Module:
     holder = nn.Module()
     for stage in stages:
         for name, child in stage.named_children():
-            if isinstance(child, nn.ModuleDict) and isinstance(
-                getattr(holder, name, None), nn.ModuleDict
-            ):
-                cast(nn.ModuleDict, getattr(holder, name)).update(dict(child.items()))
-            elif isinstance(child, nn.ModuleDict):
-                holder.add_module(name, nn.ModuleDict(dict(child.items())))
-            else:
+            if not isinstance(child, nn.ModuleDict):
                 holder.add_module(name, child)
+            elif isinstance(getattr(holder, name, None), nn.ModuleDict):
+                cast(nn.ModuleDict, getattr(holder, name)).update(dict(child.items()))
+            else:
+                holder.add_module(name, nn.ModuleDict(dict(child.items())))
     return holder
 
 

@@ -9,6 +9,7 @@ Kubernetes, Kueue and torch elastic timing: docs/faults.md, "Preemption".
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import time
 from types import FrameType
@@ -23,18 +24,12 @@ __all__ = ["PreemptedError", "PreemptionHandler"]
 class PreemptedError(RuntimeError):
     """Training stopped on a termination signal after its final checkpoint; restarting resumes."""
 
-    def __init__(
-        self, message: str, *, step: int, checkpoint: str | None, signal_name: str
-    ) -> None:
+    def __init__(self, message: str, step: int, checkpoint: str | None, signal_name: str) -> None:
         super().__init__(message)
         self.step, self.checkpoint, self.signal_name = step, checkpoint, signal_name
 
     def __reduce__(self) -> Any:
-        return _rebuild, (str(self), self.step, self.checkpoint, self.signal_name)
-
-
-def _rebuild(message: str, step: int, checkpoint: str | None, signal_name: str) -> PreemptedError:
-    return PreemptedError(message, step=step, checkpoint=checkpoint, signal_name=signal_name)
+        return type(self), (str(self), self.step, self.checkpoint, self.signal_name)
 
 
 class PreemptionHandler:
@@ -43,27 +38,18 @@ class PreemptionHandler:
     Args:
         grace_s: seconds from the signal within which the final checkpoint must be complete.
         device: device of the agreement all-reduce (cuda with nccl, cpu with gloo).
-        signals: signals treated as preemption (SIGTERM by default).
 
     Installs the handler only in the main thread (Python's rule); `close()` restores the
-    previous handlers.
+    previous one.
     """
 
-    def __init__(
-        self,
-        grace_s: float,
-        device: torch.device | None = None,
-        signals: tuple[signal.Signals, ...] = (signal.SIGTERM,),
-    ) -> None:
-        self.grace_s, self.device = grace_s, device or torch.device("cpu")
+    def __init__(self, grace_s: float, device: torch.device) -> None:
+        self.grace_s, self.device = grace_s, device
         self.received: signal.Signals | None = None
         self.received_at: float | None = None
         self._previous: dict[signal.Signals, Any] = {}
-        for sig in signals:
-            try:
-                self._previous[sig] = signal.signal(sig, self._on_signal)
-            except ValueError:  # not the main thread: leave signals alone
-                break
+        with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
+            self._previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, self._on_signal)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         if self.received is None:

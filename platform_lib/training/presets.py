@@ -1,12 +1,13 @@
 """Named training presets: small functions deriving from one base config.
 
 Each preset changes only what differs from the preset it derives from, section by section
-(`replace` on the section: a validated copy). `PRESETS` lists them for `get_preset`.
+(`_derive`: validated copies). `PRESETS` lists them for `get_preset`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from platform_lib.training.config import (
     CheckpointConfig,
@@ -46,35 +47,37 @@ def small() -> TrainConfig:
         parallel=ParallelConfig(mixed_precision=False),
         data=DataConfig(batch_size=2, num_workers=0),
         checkpoint=CheckpointConfig(interval=6),
-        metrics=MetricsConfig(
-            anomaly_min_step_s=0.0
-        ),  # small CPU steps are shorter than the 1 s default
+        metrics=MetricsConfig(anomaly_min_step_s=0.0),  # CPU steps are shorter than 1 s
     )
+
+
+def _derive(base: TrainConfig, preset: str, **sections: dict[str, Any]) -> TrainConfig:
+    """Return `base` named `preset`, each named section with its changed fields (validated)."""
+    changed = {name: replace(getattr(base, name), **fields) for name, fields in sections.items()}
+    return replace(base, preset=preset, **changed)
 
 
 def synthetic_default() -> TrainConfig:
     """Default pipeline run on synthetic logs: 160 steps, ~1-2 min on a 2-core CPU with 2 ranks."""
-    base = small()
-    return replace(
-        base,
-        preset="synthetic_default",
-        optimizer=replace(base.optimizer, lr=3e-3, max_steps=160, warmup_steps=15),
-        parallel=replace(base.parallel, mixed_precision=True, reshard_after_forward=False),
-        data=replace(base.data, batch_size=4, num_workers=1),
-        checkpoint=replace(base.checkpoint, interval=80),
+    return _derive(
+        small(),
+        "synthetic_default",
+        optimizer={"lr": 3e-3, "max_steps": 160, "warmup_steps": 15},
+        parallel={"mixed_precision": True, "reshard_after_forward": False},
+        data={"batch_size": 4, "num_workers": 1},
+        checkpoint={"interval": 80},
     )
 
 
 def pandaset_smoke() -> TrainConfig:
     """The 10-frame PandaSet sample (8 train / 2 val): a short run that must lower the loss."""
-    base = small()
-    return replace(
-        base,
-        preset="pandaset_smoke",
-        optimizer=replace(base.optimizer, lr=3e-3, max_steps=30, warmup_steps=5),
-        parallel=replace(base.parallel, mixed_precision=True),
-        data=replace(base.data, batch_size=2, num_workers=1),
-        checkpoint=replace(base.checkpoint, interval=15),
+    return _derive(
+        small(),
+        "pandaset_smoke",
+        optimizer={"lr": 3e-3, "max_steps": 30, "warmup_steps": 5},
+        parallel={"mixed_precision": True},
+        data={"batch_size": 2, "num_workers": 1},
+        checkpoint={"interval": 15},
     )
 
 
@@ -92,24 +95,14 @@ def large() -> TrainConfig:
 
 def temporal() -> TrainConfig:
     """`small` with the temporal model: each sample a window of 2 consecutive frames of one log."""
-    base = small()
-    return replace(
-        base,
-        preset="temporal",
-        model=replace(base.model, name="bev_fusion_temporal"),
-        data=replace(base.data, window_frames=2),
+    return _derive(
+        small(), "temporal", model={"name": "bev_fusion_temporal"}, data={"window_frames": 2}
     )
 
 
 def base() -> TrainConfig:
     """GPU runs of the real-size model (`bev_fusion_base`, ~25 M parameters): the large schedule, 4 samples per rank."""
-    cfg = large()
-    return replace(
-        cfg,
-        preset="base",
-        model=replace(cfg.model, name="bev_fusion_base"),
-        data=replace(cfg.data, batch_size=4),
-    )
+    return _derive(large(), "base", model={"name": "bev_fusion_base"}, data={"batch_size": 4})
 
 
 #: preset name -> zero-argument function returning the config.

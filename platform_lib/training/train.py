@@ -31,6 +31,7 @@ from platform_lib.loading.input_wait import InputWaitMeter
 from platform_lib.loading.loader import StreamingLoader
 from platform_lib.models.catalog import build_model
 from platform_lib.models.presets import get_model_config
+from platform_lib.telemetry.publish import write_json_atomic
 from platform_lib.telemetry.recorder import MetricsSink, StepRecorder
 from platform_lib.training.checkpoint import (
     Checkpointer,
@@ -240,10 +241,8 @@ def preempt(
 ) -> PreemptedError:
     """Save the final checkpoint of `step` (if the grace period allows); return the error to raise."""
     already = bool(checkpointer.saves) and checkpointer.saves[-1].step == step
-    budget, needed = (
-        preemption.remaining_s(),
-        max((s.blocking_s for s in checkpointer.saves), default=0.0),
-    )
+    budget = preemption.remaining_s()
+    needed = max((s.blocking_s for s in checkpointer.saves), default=0.0)
     path: str | None = checkpointer.saves[-1].path if already else None
     if not already and needed <= budget:
         path, _ = maybe_checkpoint(checkpointer, step, model, optimizer, loader, cfg, force=True)
@@ -291,17 +290,16 @@ def log_step(
     loss: torch.Tensor,
     cfg: TrainConfig,
     ctx: DistContext,
-    data_parallel: int | None = None,
+    data_parallel: int,
     **values: float,
 ) -> None:
     """Average the loss over ranks and write one metrics line (rank 0, every `log_interval` steps).
 
-    `data_parallel`: ranks that load different samples (the layout's dp degree; None: all).
+    `data_parallel`: ranks that load different samples (the layout's dp degree).
     """
     mean_loss, max_steps = reduce_mean(loss), cfg.optimizer.max_steps  # collective: every step
     if step % cfg.metrics.log_interval == 0 or step in (1, max_steps):
-        dp = ctx.world_size if data_parallel is None else data_parallel
-        samples_per_s = cfg.data.batch_size * dp / values["step_time_s"]
+        samples_per_s = cfg.data.batch_size * data_parallel / values["step_time_s"]
         metrics.log(
             {
                 "step": step,
@@ -363,9 +361,7 @@ def finish(
         checkpoint_blocking_s=sum(s.blocking_s for s in checkpointer.saves),
     )
     record = {**asdict(result), "config": cfg.to_dict(), "input_wait": meter.summary()}
-    tmp = out / "train_result.json.tmp"
-    tmp.write_text(json.dumps(record, indent=2, sort_keys=True))
-    os.replace(tmp, out / "train_result.json")
+    write_json_atomic(out / "train_result.json", record)
     return result
 
 
@@ -399,10 +395,8 @@ def train(
         NonFiniteError: NaN/inf gradients. CheckpointSaveError: a save failed (e.g. disk full).
     """
     enable_flight_recorder()  # before the process group exists
-    ctx, out = (
-        init_distributed(cfg.parallel.backend, cfg.parallel.collective_timeout_s),
-        Path(output_dir),
-    )
+    ctx = init_distributed(cfg.parallel.backend, cfg.parallel.collective_timeout_s)
+    out = Path(output_dir)
     threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
     torch.set_num_threads(cfg.parallel.num_threads)
     torch.use_deterministic_algorithms(True, warn_only=True)
@@ -434,10 +428,8 @@ def train(
         )
         record_restart(out, step, samples, metrics, time.perf_counter() - restore_start)
         decode = camera_batch_decoder(get_model_config(cfg.model.name), cfg.data)
-        batches, meter = (
-            iterate_epochs(loader, faults.batch_delay_s()),
-            InputWaitMeter(skip_first=1),
-        )
+        batches = iterate_epochs(loader, faults.batch_delay_s())
+        meter = InputWaitMeter(skip_first=1)
         batch = None
         while step < cfg.optimizer.max_steps:
             step_hooks.at_step(step + 1)

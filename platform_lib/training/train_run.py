@@ -25,18 +25,12 @@ def train_and_publish(
 ) -> Path:
     """Train this rank; rank 0 streams its metrics to MLflow and records the run for what follows.
 
-    Args:
-        config: the run's TrainConfig.
-        dataset_dir: the published dataset (its manifest names `dataset_hash`).
-        run_dir: the run folder shared by the launch's ranks.
-        dataset_hash: the dataset's hash (MLflow tags, the baseline's workload key).
+    `run_dir` is the run folder the launch's ranks share; `dataset_hash` (the hash the
+    dataset's manifest names) tags the MLflow run and keys the baseline's workload.
 
     Returns:
         The run folder. Rank 0 adds `trained_on.json` (the dataset's hash, its view lineage)
         and `mlflow_run.json` (the MLflow run it streamed to, the dataset's hash).
-
-    Raises:
-        Whatever `train()` raises.
     """
     run_dir = Path(run_dir)
     main = int(os.environ.get("RANK", "0")) == 0  # set by torch elastic

@@ -11,7 +11,6 @@ and its parent (`registry.lineage`). Why views pay: platform_lib/shards/README.m
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,9 +19,11 @@ from typing import Any
 from platform_lib.errors import UserError
 from platform_lib.fsguard import read_regular
 from platform_lib.models.presets import get_model_config
+from platform_lib.models.world_model.config import WorldModelConfig
 from platform_lib.shards.manifest import ViewLineage, load_manifest
 from platform_lib.shards.reader import open_dataset
 from platform_lib.shards.training_view import ViewConfig
+from platform_lib.telemetry.publish import write_json_atomic
 from platform_lib.training.config import TrainConfig
 
 __all__ = [
@@ -44,23 +45,19 @@ def choose_training_view(dataset_dir: str | Path, config: TrainConfig) -> ViewCo
     """Return the training view `config`'s model should train on, or None for the dataset itself.
 
     The cameras of the dataset's first sample (`calib.json`; a dataset's sources give every
-    sample the same rig) decide: a view when each camera is at least the model's
-    `camera_width` x `camera_height` and one is larger (the view crops and shrinks as the
-    loader's decode would); None when a camera already has the model's size or is smaller
-    in either side (the loader decodes those as before), or when the dataset is already a
-    view at that size.
-
-    Args:
-        dataset_dir: a published dataset (local folder or URL).
-        config: the training config; `config.model.name` names the model preset.
-
-    Returns:
-        The view's config (camera size and crop anchor of the model, progress bars off).
+    sample the same rig) decide: a view (the model's camera size and crop anchor, progress
+    bars off) when each camera is at least the model's `camera_width` x `camera_height` and
+    one is larger (the view crops and shrinks as the loader's decode would); None when a
+    camera is smaller in either side (the loader decodes those as before) or every camera
+    already has the model's size (e.g. the dataset is a view at that size).
 
     Raises:
-        ManifestMissingError, DatasetError: `dataset_dir` is not a published dataset.
+        ManifestMissingError, DatasetError: `dataset_dir` (local folder or URL) is not a
+            published dataset.
     """
     model = get_model_config(config.model.name)
+    if isinstance(model, WorldModelConfig):  # its inputs are prepared as BEV fusion's
+        model = model.bev_config()
     width, height = model.camera_width, model.camera_height
     with open_dataset(dataset_dir) as reader:
         if not reader.keys:
@@ -98,11 +95,8 @@ def record_trained_on(run_dir: str | Path, dataset_dir: str | Path) -> Path:
         ManifestMissingError, ManifestError: `dataset_dir` has no valid manifest.
     """
     manifest = load_manifest(dataset_dir)
-    record = TrainedOn(manifest.dataset_hash, manifest.view).to_dict()
     path = Path(run_dir) / TRAINED_ON_JSON
-    tmp = path.with_name(f"{path.name}.tmp")
-    tmp.write_text(json.dumps(record, indent=2, sort_keys=True), encoding="utf-8")
-    os.replace(tmp, path)
+    write_json_atomic(path, TrainedOn(manifest.dataset_hash, manifest.view).to_dict())
     return path
 
 

@@ -1,15 +1,9 @@
 """Model-zoo gate: every CPU preset trains a few steps and must match its golden losses.
 
-Each preset trains on a fixed synthetic dataset (`platform_lib.zoo.dataset`).
-
-`check_zoo_preset(preset, dataset_dir, workdir)` trains `zoo_config(preset)` (the preset cut
-to ZOO_STEPS steps, world size 1, in this process; `ZOO_CUTS` cuts a large preset further) and compares its per-step losses with
+`check_zoo_preset` trains `zoo_config(preset)` (world size 1, in this process) on the fixed
+synthetic dataset (`zoo.dataset`) and compares its per-step losses with
 `golden/zoo-<preset>.json` beside this module: relative tolerance 1e-4 in fp32, 2e-2 in bf16
-(bf16 CPU kernels round differently per instruction set). The step time is returned for the
-caller to compare with the workload's baseline (`drivetrain zoo check` does, in MLflow).
-
-    drivetrain zoo check                 # all CPU presets
-    drivetrain zoo check --write         # regenerate the golden files after an intended change
+(bf16 CPU kernels round differently per instruction set). Run by `drivetrain zoo check`.
 """
 
 from __future__ import annotations
@@ -22,6 +16,7 @@ from typing import Any
 
 import torch
 
+from platform_lib.telemetry.publish import read_metrics_rows
 from platform_lib.training.config import TrainConfig
 from platform_lib.training.overrides import apply_overrides
 from platform_lib.training.presets import get_preset
@@ -50,7 +45,7 @@ RTOL = {"fp32": 1e-4, "bf16": 2e-2}
 
 
 def zoo_config(preset: str) -> TrainConfig:
-    """Return `preset` cut to ZOO_STEPS steps (and its `ZOO_CUTS`).
+    """Return `preset` cut to ZOO_STEPS steps (and its `ZOO_CUTS`: a large preset cut further).
 
     Warm-up 1 step, one checkpoint at the end, no loader workers: the gate measures the
     model, not the loader.
@@ -71,10 +66,6 @@ def zoo_config(preset: str) -> TrainConfig:
 def golden_path(preset: str, golden_dir: str | os.PathLike[str] = GOLDEN_DIR) -> Path:
     """Return the golden file of `preset`."""
     return Path(golden_dir) / f"zoo-{preset}.json"
-
-
-def _precision(cfg: TrainConfig) -> str:
-    return "bf16" if cfg.parallel.mixed_precision else "fp32"
 
 
 def check_zoo_preset(
@@ -101,14 +92,10 @@ def check_zoo_preset(
             f"no golden file {path} for preset {preset!r}: create it with `drivetrain zoo check --write`"
         )
     run = Path(workdir) / preset
-    result = train(cfg, str(dataset_dir), str(run))
-    assert result is not None  # world size 1: this process is rank 0
-    rows = [
-        json.loads(line)
-        for line in Path(result.metrics_path).read_text().splitlines()
-        if line.strip()
-    ]
-    losses, precision = [r["loss"] for r in rows], _precision(cfg)
+    train(cfg, str(dataset_dir), str(run))  # world size 1: this process is rank 0
+    rows = read_metrics_rows(run)
+    losses = [r["loss"] for r in rows]
+    precision = "bf16" if cfg.parallel.mixed_precision else "fp32"
     config = json.loads(json.dumps(cfg.to_dict()))
     if write:
         record = {

@@ -94,6 +94,16 @@ def test_cameras_not_larger_than_the_model_input_train_as_they_are(
     assert choose_training_view(_dataset(tmp_path / "ds", *size), config) is None
 
 
+def test_a_world_model_trains_on_a_view_at_the_camera_size_of_its_bev_inputs(
+    tmp_path: Path,
+) -> None:
+    base = get_preset("small")
+    model = replace(base.model, name="world_model_small")  # inputs: bev_fusion's, 80 x 48
+    config = replace(base, model=model, data=replace(base.data, window_frames=3))
+    view = choose_training_view(_dataset(tmp_path / "ds", 160, 96), config)
+    assert view == ViewConfig(camera_width=80, camera_height=48, anchor_y=1.0, progress=False)
+
+
 def test_the_run_folder_records_the_dataset_training_read(tmp_path: Path) -> None:
     parent = write_test_dataset(tmp_path / "ds", {"a": 2})
     view_dir = tmp_path / "view"

@@ -2,27 +2,22 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Annotated, Literal
+
+import pydantic
+from pydantic import ConfigDict, Field, PositiveFloat, PositiveInt
 
 from platform_lib.models.targets import GridModelConfig
 
-__all__ = ["BEVFusionConfig", "Backbone", "LidarEncoder"]
-
-#: Camera CNN: "tiny" (a few conv blocks, `camera_stride` power of 2) or a ResNet with an
-#: FPN-lite neck (`resnet.py`; `camera_stride` 8, 16 or 32).
-Backbone = Literal["tiny", "resnet18", "resnet34"]
-#: LiDAR branch: "bev" (hand-made BEV statistics + a conv block) or "pillars" (PointPillars
-#: pillar feature net + scatter, `pillars.py`).
-LidarEncoder = Literal["bev", "pillars"]
+__all__ = ["BEVFusionConfig"]
 
 
-@dataclass(kw_only=True, frozen=True)
+@pydantic.dataclasses.dataclass(kw_only=True, frozen=True, config=ConfigDict(strict=True))
 class BEVFusionConfig(GridModelConfig):
     """BEV grid, sensor inputs and channel widths of a `BEVFusion` model.
 
     Flat scalar fields only (no tuples or nested configs), so the config serialises
-    unchanged as a Flyte / MLflow parameter.
+    unchanged as a Flyte / MLflow parameter. Sizes and counts are >= 1.
     """
 
     name: str = "bev_fusion_small"
@@ -31,81 +26,55 @@ class BEVFusionConfig(GridModelConfig):
     """lowest LiDAR/radar point kept, in m (ego z; the ego origin is the LiDAR)"""
     z_max: float = 3.0
     """highest LiDAR/radar point kept, in m (ego z)"""
-    lidar_z_bins: int = 4
+    lidar_z_bins: PositiveInt = 4
     """number of height slices with their own LiDAR occupancy channel"""
-    intensity_scale: float = 255.0
+    intensity_scale: PositiveFloat = 255.0
     """LiDAR intensity that maps to 1.0 (sensor units)"""
-    max_cameras: int = 6
+    max_cameras: PositiveInt = 6
     """camera slots per sample; fewer cameras are zero-padded and masked, more is an error"""
-    camera_height: int = 48
+    camera_height: PositiveInt = 48
     """height of the downsampled camera image fed to the CNN, in pixels"""
-    camera_width: int = 80
+    camera_width: PositiveInt = 80
     """width of the downsampled camera image fed to the CNN, in pixels"""
-    camera_anchor_y: float = 1.0
+    camera_anchor_y: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
     """vertical place of the aspect-ratio crop of each camera before the resize to camera_height
     x camera_width: 0 keeps the top rows, 1 the bottom rows (road); see imaging/decode.py"""
-    camera_stride: int = 4
+    camera_stride: PositiveInt = 4
     """downsampling of the camera CNN (power of 2); image columns per feature column"""
-    backbone: Backbone = "tiny"
-    """camera CNN: "tiny" conv blocks, or "resnet18" / "resnet34" + FPN-lite neck (shared by the cameras)"""
-    neck_channels: int = 256
+    backbone: Literal["tiny", "resnet18", "resnet34"] = "tiny"
+    """camera CNN shared by the cameras: "tiny" conv blocks (`camera_stride` a power of 2), or a
+    ResNet + FPN-lite neck (`resnet.py`; `camera_stride` 8, 16 or 32)"""
+    neck_channels: PositiveInt = 256
     """channels of the FPN-lite neck after a ResNet backbone (unused by "tiny")"""
-    lift_depth_bins: int = 4
+    lift_depth_bins: PositiveInt = 4
     """depth bins per camera feature column in the lift to BEV"""
-    lift_max_depth: float = 40.0
+    lift_max_depth: PositiveFloat = 40.0
     """farthest distance along the optical axis that camera features are lifted to, in m"""
     lift_z: float = -1.0
     """ego height of the BEV cell centre projected into the cameras, in m"""
-    lidar_encoder: LidarEncoder = "bev"
-    """LiDAR branch: "bev" statistics + conv block, or "pillars" (PointPillars feature net)"""
-    max_pillars: int = 12000
+    lidar_encoder: Literal["bev", "pillars"] = "bev"
+    """LiDAR branch: "bev" statistics + conv block, or "pillars" (PointPillars feature net +
+    scatter, `pillars.py`)"""
+    max_pillars: PositiveInt = 12000
     """non-empty BEV cells (pillars) kept per sample by "pillars", most points first"""
-    max_points_per_pillar: int = 32
+    max_points_per_pillar: PositiveInt = 32
     """LiDAR points kept per pillar by "pillars" (the first ones in sensor order)"""
-    lidar_channels: int = 32
+    lidar_channels: PositiveInt = 32
     """channels of the LiDAR BEV encoder"""
-    camera_channels: int = 16
+    camera_channels: PositiveInt = 16
     """channels of the camera features lifted to BEV"""
-    radar_channels: int = 8
+    radar_channels: PositiveInt = 8
     """channels of the radar BEV encoder"""
-    fusion_channels: int = 48
+    fusion_channels: PositiveInt = 48
     """channels of the fused BEV trunk"""
-    num_classes: int = 3
+    num_classes: PositiveInt = 3
     """occupancy heads: vehicle, pedestrian, cyclist"""
-    temporal_frames: int = 1
+    temporal_frames: PositiveInt = 1
     """frames per sample: 1 = single frame; T > 1 fuses the BEV features of the T - 1 previous
     frames, warped into the current ego frame by the relative ego pose (`temporal.py`)"""
 
     def __post_init__(self) -> None:
         self.grid  # validates extent and resolution  # noqa: B018
-        bad = [
-            name
-            for name in (
-                "lidar_z_bins",
-                "max_cameras",
-                "camera_height",
-                "camera_width",
-                "camera_stride",
-                "lift_depth_bins",
-                "lidar_channels",
-                "camera_channels",
-                "radar_channels",
-                "fusion_channels",
-                "num_classes",
-                "temporal_frames",
-                "neck_channels",
-                "max_pillars",
-                "max_points_per_pillar",
-            )
-            if getattr(self, name) < 1
-        ]
-        if bad:
-            raise ValueError(f"BEVFusionConfig fields must be >= 1: {', '.join(bad)}")
-        for name, kind in (("backbone", Backbone), ("lidar_encoder", LidarEncoder)):
-            if getattr(self, name) not in get_args(kind):
-                raise ValueError(
-                    f"{name} must be one of {', '.join(get_args(kind))}, got {getattr(self, name)!r}"
-                )
         if self.backbone != "tiny" and self.camera_stride not in (8, 16, 32):
             raise ValueError(
                 f"camera_stride must be 8, 16 or 32 with backbone {self.backbone!r}, "
@@ -120,10 +89,6 @@ class BEVFusionConfig(GridModelConfig):
             )
         if not self.z_max > self.z_min:
             raise ValueError(f"z_max ({self.z_max}) must exceed z_min ({self.z_min})")
-        if not 0.0 <= self.camera_anchor_y <= 1.0:
-            raise ValueError(f"camera_anchor_y must be in [0, 1], got {self.camera_anchor_y}")
-        if not (self.lift_max_depth > 0 and self.intensity_scale > 0):
-            raise ValueError("lift_max_depth and intensity_scale must be > 0")
         if (self.grid.height % 2) or (self.grid.width % 2):
             raise ValueError(
                 f"the BEV grid ({self.grid.height}x{self.grid.width} cells from x_min/x_max/"

@@ -108,12 +108,8 @@ class BEVFusion(nn.Module):
     def __init__(self, cfg: BEVFusionConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        c_l, c_c, c_r, c_f = (
-            cfg.lidar_channels,
-            cfg.camera_channels,
-            cfg.radar_channels,
-            cfg.fusion_channels,
-        )
+        c_l, c_c, c_r = cfg.lidar_channels, cfg.camera_channels, cfg.radar_channels
+        c_f = cfg.fusion_channels
         self.lidar_encoder: nn.Module
         if cfg.lidar_encoder == "pillars":
             self.lidar_encoder = PillarEncoder(cfg, context=ConvBlock(c_l, c_l))
@@ -195,19 +191,10 @@ class BEVFusion(nn.Module):
         pillar_index: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Return one frame's LiDAR features (B, c_l, H, W) and branch features (B, c_l+c_c+c_r, H, W)."""
-        if pillar_index is None:
-            lidar = self.lidar_encoder(lidar)
-        else:
-            lidar = self.lidar_encoder(lidar, pillar_index)
-        fused = torch.cat(
-            [
-                lidar,
-                self.camera_encoder(camera_images, camera_index),
-                self.radar_encoder(radar_bev),
-            ],
-            dim=1,
-        )
-        return lidar, fused
+        pillars = () if pillar_index is None else (pillar_index,)
+        lidar = self.lidar_encoder(lidar, *pillars)
+        camera = self.camera_encoder(camera_images, camera_index)
+        return lidar, torch.cat([lidar, camera, self.radar_encoder(radar_bev)], dim=1)
 
     def _encode_window(
         self,

@@ -143,10 +143,8 @@ def _camera_input(
 ) -> tuple[np.ndarray, dict[str, Any]]:
     """Decode/crop/resize one camera to the model input; return (3, h, w) float32 and its calib."""
     plan, encoded, adjusted = _camera_plan(image, calib, cfg, where)
-    if encoded:
-        pixels = decode_jpeg_cpu(
-            memoryview(cast(bytes, image)), plan=plan
-        )  # DCT-domain downscaling (bytes or 1-D uint8 array)
+    if encoded:  # DCT-domain downscaling (bytes or a 1-D uint8 array)
+        pixels = decode_jpeg_cpu(memoryview(cast(bytes, image)), plan=plan)
     else:
         pixels = resize_camera_image(np.ascontiguousarray(image, dtype=np.uint8), plan)
     return normalise_camera(pixels), adjusted
@@ -192,11 +190,7 @@ def compute_camera_index(calib: Mapping[str, Any], cfg: BEVFusionConfig) -> np.n
 def _cached_camera_index(
     k: bytes, ego_from_camera: bytes, width: int, height: int, cfg: BEVFusionConfig
 ) -> np.ndarray:
-    """Return `compute_camera_index`, memoised per (calibration, cfg).
-
-    A rig's calibration repeats from frame to frame, and the lift is half of
-    `prepare_sample`'s time without the memo.
-    """
+    """Return `compute_camera_index`, memoised per (calibration, cfg): a rig's repeats per frame."""
     calib = {
         "intrinsics": np.frombuffer(k).reshape(3, 3),
         "extrinsics": np.frombuffer(ego_from_camera).reshape(4, 4),

@@ -124,12 +124,8 @@ class ResNetFPN(nn.Module):
     """ResNet backbone + FPN-lite neck: (b, 3, h, w) -> (b, neck_channels, h / stride, w / stride)."""
 
     def __init__(self, backbone: str, stride: int, neck_channels: int) -> None:
+        """Build `backbone` (a key of RESNET_LAYERS) with its neck at `stride` 8, 16 or 32."""
         super().__init__()
-        if backbone not in RESNET_LAYERS or stride not in (8, 16, 32):
-            raise ValueError(
-                f"ResNetFPN takes backbone in {sorted(RESNET_LAYERS)} and stride 8, 16 or 32, "
-                f"got {backbone!r} and {stride}"
-            )
         self.backbone = ResNet(RESNET_LAYERS[backbone])
         self.neck = FPNLite(stride, neck_channels)
 

@@ -32,17 +32,14 @@ FRAME_KEYS = ("lidar_bev", "radar_bev", "camera_images", "camera_index")
 def compute_ego_motion(world_from_ego: np.ndarray) -> np.ndarray:
     """Return each frame's pose relative to the last frame of the window.
 
-    Poses are `pose.ego_pose` of each frame (docs/format.md): world_from_ego, ego frame x
-    forward, y left, z up, in m. `t_from_current = inv(world_from_t) @ world_from_current`
-    maps a point in current ego coordinates to frame t's; computed in float64 (world
-    coordinates may be large, e.g. UTM), then cast.
-
     Args:
-        world_from_ego: (T, 4, 4) float64 ego poses of the window, oldest first.
+        world_from_ego: (T, 4, 4) float64 `pose.ego_pose` of each frame of the window, oldest
+            first (docs/format.md; ego frame x forward, y left, z up, in m).
 
     Returns:
-        (T, 4, 4) float32 `t_from_current = inv(world_from_t) @ world_from_current`; the last
-        is the identity.
+        (T, 4, 4) float32 `t_from_current = inv(world_from_t) @ world_from_current`, mapping
+        current ego coordinates to frame t's (computed in float64: world coordinates may be
+        large, e.g. UTM); the last is the identity.
 
     Raises:
         ValueError: a pose that is not a finite invertible (4, 4) transform.

@@ -7,7 +7,10 @@ RMSNorm weights (2d), attention q/k/v/o (4 d^2, no biases) and a SwiGLU MLP (3 d
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import fields
+
+import pydantic
+from pydantic import ConfigDict, PositiveInt
 
 from platform_lib.models.bev_fusion.config import BEVFusionConfig
 from platform_lib.models.targets import GridModelConfig
@@ -20,37 +23,30 @@ RADAR_FEATURES = 2
 MOTION_FEATURES = 16
 
 
-@dataclass(kw_only=True, frozen=True)
+@pydantic.dataclasses.dataclass(kw_only=True, frozen=True, config=ConfigDict(strict=True))
 class WorldModelConfig(GridModelConfig):
-    """Sizes of a `WorldModel`; flat scalar fields, so it serialises as a Flyte / MLflow parameter."""
+    """Sizes of a `WorldModel` (each >= 1); flat scalar fields, so it serialises as a Flyte / MLflow parameter."""
 
     name: str = "world_model_small"
     """preset name, recorded with exported weights"""
-    lidar_z_bins: int = 4
+    lidar_z_bins: PositiveInt = 4
     """LiDAR height slices of each frame's BEV input (`prepare_sample`)"""
-    context_frames: int = 2
+    context_frames: PositiveInt = 2
     """k: past frames the model sees; a loader window holds k + 1 frames (the last is predicted)"""
-    patch_size: int = 8
+    patch_size: PositiveInt = 8
     """BEV cells per token edge: a token is a patch_size x patch_size patch of one frame"""
-    dim: int = 32
+    dim: PositiveInt = 32
     """transformer width, in features"""
-    layers: int = 4
+    layers: PositiveInt = 4
     """transformer blocks (the pipeline splits between them)"""
-    heads: int = 4
+    heads: PositiveInt = 4
     """attention heads (tensor parallelism splits them: tp must divide heads)"""
-    mlp_hidden: int = 64
+    mlp_hidden: PositiveInt = 64
     """SwiGLU hidden width of each block, in features"""
-    num_classes: int = 3
+    num_classes: PositiveInt = 3
     """occupancy classes predicted per cell: vehicle, pedestrian, cyclist"""
 
     def __post_init__(self) -> None:
-        small = [
-            n
-            for n in ("lidar_z_bins", "context_frames", "patch_size", "dim", "layers", "heads")
-            if getattr(self, n) < 1
-        ]
-        if small or self.mlp_hidden < 1 or self.num_classes < 1:
-            raise ValueError(f"WorldModelConfig fields must be >= 1: {', '.join(small) or 'sizes'}")
         grid = self.grid
         if grid.height % self.patch_size or grid.width % self.patch_size:
             raise ValueError(
@@ -95,30 +91,10 @@ class WorldModelConfig(GridModelConfig):
         head = d + d * self.num_classes * p * p + self.num_classes * p * p
         return embed + positions + self.layers * block + head
 
-    @property
-    def camera_width(self) -> int:
-        """Camera width the shared sample preparation decodes to, in pixels (`bev_config`)."""
-        return self.bev_config().camera_width
-
-    @property
-    def camera_height(self) -> int:
-        """Camera height the shared sample preparation decodes to, in pixels (`bev_config`)."""
-        return self.bev_config().camera_height
-
-    @property
-    def camera_anchor_y(self) -> float:
-        """Vertical crop anchor of the decoded cameras (`bev_config`; training views read it)."""
-        return self.bev_config().camera_anchor_y
-
     def bev_config(self) -> BEVFusionConfig:
         """Return the BEV fusion config whose `prepare_window` builds this model's inputs."""
         return BEVFusionConfig(
-            name=self.name,
-            x_min=self.x_min,
-            x_max=self.x_max,
-            y_min=self.y_min,
-            y_max=self.y_max,
-            resolution=self.resolution,
+            **{f.name: getattr(self, f.name) for f in fields(GridModelConfig)},
             lidar_z_bins=self.lidar_z_bins,
             temporal_frames=self.temporal_frames,
         )
