@@ -36,7 +36,7 @@ from platform_lib.imaging.decode import (
 from platform_lib.loading.cache import ShardCache
 from platform_lib.loading.config import LoaderConfig
 from platform_lib.loading.errors import SampleDecodeError, ShardFormatError
-from platform_lib.loading.files import ShardFiles
+from platform_lib.loading.files import ShardFiles, ShardHasher
 from platform_lib.loading.mixing import EpochOrders
 from platform_lib.loading.partition import EpochPlan, positions_for_batch, steps_for_worker
 from platform_lib.loading.ring import RING_KEY, Ring, SlotWriter, aligned
@@ -193,6 +193,7 @@ class BatchStream(IterableDataset):
         self._control = np.zeros(4, dtype=np.int64)  # without a ring (in-process loading)
         #: bytes a unit adds in the ring's output area (measured, with a margin; set with the ring)
         self.unit_output_bytes = 0
+        self._hasher: ShardHasher | None = None  # this process's background shard checks
 
     @property
     def control(self) -> np.ndarray:
@@ -206,7 +207,24 @@ class BatchStream(IterableDataset):
         self.control[_EPOCH], self.control[_START] = epoch, start_step
 
     # -- reading ---------------------------------------------------------------------------
-    def _open_files(self) -> list[ShardFiles]:
+    def hasher(self) -> ShardHasher | None:
+        """This process's background whole-shard checker (verify "shard"), made on first use.
+
+        It outlives iterations (a check begun in one epoch finishes in the next); workers
+        forked from a process that had one make their own.
+        """
+        if self.config.verify != "shard":
+            return None
+        if self._hasher is None or self._hasher.pid != os.getpid():
+            self._hasher = ShardHasher()
+        return self._hasher
+
+    def stop_hashing(self) -> None:
+        """End this process's background shard checks (loader close); nothing half-recorded."""
+        if self._hasher is not None and self._hasher.pid == os.getpid():
+            self._hasher.stop()
+
+    def _open_files(self, hasher: ShardHasher | None = None) -> list[ShardFiles]:
         cfg, files = self.config, []
         for view in self.views:
             cache = None
@@ -222,7 +240,11 @@ class BatchStream(IterableDataset):
                     max_retries=cfg.max_retries,
                     backoff_s=cfg.retry_backoff_s,
                 )
-            files.append(ShardFiles(view, cache=cache, verify=cfg.verify, cache_dir=cfg.cache_dir))
+            files.append(
+                ShardFiles(
+                    view, cache=cache, verify=cfg.verify, cache_dir=cfg.cache_dir, hasher=hasher
+                )
+            )
         return files
 
     def _raw_bytes(self, sources: np.ndarray, unit_ids: np.ndarray) -> int:
@@ -350,7 +372,8 @@ class BatchStream(IterableDataset):
     ):
         worker_id, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
         order_source, order_unit = order
-        files = self._open_files()
+        hasher = self.hasher()
+        files = self._open_files(hasher)
         remote = any(f.cache is not None for f in files)
         prefetcher = ThreadPoolExecutor(1) if remote and self.config.shards_ahead else None
         threads = resolve_decode_threads(self.config, num_workers if info is not None else 0)
@@ -360,10 +383,11 @@ class BatchStream(IterableDataset):
             else None
         )
         sent: dict[str, int] = {}
+        steps = steps_for_worker(
+            self.plan, start_step=start_step, worker_id=worker_id, num_workers=num_workers
+        )
         try:
-            for step in steps_for_worker(
-                self.plan, start_step=start_step, worker_id=worker_id, num_workers=num_workers
-            ):
+            for step in steps:
                 if prefetcher is not None:
                     self._prefetch(prefetcher, files, order_source, order_unit, step + num_workers)
                 positions, padded = positions_for_batch(
@@ -407,14 +431,19 @@ class BatchStream(IterableDataset):
                 kept = [i for i in range(len(positions)) if i in loaded]
                 batch = self._collate([loaded[i] for i in kept], padded[kept], writer)
                 batch["__source__"] = sources[kept]
+                if hasher is not None and step == steps[-1]:
+                    # a whole pass ends with its shards' checks recorded (and counted)
+                    hasher.drain(self.config.worker_timeout_s)
                 if self.ring is None:  # in-process: the batch's buffers are its own
-                    batch[STATS_KEY] = self._stats(worker_id, files, skipped, sent, False)
+                    batch[STATS_KEY] = self._stats(worker_id, files, hasher, skipped, sent, False)
                     yield batch
-                    continue
-                packed = writer.pack(batch)
-                slow = extent is None or RING_KEY not in packed
-                packed[STATS_KEY] = self._stats(worker_id, files, skipped, sent, slow)
-                yield packed
+                else:
+                    packed = writer.pack(batch)
+                    slow = extent is None or RING_KEY not in packed
+                    packed[STATS_KEY] = self._stats(worker_id, files, hasher, skipped, sent, slow)
+                    yield packed
+                if hasher is not None:  # the first batch is out: check shards from now on
+                    hasher.release()
         except (DatasetError, UserError) as exc:
             if info is None:
                 raise
@@ -478,14 +507,17 @@ class BatchStream(IterableDataset):
     def _stats(
         worker_id: int,
         files: list[ShardFiles],
+        hasher: ShardHasher | None,
         skipped: list[tuple[str, str]],
         sent: dict[str, int],
         slow: bool,
     ) -> dict[str, Any]:
         """Counters since the previous batch of this worker (workers persist across epochs)."""
         totals = _counters(files)
+        totals["interim_checked"] = sum(f.interim for f in files)
         delta = {name: value - sent.get(name, 0) for name, value in totals.items()}
         sent.update(totals)
+        delta["shards_hashed"] = hasher.take_hashed() if hasher is not None else 0
         delta["ring_fallbacks"] = int(slow)
         return {"worker": worker_id, "counters": delta, "skipped": skipped}
 
@@ -512,14 +544,12 @@ def _concat_runs(samples: list[ByteRuns], writer: SlotWriter) -> dict[str, np.nd
 
 
 def _counters(files: list[ShardFiles]) -> dict[str, int]:
-    """Cumulative cache and shard-hash counters of this process's shard files."""
+    """Cumulative cache counters of this process's shard files (shard hashes: `ShardHasher`)."""
     totals: dict[str, int] = {"shards_hashed": 0}
     for f in files:
         if f.cache is not None:
             for name, value in asdict(f.cache.stats).items():
                 totals[name] = totals.get(name, 0) + value
-        if f.verifications is not None:
-            totals["shards_hashed"] += f.verifications.hashed
     return totals
 
 

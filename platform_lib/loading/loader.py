@@ -87,7 +87,10 @@ class LoaderStats:
     """shards evicted from the node cache by this rank's workers"""
     shards_hashed: int = 0
     """whole-shard sha256 checks this rank's workers ran (verify="shard"; once per node and
-    shard, the rest are read from the record)"""
+    shard, in the background, the rest are read from the record)"""
+    interim_checked: int = 0
+    """samples read with per-member sha256 checks while their shard's whole-shard check was
+    still running (verify="shard")"""
     ring_fallbacks: int = 0
     """batches that found no room in the ring and travelled in a private shared-memory block"""
     shm_peak_bytes: int = 0
@@ -108,6 +111,7 @@ _COUNTERS = {
     "hits": "cache_hits",
     "evictions": "evictions",
     "shards_hashed": "shards_hashed",
+    "interim_checked": "interim_checked",
     "ring_fallbacks": "ring_fallbacks",
 }
 
@@ -544,6 +548,8 @@ class StreamingLoader:
             previous.close()
         self._active = None
         self._shutdown_workers()
+        if self._stream is not None:
+            self._stream.stop_hashing()  # in-process reads (workers end theirs as they exit)
         if self._stream is not None and self._stream.ring is not None:
             self._stream.ring.close()
         if self._stream is not None and self._stream.shared is not None:
