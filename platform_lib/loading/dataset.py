@@ -55,6 +55,8 @@ STATS_KEY = "__stats__"
 _SKIPPABLE = (ShardFormatError, SampleDecodeError)
 #: Ring control words: [0] generation (ring.py), [1] epoch, [2] start step.
 _EPOCH, _START = 1, 2
+#: Batches of a worker whose shards' whole-shard checks are queued ahead of their reads.
+_CHECK_AHEAD_STEPS = 8
 #: Most decode threads per worker by default: the cameras of one sample.
 _MAX_DECODE_THREADS = 6
 
@@ -242,7 +244,12 @@ class BatchStream(IterableDataset):
                 )
             files.append(
                 ShardFiles(
-                    view, cache=cache, verify=cfg.verify, cache_dir=cfg.cache_dir, hasher=hasher
+                    view,
+                    cache=cache,
+                    verify=cfg.verify,
+                    cache_dir=cfg.cache_dir,
+                    hasher=hasher,
+                    wait_s=cfg.worker_timeout_s / 2,
                 )
             )
         return files
@@ -390,6 +397,8 @@ class BatchStream(IterableDataset):
             for step in steps:
                 if prefetcher is not None:
                     self._prefetch(prefetcher, files, order_source, order_unit, step + num_workers)
+                if hasher is not None:
+                    self._check_ahead(files, order_source, order_unit, steps, step)
                 positions, padded = positions_for_batch(
                     self.plan, step=step, rank=self.rank, batch_size=self.batch_size
                 )
@@ -483,6 +492,36 @@ class BatchStream(IterableDataset):
             cache = files[s].cache
             assert cache is not None  # `fresh` holds shard files with a cache only
             pool.submit(cache.prefetch, entry.path, entry.bytes)
+
+    def _check_ahead(
+        self,
+        files: list[ShardFiles],
+        order_source: np.ndarray,
+        order_unit: np.ndarray,
+        steps: range,
+        step: int,
+    ) -> None:
+        """Queue the whole-shard checks of the local shards this worker reads next.
+
+        The shards of its batches up to `_CHECK_AHEAD_STEPS` ahead, in read order: each
+        worker's hasher takes the first one no other process is hashing, so the workers hash
+        different shards at once, ahead of their reads.
+        """
+        ahead = steps[steps.index(step) : steps.index(step) + _CHECK_AHEAD_STEPS]
+        for later in ahead:
+            positions, _ = positions_for_batch(
+                self.plan, step=later, rank=self.rank, batch_size=self.batch_size
+            )
+            fresh = shards_to_prefetch(
+                [v.shard_id for v in self.views],
+                self.units,
+                order_source[positions],
+                order_unit[positions],
+                skip=lambda s, shard: False,
+                shards_ahead=len(positions),
+            )
+            for s, shard in fresh:
+                files[s].check_ahead(shard)
 
     def _collate(
         self, items: list[tuple[str, Any]], padded: np.ndarray, writer: SlotWriter

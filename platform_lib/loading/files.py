@@ -121,6 +121,31 @@ class ShardHasher:
         """Return the settled verdict of the check recorded at `record` (None: not yet)."""
         return self._verdicts.get(record)
 
+    @property
+    def released(self) -> bool:
+        """True once checking has started (`release`)."""
+        return self._released
+
+    def wait_for(self, record: Path, timeout_s: float) -> bool | None:
+        """Check the shard recorded at `record` next and return its verdict.
+
+        Returns None when none came within `timeout_s` (e.g. another process's check of the
+        shard is stuck) or the hasher stopped.
+        """
+        self.release()
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            job = next((j for j in self._jobs if j.record == record), None)
+            if job is not None:  # to the front of the queue
+                self._jobs.remove(job)
+                self._jobs.insert(0, job)
+            while record not in self._verdicts:
+                left = deadline - time.monotonic()
+                if left <= 0 or self._stop.is_set():
+                    return None
+                self._cond.wait(left)
+            return self._verdicts[record]
+
     def release(self) -> None:
         """Start checking (idempotent)."""
         with self._cond:
@@ -275,6 +300,8 @@ class ShardFiles:
         cache_dir: node cache folder (also holds the shard verification record).
         hasher: runs the whole-shard checks of verify "shard" in the background; None: shards
             without a record are read with the per-member sha256 checks only.
+        wait_s: longest wait for a pending whole-shard check once the hasher runs, in s; past
+            it the shard is read with the per-member sha256 checks until its check ends.
         max_open: shard files kept open, in files.
     """
 
@@ -286,10 +313,11 @@ class ShardFiles:
         verify: str,
         cache_dir: str | None,
         hasher: ShardHasher | None = None,
+        wait_s: float = 60.0,
         max_open: int = 8,
     ) -> None:
         self.view, self.cache, self.verify, self.max_open = view, cache, verify, max_open
-        self.hasher = hasher
+        self.hasher, self.wait_s = hasher, wait_s
         self.verifications = (
             ShardVerifications(cache_dir, view.dataset_hash) if verify == "shard" else None
         )
@@ -297,6 +325,7 @@ class ShardFiles:
         self._fds: OrderedDict[int, int] = OrderedDict()
         self._checks: dict[int, Check] = {}
         self._pending: dict[int, Path] = {}  # shard -> record of its whole-shard check
+        self._waited: set[int] = set()  # pending shards a read already waited for
         self._failed: dict[
             int, ShardFormatError
         ] = {}  # shards that cannot be opened: no retry per sample
@@ -366,10 +395,31 @@ class ShardFiles:
             _warn_mismatch(path)
         return "xxh3" if ok else "sha256"
 
+    def check_ahead(self, shard: int) -> None:
+        """Open local shard `shard` now so that its whole-shard check is queued before it is read.
+
+        Errors are left for the read of one of its samples to raise.
+        """
+        if self.cache is not None or self.hasher is None or shard in self._checks:
+            return
+        try:
+            self._fd(shard)
+        except (ShardFormatError, NotRegularFileError):
+            pass
+
     def _settle(self, shard: int) -> None:
-        """Move a shard whose whole-shard check finished to the check its verdict allows."""
+        """Move a shard whose whole-shard check finished to the check its verdict allows.
+
+        Before the hasher runs (the process's first batch) the shard is read with the
+        per-member sha256 checks; afterwards a read waits for the check (at most `wait_s`,
+        once): hashing the shard and sha256 of the same bytes would do the work twice.
+        """
         assert self.hasher is not None  # pending only with a hasher
-        ok = self.hasher.verdict(self._pending[shard])
+        record = self._pending[shard]
+        ok = self.hasher.verdict(record)
+        if ok is None and self.hasher.released and shard not in self._waited:
+            self._waited.add(shard)
+            ok = self.hasher.wait_for(record, self.wait_s)
         if ok is None:
             return
         del self._pending[shard]

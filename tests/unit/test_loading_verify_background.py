@@ -108,7 +108,7 @@ def test_close_during_a_background_check_leaves_no_thread_and_no_record(tmp_path
         lock.acquire(timeout=0)
         held.append(lock)
     try:
-        loader = _loader(root, cache)
+        loader = _loader(root, cache, worker_timeout_s=1.0)  # reads wait 0.5 s for a check
         batches = iter(loader)
         next(batches)
         next(batches)  # the first batch is out: the background check has started
