@@ -115,6 +115,7 @@ class ShardHasher:
             ):
                 return
             self._jobs.append(_Job(record, stamp, os.dup(fd), label))
+            self._start()
             self._cond.notify_all()
 
     def verdict(self, record: Path) -> bool | None:
@@ -149,9 +150,15 @@ class ShardHasher:
     def release(self) -> None:
         """Start checking (idempotent)."""
         with self._cond:
-            if self._released or self._stop.is_set():
-                return
             self._released = True
+            self._start()
+
+    def _start(self) -> None:
+        """Start the thread when checks are due and none runs (call under `_cond`).
+
+        The thread ends when nothing is left to check: an idle hasher holds no thread.
+        """
+        if self._released and self._jobs and self._thread is None and not self._stop.is_set():
             self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
             self._thread.start()
 
@@ -174,25 +181,34 @@ class ShardHasher:
         return True
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        """End the thread (within `timeout_s`); it closes the queued shards' descriptors."""
+        """End the thread (within `timeout_s`) and close the queued shards' descriptors."""
         with self._cond:
             self._stop.set()
             self._cond.notify_all()
-            if self._thread is None:  # never released: nothing else closes them
-                for job in self._jobs:
-                    os.close(job.fd)
-                self._jobs.clear()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout_s)
+        with self._cond:
+            if self._thread is None:  # else the thread closes them as it ends
+                self._close_jobs()
+
+    def _close_jobs(self) -> None:
+        for job in self._jobs:
+            os.close(job.fd)
+        self._jobs.clear()
 
     def _run(self) -> None:
         try:
-            while not self._stop.is_set():
+            while True:
                 with self._cond:
-                    picked = self._next_free()
-                    if picked is None:  # idle, or every queued shard is hashed elsewhere
-                        self._cond.wait(_POLL_S)
-                        continue
+                    picked = None
+                    while not self._stop.is_set() and self._jobs:
+                        picked = self._next_free()
+                        if picked is not None:
+                            break
+                        self._cond.wait(_POLL_S)  # every queued shard is hashed elsewhere
+                    if picked is None:  # stopped, or nothing left to check
+                        return
                     self._current = picked[0].record
                 job, lock = picked
                 ok = None
@@ -205,12 +221,12 @@ class ShardHasher:
                             self._jobs.insert(0, job)
                         else:
                             self._settle(job, ok)
-                        self._cond.notify_all()
         finally:
             with self._cond:
-                for job in self._jobs:
-                    os.close(job.fd)
-                self._jobs.clear()
+                self._thread = None
+                if self._stop.is_set():
+                    self._close_jobs()
+                self._start()  # a job submitted while this thread was ending
                 self._cond.notify_all()
 
     def _next_free(self) -> tuple[_Job, filelock.FileLock | None] | None:
@@ -238,18 +254,24 @@ class ShardHasher:
         return None
 
     def _check(self, job: _Job, lock: filelock.FileLock | None) -> bool | None:
-        """Hash `job`'s shard and record the verdict (under `lock`); None when stopped."""
-        if lock is None:
-            return self._hash(job)
+        """Hash `job`'s shard and record the verdict (under `lock`); None when stopped.
+
+        A shard that cannot be read is False here and recorded nowhere: the reads of its
+        samples (per-member sha256 checks) report where it fails.
+        """
         try:
-            ok = read_verdict(job.record, job.stamp)
+            ok = read_verdict(job.record, job.stamp) if lock is not None else None
             if ok is None:
                 ok = self._hash(job)
-                if ok is not None:
+                if ok is not None and lock is not None:
                     write_verdict(job.record, job.stamp, ok)
             return ok
+        except OSError as exc:
+            log.warning("%s: not checked, reading it failed: %s", job.label, exc)
+            return False
         finally:
-            lock.release()
+            if lock is not None:
+                lock.release()
 
     def _hash(self, job: _Job) -> bool | None:
         digest, size = hash_shard(job.fd, stop=self._stop)
