@@ -396,9 +396,9 @@ class BatchStream(IterableDataset):
         try:
             for step in steps:
                 if prefetcher is not None:
-                    self._prefetch(prefetcher, files, order_source, order_unit, step + num_workers)
+                    self._prefetch(prefetcher, files, order, step + num_workers)
                 if hasher is not None:
-                    self._check_ahead(files, order_source, order_unit, steps, step)
+                    self._check_ahead(files, order, steps, step)
                 positions, padded = positions_for_batch(
                     self.plan, step=step, rank=self.rank, batch_size=self.batch_size
                 )
@@ -442,7 +442,7 @@ class BatchStream(IterableDataset):
                 batch["__source__"] = sources[kept]
                 if hasher is not None and step == steps[-1]:
                     # a whole pass ends with its shards' checks recorded (and counted)
-                    hasher.drain(self.config.worker_timeout_s)
+                    hasher.drain(self.config.worker_timeout_s / 2)
                 if self.ring is None:  # in-process: the batch's buffers are its own
                     batch[STATS_KEY] = self._stats(worker_id, files, hasher, skipped, sent, False)
                     yield batch
@@ -465,27 +465,42 @@ class BatchStream(IterableDataset):
             for f in files:
                 f.close()
 
+    def _shards_of(
+        self,
+        order: tuple[np.ndarray, np.ndarray],
+        step: int,
+        skip: Callable[[int, int], bool],
+        most: int,
+    ) -> list[tuple[int, int]]:
+        """The first `most` (source, shard) pairs batch `step` reads that `skip` leaves."""
+        positions, _ = positions_for_batch(
+            self.plan, step=step, rank=self.rank, batch_size=self.batch_size
+        )
+        order_source, order_unit = order
+        return shards_to_prefetch(
+            [v.shard_id for v in self.views],
+            self.units,
+            order_source[positions],
+            order_unit[positions],
+            skip=skip,
+            shards_ahead=most,
+        )
+
     def _prefetch(
         self,
         pool: ThreadPoolExecutor,
         files: list[ShardFiles],
-        order_source: np.ndarray,
-        order_unit: np.ndarray,
+        order: tuple[np.ndarray, np.ndarray],
         step: int,
     ) -> None:
         """Fetch the first `shards_ahead` not-yet-open remote shards of this worker's next batch."""
         if step >= self.plan.steps:
             return
-        positions, _ = positions_for_batch(
-            self.plan, step=step, rank=self.rank, batch_size=self.batch_size
-        )
-        fresh = shards_to_prefetch(
-            [v.shard_id for v in self.views],
-            self.units,
-            order_source[positions],
-            order_unit[positions],
-            skip=lambda s, shard: files[s].cache is None or files[s].is_open(shard),
-            shards_ahead=self.config.shards_ahead,
+        fresh = self._shards_of(
+            order,
+            step,
+            lambda s, shard: files[s].cache is None or files[s].is_open(shard),
+            self.config.shards_ahead,
         )
         for s, shard in fresh:
             entry = self.views[s].manifest.shards[shard]
@@ -494,12 +509,7 @@ class BatchStream(IterableDataset):
             pool.submit(cache.prefetch, entry.path, entry.bytes)
 
     def _check_ahead(
-        self,
-        files: list[ShardFiles],
-        order_source: np.ndarray,
-        order_unit: np.ndarray,
-        steps: range,
-        step: int,
+        self, files: list[ShardFiles], order: tuple[np.ndarray, np.ndarray], steps: range, step: int
     ) -> None:
         """Queue the whole-shard checks of the local shards this worker reads next.
 
@@ -507,20 +517,9 @@ class BatchStream(IterableDataset):
         worker's hasher takes the first one no other process is hashing, so the workers hash
         different shards at once, ahead of their reads.
         """
-        ahead = steps[steps.index(step) : steps.index(step) + _CHECK_AHEAD_STEPS]
-        for later in ahead:
-            positions, _ = positions_for_batch(
-                self.plan, step=later, rank=self.rank, batch_size=self.batch_size
-            )
-            fresh = shards_to_prefetch(
-                [v.shard_id for v in self.views],
-                self.units,
-                order_source[positions],
-                order_unit[positions],
-                skip=lambda s, shard: False,
-                shards_ahead=len(positions),
-            )
-            for s, shard in fresh:
+        at, most = steps.index(step), self.batch_size * self.config.window_frames
+        for later in steps[at : at + _CHECK_AHEAD_STEPS]:
+            for s, shard in self._shards_of(order, later, lambda s, shard: False, most):
                 files[s].check_ahead(shard)
 
     def _collate(

@@ -4,7 +4,9 @@ Shards are opened in place or through the node cache, once per process and shard
 as regular files (`fsguard.open_regular`: a FIFO, device, socket or folder raises
 `ShardNotRegularError`, never a hang); a sample's byte range is read straight into a caller's
 buffer. The verify policies ("shard", "member", "none": `LoaderConfig.verify`) are described
-in the package README.md, "Verify once".
+in the package README.md, "Verify once": under "shard" a `ShardHasher` thread checks each
+shard's sha256 in the background while its samples are read with the per-member sha256 checks
+of the index (itself in the manifest's sha256 chain, so the same trust), then xxh3.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 VERIFY_POLICIES = ("shard", "member", "none")
+#: Name of a `ShardHasher`'s thread.
+HASH_THREAD = "drivetrain-shard-hash"
 #: How often an idle hasher looks again at shards another process is checking, in s.
 _POLL_S = 0.05
 
@@ -91,10 +95,9 @@ class ShardHasher:
         hashed: whole-shard hashes this process ran (the rest were read from records).
     """
 
-    def __init__(self, *, name: str = "drivetrain-shard-hash") -> None:
+    def __init__(self) -> None:
         self.hashed = 0
         self.pid = os.getpid()  # a forked copy is not this process's hasher
-        self._name = name
         self._jobs: list[_Job] = []  # waiting, in submission order
         self._verdicts: dict[Path, bool] = {}  # record -> verdict of settled checks
         self._current: Path | None = None  # record of the shard being hashed
@@ -159,7 +162,7 @@ class ShardHasher:
         The thread ends when nothing is left to check: an idle hasher holds no thread.
         """
         if self._released and self._jobs and self._thread is None and not self._stop.is_set():
-            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+            self._thread = threading.Thread(target=self._run, name=HASH_THREAD, daemon=True)
             self._thread.start()
 
     def take_hashed(self) -> int:
@@ -241,14 +244,15 @@ class ShardHasher:
                 self._jobs.remove(job)
                 self._settle(job, ok)
                 continue
-            lock: filelock.FileLock | None = filelock.FileLock(f"{job.record}.lock")
+            lock = filelock.FileLock(f"{job.record}.lock")
             try:
                 job.record.parent.mkdir(parents=True, exist_ok=True)
-                lock.acquire(timeout=0)  # type: ignore[union-attr]
+                lock.acquire(timeout=0)
             except filelock.Timeout:
                 continue  # another process is checking it: its record will tell
             except OSError:
-                lock = None
+                self._jobs.remove(job)
+                return job, None
             self._jobs.remove(job)
             return job, lock
         return None
