@@ -57,6 +57,8 @@ _SKIPPABLE = (ShardFormatError, SampleDecodeError)
 _EPOCH, _START = 1, 2
 #: Batches of a worker whose shards' whole-shard checks are queued ahead of their reads.
 _CHECK_AHEAD_STEPS = 8
+#: Most shards a worker opens ahead of its reads to queue their checks.
+_CHECK_AHEAD_SHARDS = 4
 #: Most decode threads per worker by default: the cameras of one sample.
 _MAX_DECODE_THREADS = 6
 
@@ -513,14 +515,19 @@ class BatchStream(IterableDataset):
     ) -> None:
         """Queue the whole-shard checks of the local shards this worker reads next.
 
-        The shards of its batches up to `_CHECK_AHEAD_STEPS` ahead, in read order: each
+        The first `_CHECK_AHEAD_SHARDS` shards of its batches up to `_CHECK_AHEAD_STEPS`
+        ahead, in read order (few enough to stay open beside the one being read): each
         worker's hasher takes the first one no other process is hashing, so the workers hash
         different shards at once, ahead of their reads.
         """
         at, most = steps.index(step), self.batch_size * self.config.window_frames
+        ahead: dict[tuple[int, int], None] = {}
         for later in steps[at : at + _CHECK_AHEAD_STEPS]:
-            for s, shard in self._shards_of(order, later, lambda s, shard: False, most):
-                files[s].check_ahead(shard)
+            ahead.update(dict.fromkeys(self._shards_of(order, later, lambda s, h: False, most)))
+            if len(ahead) >= _CHECK_AHEAD_SHARDS:
+                break
+        for s, shard in list(ahead)[:_CHECK_AHEAD_SHARDS]:
+            files[s].check_ahead(shard)
 
     def _collate(
         self, items: list[tuple[str, Any]], padded: np.ndarray, writer: SlotWriter
