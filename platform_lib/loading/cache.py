@@ -110,18 +110,18 @@ def _remove_unless_locked(path: Path) -> bool:
 
 @dataclass
 class CacheStats:
-    """Counters of one process's cache use."""
+    """Counters of node cache use: one process's, or summed over a rank's workers (`LoaderStats`)."""
 
     requests: int = 0
-    """object-store GET requests issued (including retries)"""
+    """object-store GET requests of shards issued (including retries)"""
     downloads: int = 0
-    """shards downloaded by this process"""
+    """shards downloaded into the node cache"""
     bytes_downloaded: int = 0
-    """bytes downloaded by this process"""
-    hits: int = 0
-    """shard opens served from the cache without a download"""
+    """bytes downloaded into the node cache"""
+    cache_hits: int = 0
+    """shard opens served from the node cache without a download"""
     evictions: int = 0
-    """shards this process evicted"""
+    """shards evicted from the node cache"""
 
 
 class ShardCache:
@@ -191,7 +191,7 @@ class ShardCache:
             if shard_path in self._failed:  # failed in the prefetch thread while we waited
                 raise self._failed[shard_path]
             if local.exists() and local.stat().st_size == expected_bytes:
-                self.stats.hits += 1
+                self.stats.cache_hits += 1
             else:
                 self._download(shard_path, local, expected_bytes)
             os.utime(local)

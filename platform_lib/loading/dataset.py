@@ -36,7 +36,7 @@ from platform_lib.imaging.decode import (
 from platform_lib.loading.cache import ShardCache
 from platform_lib.loading.config import LoaderConfig
 from platform_lib.loading.errors import SampleDecodeError, ShardFormatError
-from platform_lib.loading.files import ShardFiles
+from platform_lib.loading.files import ShardFiles, ShardHasher
 from platform_lib.loading.mixing import EpochOrders
 from platform_lib.loading.partition import EpochPlan, positions_for_batch, steps_for_worker
 from platform_lib.loading.ring import RING_KEY, Ring, SlotWriter, aligned
@@ -55,6 +55,10 @@ STATS_KEY = "__stats__"
 _SKIPPABLE = (ShardFormatError, SampleDecodeError)
 #: Ring control words: [0] generation (ring.py), [1] epoch, [2] start step.
 _EPOCH, _START = 1, 2
+#: Batches of a worker whose shards' whole-shard checks are queued ahead of their reads.
+_CHECK_AHEAD_STEPS = 8
+#: Most shards a worker opens ahead of its reads to queue their checks.
+_CHECK_AHEAD_SHARDS = 4
 #: Most decode threads per worker by default: the cameras of one sample.
 _MAX_DECODE_THREADS = 6
 
@@ -193,6 +197,7 @@ class BatchStream(IterableDataset):
         self._control = np.zeros(4, dtype=np.int64)  # without a ring (in-process loading)
         #: bytes a unit adds in the ring's output area (measured, with a margin; set with the ring)
         self.unit_output_bytes = 0
+        self._hasher: ShardHasher | None = None  # this process's background shard checks
 
     @property
     def control(self) -> np.ndarray:
@@ -206,7 +211,24 @@ class BatchStream(IterableDataset):
         self.control[_EPOCH], self.control[_START] = epoch, start_step
 
     # -- reading ---------------------------------------------------------------------------
-    def _open_files(self) -> list[ShardFiles]:
+    def hasher(self) -> ShardHasher | None:
+        """This process's background whole-shard checker (verify "shard"), made on first use.
+
+        It outlives iterations (a check begun in one epoch finishes in the next); workers
+        forked from a process that had one make their own.
+        """
+        if self.config.verify != "shard":
+            return None
+        if self._hasher is None or self._hasher.pid != os.getpid():
+            self._hasher = ShardHasher()
+        return self._hasher
+
+    def stop_hashing(self) -> None:
+        """End this process's background shard checks (loader close); nothing half-recorded."""
+        if self._hasher is not None and self._hasher.pid == os.getpid():
+            self._hasher.stop()
+
+    def _open_files(self, hasher: ShardHasher | None = None) -> list[ShardFiles]:
         cfg, files = self.config, []
         for view in self.views:
             cache = None
@@ -222,7 +244,16 @@ class BatchStream(IterableDataset):
                     max_retries=cfg.max_retries,
                     backoff_s=cfg.retry_backoff_s,
                 )
-            files.append(ShardFiles(view, cache=cache, verify=cfg.verify, cache_dir=cfg.cache_dir))
+            files.append(
+                ShardFiles(
+                    view,
+                    cache=cache,
+                    verify=cfg.verify,
+                    cache_dir=cfg.cache_dir,
+                    hasher=hasher,
+                    wait_s=cfg.worker_timeout_s / 2,
+                )
+            )
         return files
 
     def _raw_bytes(self, sources: np.ndarray, unit_ids: np.ndarray) -> int:
@@ -350,7 +381,8 @@ class BatchStream(IterableDataset):
     ):
         worker_id, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
         order_source, order_unit = order
-        files = self._open_files()
+        hasher = self.hasher()
+        files = self._open_files(hasher)
         remote = any(f.cache is not None for f in files)
         prefetcher = ThreadPoolExecutor(1) if remote and self.config.shards_ahead else None
         threads = resolve_decode_threads(self.config, num_workers if info is not None else 0)
@@ -360,12 +392,15 @@ class BatchStream(IterableDataset):
             else None
         )
         sent: dict[str, int] = {}
+        steps = steps_for_worker(
+            self.plan, start_step=start_step, worker_id=worker_id, num_workers=num_workers
+        )
         try:
-            for step in steps_for_worker(
-                self.plan, start_step=start_step, worker_id=worker_id, num_workers=num_workers
-            ):
+            for step in steps:
                 if prefetcher is not None:
-                    self._prefetch(prefetcher, files, order_source, order_unit, step + num_workers)
+                    self._prefetch(prefetcher, files, order, step + num_workers)
+                if hasher is not None:
+                    self._check_ahead(files, order, steps, step)
                 positions, padded = positions_for_batch(
                     self.plan, step=step, rank=self.rank, batch_size=self.batch_size
                 )
@@ -407,14 +442,19 @@ class BatchStream(IterableDataset):
                 kept = [i for i in range(len(positions)) if i in loaded]
                 batch = self._collate([loaded[i] for i in kept], padded[kept], writer)
                 batch["__source__"] = sources[kept]
+                if hasher is not None and step == steps[-1]:
+                    # a whole pass ends with its shards' checks recorded (and counted)
+                    hasher.drain(self.config.worker_timeout_s / 2)
                 if self.ring is None:  # in-process: the batch's buffers are its own
-                    batch[STATS_KEY] = self._stats(worker_id, files, skipped, sent, False)
+                    batch[STATS_KEY] = self._stats(worker_id, files, hasher, skipped, sent, False)
                     yield batch
-                    continue
-                packed = writer.pack(batch)
-                slow = extent is None or RING_KEY not in packed
-                packed[STATS_KEY] = self._stats(worker_id, files, skipped, sent, slow)
-                yield packed
+                else:
+                    packed = writer.pack(batch)
+                    slow = extent is None or RING_KEY not in packed
+                    packed[STATS_KEY] = self._stats(worker_id, files, hasher, skipped, sent, slow)
+                    yield packed
+                if hasher is not None:  # the first batch is out: check shards from now on
+                    hasher.release()
         except (DatasetError, UserError) as exc:
             if info is None:
                 raise
@@ -427,33 +467,67 @@ class BatchStream(IterableDataset):
             for f in files:
                 f.close()
 
+    def _shards_of(
+        self,
+        order: tuple[np.ndarray, np.ndarray],
+        step: int,
+        skip: Callable[[int, int], bool],
+        most: int,
+    ) -> list[tuple[int, int]]:
+        """The first `most` (source, shard) pairs batch `step` reads that `skip` leaves."""
+        positions, _ = positions_for_batch(
+            self.plan, step=step, rank=self.rank, batch_size=self.batch_size
+        )
+        order_source, order_unit = order
+        return shards_to_prefetch(
+            [v.shard_id for v in self.views],
+            self.units,
+            order_source[positions],
+            order_unit[positions],
+            skip=skip,
+            shards_ahead=most,
+        )
+
     def _prefetch(
         self,
         pool: ThreadPoolExecutor,
         files: list[ShardFiles],
-        order_source: np.ndarray,
-        order_unit: np.ndarray,
+        order: tuple[np.ndarray, np.ndarray],
         step: int,
     ) -> None:
         """Fetch the first `shards_ahead` not-yet-open remote shards of this worker's next batch."""
         if step >= self.plan.steps:
             return
-        positions, _ = positions_for_batch(
-            self.plan, step=step, rank=self.rank, batch_size=self.batch_size
-        )
-        fresh = shards_to_prefetch(
-            [v.shard_id for v in self.views],
-            self.units,
-            order_source[positions],
-            order_unit[positions],
-            skip=lambda s, shard: files[s].cache is None or files[s].is_open(shard),
-            shards_ahead=self.config.shards_ahead,
+        fresh = self._shards_of(
+            order,
+            step,
+            lambda s, shard: files[s].cache is None or files[s].is_open(shard),
+            self.config.shards_ahead,
         )
         for s, shard in fresh:
             entry = self.views[s].manifest.shards[shard]
             cache = files[s].cache
             assert cache is not None  # `fresh` holds shard files with a cache only
             pool.submit(cache.prefetch, entry.path, entry.bytes)
+
+    def _check_ahead(
+        self, files: list[ShardFiles], order: tuple[np.ndarray, np.ndarray], steps: range, step: int
+    ) -> None:
+        """Queue the whole-shard checks of the local shards this worker reads next.
+
+        The first `_CHECK_AHEAD_SHARDS` shards of its batches up to `_CHECK_AHEAD_STEPS`
+        ahead, in read order (few enough to stay open beside the one being read): each
+        worker's hasher takes the first one no other process is hashing, so the workers hash
+        different shards at once, ahead of their reads.
+        """
+        at, most = steps.index(step), self.batch_size * self.config.window_frames
+        ahead: dict[tuple[int, int], None] = {}
+        for later in steps[at : at + _CHECK_AHEAD_STEPS]:
+            ahead.update(dict.fromkeys(self._shards_of(order, later, lambda s, h: False, most)))
+            if len(ahead) >= _CHECK_AHEAD_SHARDS:
+                break
+        for s, shard in list(ahead)[:_CHECK_AHEAD_SHARDS]:
+            files[s].check_ahead(shard)
 
     def _collate(
         self, items: list[tuple[str, Any]], padded: np.ndarray, writer: SlotWriter
@@ -478,14 +552,17 @@ class BatchStream(IterableDataset):
     def _stats(
         worker_id: int,
         files: list[ShardFiles],
+        hasher: ShardHasher | None,
         skipped: list[tuple[str, str]],
         sent: dict[str, int],
         slow: bool,
     ) -> dict[str, Any]:
         """Counters since the previous batch of this worker (workers persist across epochs)."""
         totals = _counters(files)
+        totals["interim_checked"] = sum(f.interim for f in files)
         delta = {name: value - sent.get(name, 0) for name, value in totals.items()}
         sent.update(totals)
+        delta["shards_hashed"] = hasher.take_hashed() if hasher is not None else 0
         delta["ring_fallbacks"] = int(slow)
         return {"worker": worker_id, "counters": delta, "skipped": skipped}
 
@@ -512,14 +589,12 @@ def _concat_runs(samples: list[ByteRuns], writer: SlotWriter) -> dict[str, np.nd
 
 
 def _counters(files: list[ShardFiles]) -> dict[str, int]:
-    """Cumulative cache and shard-hash counters of this process's shard files."""
+    """Cumulative cache counters of this process's shard files (shard hashes: `ShardHasher`)."""
     totals: dict[str, int] = {"shards_hashed": 0}
     for f in files:
         if f.cache is not None:
             for name, value in asdict(f.cache.stats).items():
                 totals[name] = totals.get(name, 0) + value
-        if f.verifications is not None:
-            totals["shards_hashed"] += f.verifications.hashed
     return totals
 
 

@@ -17,7 +17,7 @@ import sys
 import time
 import weakref
 from collections.abc import Generator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -27,6 +27,7 @@ from torch.utils.data import DataLoader
 from torch.utils.data._utils import signal_handling
 
 from platform_lib.imaging.decode import decode_batch_cameras_gpu, gpu_decode_available
+from platform_lib.loading.cache import CacheStats
 from platform_lib.loading.config import LoaderConfig
 from platform_lib.loading.dataset import STATS_KEY, BatchStream
 from platform_lib.loading.errors import (
@@ -56,8 +57,11 @@ _POLL_S = 5.0
 
 
 @dataclass
-class LoaderStats:
-    """What the loader did on this rank; counts are cumulative over the loader's life."""
+class LoaderStats(CacheStats):
+    """What the loader did on this rank; counts are cumulative over the loader's life.
+
+    The node cache counters (`CacheStats`) are summed over this rank's workers.
+    """
 
     epoch: int = 0
     """epoch the loader is in"""
@@ -75,19 +79,12 @@ class LoaderStats:
     """(key, reason) of every skipped sample on this rank"""
     index_skipped: list[tuple[str, str]] = field(default_factory=list)
     """(key, reason) of index rows left out when the dataset was opened"""
-    requests: int = 0
-    """object-store GET requests of shards issued by this rank's workers"""
-    downloads: int = 0
-    """shards this rank's workers downloaded into the node cache"""
-    bytes_downloaded: int = 0
-    """bytes downloaded by this rank's workers"""
-    cache_hits: int = 0
-    """shard opens served from the node cache"""
-    evictions: int = 0
-    """shards evicted from the node cache by this rank's workers"""
     shards_hashed: int = 0
     """whole-shard sha256 checks this rank's workers ran (verify="shard"; once per node and
-    shard, the rest are read from the record)"""
+    shard, in the background, the rest are read from the record)"""
+    interim_checked: int = 0
+    """samples read with per-member sha256 checks while their shard's whole-shard check was
+    still running (verify="shard")"""
     ring_fallbacks: int = 0
     """batches that found no room in the ring and travelled in a private shared-memory block"""
     shm_peak_bytes: int = 0
@@ -100,16 +97,13 @@ class LoaderStats:
     """bytes of batches in flight now, in bytes"""
 
 
-#: Worker counter name -> LoaderStats field.
-_COUNTERS = {
-    "requests": "requests",
-    "downloads": "downloads",
-    "bytes_downloaded": "bytes_downloaded",
-    "hits": "cache_hits",
-    "evictions": "evictions",
-    "shards_hashed": "shards_hashed",
-    "ring_fallbacks": "ring_fallbacks",
-}
+#: LoaderStats fields the workers count (as deltas riding along with batches).
+_COUNTERS = (
+    *(f.name for f in fields(CacheStats)),
+    "shards_hashed",
+    "interim_checked",
+    "ring_fallbacks",
+)
 
 
 def _keep_as_is(batch: Any) -> Any:
@@ -544,6 +538,8 @@ class StreamingLoader:
             previous.close()
         self._active = None
         self._shutdown_workers()
+        if self._stream is not None:
+            self._stream.stop_hashing()  # in-process reads (workers end theirs as they exit)
         if self._stream is not None and self._stream.ring is not None:
             self._stream.ring.close()
         if self._stream is not None and self._stream.shared is not None:
@@ -802,8 +798,8 @@ class StreamingLoader:
 
     def _absorb(self, worker_stats: dict[str, Any]) -> None:
         counters = worker_stats["counters"]
-        for src, dst in _COUNTERS.items():
-            setattr(self._stats, dst, getattr(self._stats, dst) + counters.get(src, 0))
+        for name in _COUNTERS:
+            setattr(self._stats, name, getattr(self._stats, name) + counters.get(name, 0))
         self._stats.skipped += len(worker_stats["skipped"])
         self._stats.skipped_samples.extend(worker_stats["skipped"])
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -31,8 +32,10 @@ __all__ = [
     "check_once",
     "hash_shard",
     "read_sample_into",
+    "read_verdict",
     "verification_folder",
     "verify_sample",
+    "write_verdict",
 ]
 
 Check = Literal["sha256", "xxh3", "none"]
@@ -152,10 +155,11 @@ def verify_sample(view: DatasetView, i: int, data: memoryview, *, check: Check, 
             )
 
 
-def hash_shard(fd: int) -> tuple[str, int]:
+def hash_shard(fd: int, *, stop: threading.Event | None = None) -> tuple[str, int]:
     """Return (sha256 hex, size in bytes) of the open file `fd`, read in 8 MiB chunks.
 
-    Reads at most the file's `fstat` size (the size it had when called).
+    Reads at most the file's `fstat` size (the size it had when called). `stop`, checked
+    between chunks, ends the hash early: the size returned is then short of the file's.
 
     Raises:
         BlockingIOError: a read would block (`fd` is no data file).
@@ -163,7 +167,7 @@ def hash_shard(fd: int) -> tuple[str, int]:
     digest, offset, size = hashlib.sha256(), 0, os.fstat(fd).st_size
     buffer = bytearray(_CHUNK)
     view = memoryview(buffer)
-    while offset < size:
+    while offset < size and not (stop is not None and stop.is_set()):
         n = os.preadv(fd, [view[: min(_CHUNK, size - offset)]], offset)
         if n == 0:
             break
@@ -209,19 +213,39 @@ def check_once(
     except (OSError, filelock.Timeout):
         return check(), True
     try:
-        try:
-            saved = json.loads(read_regular(record, max_bytes=_MAX_RECORD_BYTES))
-            if {k: saved.get(k) for k in stamp} == stamp and isinstance(saved.get("ok"), bool):
-                return saved["ok"], False
-        except (OSError, ValueError, AttributeError):  # missing, planted or garbled: redo
-            pass
+        saved = read_verdict(record, stamp)
+        if saved is not None:
+            return saved, False
         ok = check()
-        tmp = record.with_name(f"{record.name}.tmp-{os.getpid()}")
-        try:
-            tmp.write_text(json.dumps({**stamp, "ok": ok}))
-            os.replace(tmp, record)
-        except OSError:
-            tmp.unlink(missing_ok=True)
+        write_verdict(record, stamp, ok)
         return ok, True
     finally:
         lock.release()
+
+
+def read_verdict(record: Path, stamp: dict[str, Any]) -> bool | None:
+    """Return the verdict `record` holds for `stamp` (`check_once`); None: none for this stamp.
+
+    Needs no lock: records are only ever published whole (rename). A missing, planted,
+    garbled or oversized record, or one for another stamp, reads as None.
+    """
+    try:
+        saved = json.loads(read_regular(record, max_bytes=_MAX_RECORD_BYTES))
+        if {k: saved.get(k) for k in stamp} == stamp and isinstance(saved.get("ok"), bool):
+            return saved["ok"]
+    except (OSError, ValueError, AttributeError):
+        pass
+    return None
+
+
+def write_verdict(record: Path, stamp: dict[str, Any], ok: bool) -> None:
+    """Publish `{**stamp, "ok": ok}` as `record` (temporary name + rename; call under its lock).
+
+    A folder that cannot be written leaves no record (the check runs again next time).
+    """
+    tmp = record.with_name(f"{record.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(json.dumps({**stamp, "ok": ok}))
+        os.replace(tmp, record)
+    except OSError:
+        tmp.unlink(missing_ok=True)
