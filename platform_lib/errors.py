@@ -12,6 +12,7 @@ traceback. Secrets never reach the line (`platform_lib.redact`).
 from __future__ import annotations
 
 import errno
+import os
 from typing import Any
 
 from platform_lib.redact import redact
@@ -20,6 +21,8 @@ __all__ = ["UserError", "format_user_error", "to_user_error"]
 
 #: errno values of a full disk or an exhausted quota.
 _DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+#: errno values of a local file or folder this user may not open (mode bits, ACLs, a mount).
+_DENIED = frozenset({errno.EACCES, errno.EPERM})
 
 
 class UserError(ValueError):
@@ -59,7 +62,9 @@ def to_user_error(error: BaseException, *, where: str = "") -> UserError | None:
     """Return `error` as a `UserError` when the user can fix it, else None (a bug: keep the traceback).
 
     A `UserError` is returned as is; a full disk or exhausted quota (ENOSPC, EDQUOT) becomes
-    "disk full" naming the file being written (or `where`) and the fix.
+    "disk full" naming the file being written (or `where`) and the fix; a local file or folder
+    this user may not open (EACCES, EPERM with a file name) becomes "permission denied"
+    naming it (an object store's denial has no errno: `storage.explain_storage_error`).
     """
     if isinstance(error, UserError):
         return error
@@ -69,5 +74,12 @@ def to_user_error(error: BaseException, *, where: str = "") -> UserError | None:
             f"disk full while writing ({error.strerror or 'no space left on device'})",
             str(target),
             "free space on that disk or write the output to a larger one (--output, TMPDIR)",
+        )
+    if isinstance(error, PermissionError) and error.errno in _DENIED and error.filename:
+        return UserError(
+            f"permission denied: user {os.getuid()} may not open it",
+            str(error.filename),
+            "give this user access to it and to the folders above it (chmod, chown, ACLs) "
+            "or use another path",
         )
     return None

@@ -3,7 +3,8 @@
 Every local open of an untrusted file (raw log, shard, index, manifest, checkpoint metadata)
 goes through `open_regular` (non-blocking, file type and file system checked by `fstat` on the
 descriptor, size bounded before any read); `read_regular` and `iter_chunks` read at most that
-size; `ensure_inside` keeps a path inside its declared root. `hold_owner_lock` /
+size; `ensure_inside` keeps a path inside its declared root, and `open_regular(root=)` checks
+the file the descriptor refers to (no race with a link swapped after that check). `hold_owner_lock` /
 `remove_if_orphaned` are the one liveness rule for leftovers of killed processes: an `flock`
 the kernel drops with its owner, so it holds across PID namespaces. Rules: docs/security.md.
 """
@@ -132,7 +133,12 @@ def file_system_type(dev: int) -> str:
     return _mount_types[dev]
 
 
-def open_regular(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> int:
+def open_regular(
+    path: str | os.PathLike[str],
+    *,
+    max_bytes: int | None = None,
+    root: str | os.PathLike[str] | None = None,
+) -> int:
     """Open `path` read-only and return its file descriptor, refusing anything but a regular file.
 
     The open is non-blocking (a FIFO without a writer does not block it) and the descriptor
@@ -141,10 +147,14 @@ def open_regular(path: str | os.PathLike[str], *, max_bytes: int | None = None) 
     `NotRegularFileError`). The file type is checked with `fstat` on the open descriptor (no
     race with a swap after a `stat`), and so is its file system: a file of /proc, /sys or
     another kernel file system (`PSEUDO_FILE_SYSTEMS`) is refused, whatever links lead to it.
+    With `root`, the file the descriptor refers to (`/proc/self/fd/<fd>`) must lie inside
+    `root`: a link swapped between a caller's `ensure_inside` and this open is refused too.
 
     Args:
         path: a local path.
         max_bytes: when given, a file larger than this is refused before any read.
+        root: when given, the folder the opened file must lie in (links inside it are fine,
+            `root` itself may be a link).
 
     Returns:
         An open, non-blocking file descriptor (the caller closes it); read at most its `fstat`
@@ -152,9 +162,11 @@ def open_regular(path: str | os.PathLike[str], *, max_bytes: int | None = None) 
 
     Raises:
         NotRegularFileError: the path is a FIFO, device, socket, directory or kernel file.
+        PathOutsideRootError: the opened file lies outside `root`.
         UserError: the file is larger than `max_bytes`.
         OSError: the open itself failed (missing file, permission).
     """
+    _before_open(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:  # a socket (or a device without a driver) cannot be opened: ENXIO
@@ -163,6 +175,8 @@ def open_regular(path: str | os.PathLike[str], *, max_bytes: int | None = None) 
             raise NotRegularFileError(path, kind) from None
         raise
     try:
+        if root is not None:
+            _ensure_fd_inside(fd, path, root)
         info = os.fstat(fd)
         kind = file_kind(info.st_mode)
         if kind is not None:
@@ -180,6 +194,29 @@ def open_regular(path: str | os.PathLike[str], *, max_bytes: int | None = None) 
         os.close(fd)
         raise
     return fd
+
+
+def _before_open(path: str | os.PathLike[str]) -> None:
+    """Nothing: the moment between a caller's checks and `open_regular`'s open (a test seam)."""
+
+
+def _ensure_fd_inside(fd: int, path: str | os.PathLike[str], root: str | os.PathLike[str]) -> None:
+    """Refuse the open file `fd` unless the file it refers to lies inside `root`.
+
+    The kernel's name of the open file (`/proc/self/fd/<fd>`, links resolved at the open) is
+    compared with `root` resolved; without /proc, `path` is resolved again (`ensure_inside`).
+
+    Raises:
+        PathOutsideRootError: the file lies outside `root`; names `path` and `root`.
+    """
+    try:
+        opened = Path(os.readlink(f"/proc/self/fd/{fd}"))
+    except OSError:  # no /proc: the path check, as before the open
+        ensure_inside(path, root)
+        return
+    base = Path(root).resolve()
+    if opened != base and base not in opened.parents:
+        raise PathOutsideRootError(path, root)
 
 
 def iter_chunks(
@@ -211,15 +248,22 @@ def iter_chunks(
         yield chunk
 
 
-def read_regular(path: str | os.PathLike[str], *, max_bytes: int) -> bytes:
+def read_regular(
+    path: str | os.PathLike[str],
+    *,
+    max_bytes: int,
+    root: str | os.PathLike[str] | None = None,
+) -> bytes:
     """Return the bytes of the regular file `path`, refusing other types and files over `max_bytes`.
 
-    Reads at most the `fstat` size (itself at most `max_bytes`).
+    Reads at most the `fstat` size (itself at most `max_bytes`); with `root`, the opened file
+    must lie inside it (`open_regular`).
 
     Raises:
-        NotRegularFileError, UserError, OSError: as `open_regular` and `iter_chunks`.
+        NotRegularFileError, PathOutsideRootError, UserError, OSError: as `open_regular` and
+            `iter_chunks`.
     """
-    fd = open_regular(path, max_bytes=max_bytes)
+    fd = open_regular(path, max_bytes=max_bytes, root=root)
     try:
         return b"".join(iter_chunks(fd, path, chunk_bytes=max(max_bytes, 1)))
     finally:

@@ -365,34 +365,40 @@ def resolve_fs(
     return fs, root.rstrip("/") or root, is_local_url(text)
 
 
-def open_input(fs: fsspec.AbstractFileSystem, path: str) -> IO[bytes]:
+def open_input(fs: fsspec.AbstractFileSystem, path: str, *, root: str | None = None) -> IO[bytes]:
     """Open `path` of `fs` for binary reading; a local file only when it is a regular file.
 
     A local path goes through `fsguard.open_regular` (non-blocking open + fstat: a FIFO,
-    device, socket or folder is refused before a byte is read); others through `fs.open`.
+    device, socket or folder is refused before a byte is read; with `root`, the opened file
+    must lie inside that folder); others through `fs.open`.
 
     Raises:
         NotRegularFileError: a local path that is not a regular file (names the path).
+        PathOutsideRootError: the opened local file lies outside `root`.
         OSError: the open failed (missing file, permission, store errors).
     """
     if isinstance(fs, LocalFileSystem):
-        return os.fdopen(open_regular(path), "rb")
+        return os.fdopen(open_regular(path, root=root), "rb")
     return fs.open(path, "rb")
 
 
-def read_input(fs: fsspec.AbstractFileSystem, path: str, *, max_bytes: int) -> bytes:
+def read_input(
+    fs: fsspec.AbstractFileSystem, path: str, *, max_bytes: int, root: str | None = None
+) -> bytes:
     """Return the bytes of `path` of `fs`, refusing a file over `max_bytes` (before reading it all).
 
-    A local path goes through `fsguard.read_regular`; a remote one is fetched with one ranged
-    read of at most `max_bytes + 1` bytes.
+    A local path goes through `fsguard.read_regular` (with `root`: the opened file must lie
+    inside that folder); a remote one is fetched with one ranged read of at most
+    `max_bytes + 1` bytes.
 
     Raises:
         NotRegularFileError: a local path that is not a regular file (names the path).
+        PathOutsideRootError: the opened local file lies outside `root`.
         UserError: the file holds more than `max_bytes` bytes.
         OSError: the read failed (missing file, permission, store errors).
     """
     if isinstance(fs, LocalFileSystem):
-        return read_regular(path, max_bytes=max_bytes)
+        return read_regular(path, max_bytes=max_bytes, root=root)
     data = fs.cat_file(path, start=0, end=max_bytes + 1)
     if len(data) > max_bytes:
         raise UserError(

@@ -20,10 +20,16 @@ from flytekit.types.file import FlyteFile
 
 from platform_lib.errors import UserError, to_user_error
 from platform_lib.logs import report_user_error, setup_logging
-from platform_lib.redact import redact, register_uri_secrets
-from platform_lib.storage import explain_storage_error, is_transient
+from platform_lib.redact import register_uri_secrets
+from platform_lib.storage import explain_location_error, explain_storage_error, is_transient
 
-__all__ = ["PipelineInputError", "download_input", "stale_cache_error", "task_errors"]
+__all__ = [
+    "PipelineInputError",
+    "RetryableStorageError",
+    "download_input",
+    "stale_cache_error",
+    "task_errors",
+]
 
 
 class PipelineInputError(click.exceptions.Exit):
@@ -45,13 +51,34 @@ class PipelineInputError(click.exceptions.Exit):
         return self.message
 
 
+class RetryableStorageError(FlyteRecoverableException, click.exceptions.Exit):
+    """A store that stayed unreachable through the task's own retries, after its one line was printed.
+
+    A `FlyteRecoverableException`, so a cluster retries the task (`retries=`); also a
+    `click.exceptions.Exit` (exit code 1), which `pyflyte run` hands to click, so a local run
+    (which never retries) ends with the line and no traceback. `str(error)` is the line.
+    """
+
+    def __init__(self, message: str) -> None:
+        """Keep `message` as the error text; exit code 1."""
+        click.exceptions.Exit.__init__(self, 1)
+        self.args = (message,)
+        self.message = message
+
+    def __str__(self) -> str:
+        """Return the one-line message."""
+        return self.message
+
+
 @contextlib.contextmanager
 def task_errors(what: str, url: str = "") -> Iterator[None]:
     """Classify an error leaving a task body.
 
     - a transient storage error (`platform_lib.storage.is_transient`: connection refused/reset,
-      timeouts, throttling) becomes `FlyteRecoverableException`, which Flyte retries
-      (`retries=`; on a cluster only, local runs never retry);
+      timeouts, throttling) is printed as one line naming the store and saying to retry
+      (`storage.explain_location_error`) and leaves the task as `RetryableStorageError`, a
+      `FlyteRecoverableException`, which Flyte retries (`retries=`; on a cluster only, local
+      runs never retry);
     - a user error (`platform_lib.errors.UserError`, bad credentials for `url`, a full disk)
       is printed as the single line `error: <what> (<culprit>): <what to do>` on stderr and
       leaves the task as `PipelineInputError`; the traceback is appended to
@@ -66,7 +93,7 @@ def task_errors(what: str, url: str = "") -> Iterator[None]:
         url: the storage location involved, named in credential errors.
 
     Raises:
-        FlyteRecoverableException: for transient storage errors.
+        RetryableStorageError: for transient storage errors (a `FlyteRecoverableException`).
         PipelineInputError: for user errors (one line, printed to stderr first).
     """
     setup_logging()
@@ -81,12 +108,15 @@ def task_errors(what: str, url: str = "") -> Iterator[None]:
             line, log = report_user_error(user, exc, f"task {what} {url}".strip())
             raise PipelineInputError(line + (f" [traceback: {log}]" if log else "")) from exc
         if is_transient(exc):
-            raise FlyteRecoverableException(
-                redact(
-                    f"transient storage error while {what} {url}: {type(exc).__name__}: {exc}; "
-                    "Flyte retries this task"
-                )
-            ) from exc
+            store = explain_location_error(exc, url or "the store")  # names the store, "retry"
+            unreachable = UserError(
+                f"transient storage error while {f'{what} {url}'.strip()} ({type(exc).__name__}: "
+                f"{store.what if store else exc})",
+                store.culprit if store else url or "the store",
+                f"{store.fix if store else 'retry'}; on a cluster Flyte retries this task",
+            )
+            line, _ = report_user_error(unreachable, exc, f"task {what} {url}".strip())
+            raise RetryableStorageError(line) from exc
         raise
 
 

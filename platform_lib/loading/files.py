@@ -385,8 +385,9 @@ class ShardFiles:
             else:
                 check_shard_path(entry.path)
                 path = Path(self.view.shard_files[shard])
+                root = None if entry.location else self.view.root  # merged: checked at resolve
                 try:
-                    fd = open_regular(path)
+                    fd = open_regular(path, root=root)
                 except FileNotFoundError as exc:
                     raise ShardFormatError(
                         f"shard {self.label(shard)} is missing; rebuild the dataset or restore "

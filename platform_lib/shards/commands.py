@@ -91,6 +91,8 @@ def summarize_manifest(manifest: Manifest) -> dict[str, Any]:
         "num_logs": len(manifest.source_logs),
         "num_quarantined": len(manifest.quarantine),
         "builder_version": manifest.builder_version,
+        # the settings that shaped the bytes (so the hash): a pipeline build is "per-log" parts
+        "build_config": {"parts": "packed", **manifest.build_config},
         **view,
     }
 
@@ -154,7 +156,15 @@ def _run_build(args: argparse.Namespace) -> int:
             str(input_path),
             f"pass --input a folder of {args.source} logs",
         )
-    manifest = build_dataset(args.source, input_path, args.output, config)
+    if args.parts == "per-log":  # the pipeline's build: one part per log, then a merge
+        from platform_lib.shards.merge import build_part, merge_parts
+        from platform_lib.sources.catalog import list_log_urls
+
+        logs = list_log_urls(args.source, str(input_path))
+        parts = [build_part(args.source, log, config).location for log in logs]
+        manifest = merge_parts(parts, args.output, config, source=args.source)
+    else:
+        manifest = build_dataset(args.source, input_path, args.output, config)
     split_counts = dict(manifest.splits.counts)
     for split in ("train", "val"):
         if not split_counts.get(split):
@@ -314,6 +324,15 @@ def add_data_commands(
         type=int,
         default=1,
         help="processes reading/encoding raw logs (same output bytes)",
+    )
+    build.add_argument(
+        "--parts",
+        choices=("packed", "per-log"),
+        default="packed",
+        help="packed: shards filled across logs, all in --output (default); per-log: the "
+        "pipeline's build, one part per log in the part store ($DRIVETRAIN_PART_STORE, "
+        "default $DRIVETRAIN_HOME/parts) merged into --output (same logs and settings: the "
+        "pipeline's dataset hash); the layout shapes the bytes, so the hash",
     )
     build.add_argument(
         "--key-prefixes",

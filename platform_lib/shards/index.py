@@ -157,7 +157,7 @@ def _read_exact(
             data = fs.cat_file(path)
             stamp = {"object": repr(sorted(info.items(), key=str))}
         else:
-            fd = open_regular(path)
+            fd = open_regular(path, root=os.path.dirname(path))  # at the dataset's root
             with os.fdopen(fd, "rb") as f:
                 st = os.fstat(fd)
                 if st.st_size != expected:

@@ -480,7 +480,9 @@ def load_manifest(root: str | Path, *, storage_options: dict[str, Any] | None = 
     try:
         fs, path, is_local = resolve_fs(root_str, storage_options)
         manifest_path = dataset_file(path, MANIFEST_NAME, is_local=is_local)
-        raw = read_input(fs, manifest_path, max_bytes=MAX_MANIFEST_BYTES)
+        raw = read_input(
+            fs, manifest_path, max_bytes=MAX_MANIFEST_BYTES, root=path if is_local else None
+        )
     except (FileNotFoundError, NotADirectoryError):
         raw = None
     except UserError as exc:

@@ -182,6 +182,9 @@ class DatasetReader:
             e.path: resolve_fs(shard_location(self.root, e, roots=shard_roots), options)[:2]
             for e in self.manifest.shards
         }  # path -> (filesystem, file); merged: parts
+        self._roots = {  # path -> the folder its open file must lie in (merged: checked above)
+            e.path: None if e.location else self._path for e in self.manifest.shards
+        }
         self._open: OrderedDict[str, tuple[int, int]] = OrderedDict()  # path -> (fd, bytes)
         self._max_open = max_open
 
@@ -205,7 +208,7 @@ class DatasetReader:
         if shard in self._open:
             self._open.move_to_end(shard)
             return self._open[shard]
-        fd = open_regular(self._files[shard][1])
+        fd = open_regular(self._files[shard][1], root=self._roots[shard])
         self._open[shard] = (fd, os.fstat(fd).st_size)
         if len(self._open) > self._max_open:
             os.close(self._open.popitem(last=False)[1][0])

@@ -141,17 +141,21 @@ def _scan_shard(data: bytes, shard: str, problems: list[Problem]) -> dict[str, d
     return found
 
 
-def _read_sized(fs: fsspec.AbstractFileSystem, path: str, expected: int) -> tuple[int, bytes]:
+def _read_sized(
+    fs: fsspec.AbstractFileSystem, path: str, expected: int, root: str | None = None
+) -> tuple[int, bytes]:
     """Return (real size, bytes) of `path`, reading at most `min(real size, expected)` bytes.
 
     The size comes before any read (local: `fstat` of a regular file; remote: the store's), so
-    no file is read past what the manifest promises.
+    no file is read past what the manifest promises. With `root`, a local file must lie inside
+    that folder once open.
 
     Raises:
         FileNotFoundError: `path` does not exist.
         NotRegularFileError: a local `path` is not a regular file.
+        PathOutsideRootError: the opened local file lies outside `root`.
     """
-    with open_input(fs, path) as f:
+    with open_input(fs, path, root=root) as f:
         if isinstance(fs, LocalFileSystem):
             size = os.fstat(f.fileno()).st_size
         else:
@@ -280,9 +284,12 @@ def validate_dataset(
     shards = manifest.shards
     locations = [shard_location(root, entry, roots=shard_roots) for entry in shards]
     index_entry = manifest.index  # dataset_hash and num_shards: checked by load_manifest
+    local = isinstance(fs, LocalFileSystem)
     try:
-        index_file = dataset_file(base, INDEX_NAME, is_local=isinstance(fs, LocalFileSystem))
-        index_size, index_bytes = _read_sized(fs, index_file, index_entry.bytes)
+        index_file = dataset_file(base, INDEX_NAME, is_local=local)
+        index_size, index_bytes = _read_sized(
+            fs, index_file, index_entry.bytes, base if local else None
+        )
     except FileNotFoundError:
         problems.append(Problem(f"{INDEX_NAME} is missing; rebuild the dataset"))
         return report
@@ -365,7 +372,8 @@ def validate_dataset(
             continue
         try:
             shard_fs, shard_file = fsspec.core.url_to_fs(location)
-            size, data = _read_sized(shard_fs, shard_file, entry.bytes)
+            inside = base if local and not entry.location else None  # merged: checked at resolve
+            size, data = _read_sized(shard_fs, shard_file, entry.bytes, inside)
         except FileNotFoundError:
             problems.append(Problem("shard file is missing; rebuild or re-download it", shard=path))
             continue

@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from platform_lib.errors import UserError, format_user_error
+from platform_lib.errors import UserError, format_user_error, to_user_error
 from platform_lib.redact import redact
 from platform_lib.storage import is_transient
 from platform_lib.triage.record import EVIDENCE_ARTIFACT_PATH
@@ -110,7 +110,7 @@ def _run_triage(args: argparse.Namespace) -> int:
                 )
             verdict = classify(load_evidence(target))
     except (LookupError, ValueError, OSError) as exc:
-        print(format_user_error(exc), file=sys.stderr)
+        print(format_user_error(to_user_error(exc) or exc), file=sys.stderr)
         return 2
     if args.json:
         print(redact(json.dumps(verdict.to_dict(), indent=2)))
