@@ -633,6 +633,12 @@ def run_dataset(label: str, dataset: Path, args) -> list[Row]:
     if "files" in peers:
         unpack(dataset)
     _read_files(sorted(str(p) for p in (dataset / "shards").glob("*.tar")))  # warm the page cache
+    # A cold node: no shard of this dataset has had its whole-shard sha256 recorded (verify
+    # "shard" checks once per node, in the node cache folder). The first verify=shard row pays
+    # those checks; the "verified node" row is a fresh loader on the same node afterwards.
+    node_cache = Path(args.work) / "node-cache"
+    shutil.rmtree(node_cache, ignore_errors=True)
+    os.environ["DRIVETRAIN_CACHE"] = str(node_cache)
     first, w = args.batch_sizes[0], args.workers
     readers: list[tuple[str, str, int, Passes]] = []
     for verify in VERIFY_POLICIES:
@@ -640,6 +646,9 @@ def run_dataset(label: str, dataset: Path, args) -> list[Row]:
             readers.append(
                 (f"ours verify={verify}", "none", b, ours(dataset, "none", b, w, verify=verify))
             )
+            if verify == "shard" and b == first:
+                reader = ours(dataset, "none", b, w, verify=verify)
+                readers.append(("ours verify=shard, verified node", "none", b, reader))
     for mode in _decode_modes(args):
         for b in args.batch_sizes:
             if mode != "none":
@@ -810,19 +819,34 @@ def print_targets(rows: list[Row], memory: list[dict], args) -> list[dict]:
             ratio(rate("ours", "cpu", big), rate("ours", "cpu", one)),
             1.0,
         )
-    target(f"decode {small} (DCT): >= 3x full-size decode", ratio(rate("ours", small), full), 3.0)
+    target(
+        f"decode {small} (DCT; issue 7, replaced by the training view): >= 3x full-size decode",
+        ratio(rate("ours", small), full),
+        3.0,
+    )
     # issue 17
     none16, cpu16 = _find(mine, "ours verify=shard", "none", b16), _find(mine, "ours", "cpu", b16)
-    for what, row, need in (("decode none", none16, 0.5), ("full-size decode", cpu16, 1.0)):
+    warm16 = _find(mine, "ours verify=shard, verified node", "none", b16)
+    for what, row, need in (
+        ("decode none, cold node", none16, 0.5),
+        ("decode none, verified node", warm16, 0.5),
+        ("full-size decode", cpu16, 1.0),
+    ):
         first_at = row.first_batch_s if row else None
         target(
             f"first batch, {what}, batch {b16}: <= {need} s", first_at, need, "{:.2f} s", most=True
         )
-    for mode, name in (("none", "ours verify=shard"), ("cpu", "ours")):
-        for batch in args.batch_sizes:
+    for mode, name, batches in (
+        ("none", "ours verify=shard", args.batch_sizes),
+        ("none", "ours verify=shard, verified node", args.batch_sizes[:1]),
+        ("cpu", "ours", args.batch_sizes),
+    ):
+        for batch in batches:
             row = _find(mine, name, mode, batch)
+            node = " (cold node)" if name == "ours verify=shard" and batch == b16 else ""
+            node = ", verified node" if "verified" in name else node
             target(
-                f"rest of first pass, decode {mode}, batch {batch}: >= 0.8x steady",
+                f"rest of first pass, decode {mode}, batch {batch}{node}: >= 0.8x steady",
                 ratio(row.first_pass_s, row.samples_s) if row else None,
                 0.8,
             )
