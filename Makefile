@@ -43,11 +43,16 @@ run-pandaset: install
 
 # Tests by cost (README "Tests"): tests/unit runs in one process without servers (the inner
 # loop); tests/integration starts processes, servers, browsers and network namespaces.
+# pytest-xdist runs whole files on TEST_WORKERS processes (a file's module fixtures are built
+# once); integration files go first, so the long ones start early and unit files fill in.
+TEST_WORKERS ?= 3
+XDIST := -n $(TEST_WORKERS) --dist loadfile
+
 test: dev
-	$(BIN)/python -m pytest -m "not slow" tests/unit tests/integration
+	$(BIN)/python -m pytest -m "not slow" $(XDIST) tests/integration tests/unit
 
 test-unit: dev
-	$(BIN)/python -m pytest -m "not slow" tests/unit
+	$(BIN)/python -m pytest -m "not slow" $(XDIST) tests/unit
 
 test-all: dev
 	$(BIN)/python -m pytest tests/unit tests/integration
