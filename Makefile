@@ -44,12 +44,12 @@ run-pandaset: install
 # Tests by cost (README "Tests"): tests/unit runs in one process without servers (the inner
 # loop); tests/integration starts processes, servers, browsers and network namespaces.
 # pytest-xdist runs whole files on TEST_WORKERS processes (a file's module fixtures are built
-# once); integration files go first, so the long ones start early and unit files fill in.
+# once), in collection order: each worker runs a subsequence of the one-process order.
 TEST_WORKERS ?= 3
-XDIST := -n $(TEST_WORKERS) --dist loadfile
+XDIST := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 test: dev
-	$(BIN)/python -m pytest -m "not slow" $(XDIST) tests/integration tests/unit
+	$(BIN)/python -m pytest -m "not slow" $(XDIST) tests/unit tests/integration
 
 test-unit: dev
 	$(BIN)/python -m pytest -m "not slow" $(XDIST) tests/unit
