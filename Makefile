@@ -43,11 +43,18 @@ run-pandaset: install
 
 # Tests by cost (README "Tests"): tests/unit runs in one process without servers (the inner
 # loop); tests/integration starts processes, servers, browsers and network namespaces.
+# pytest-xdist runs whole files on TEST_WORKERS processes (a file's module fixtures are built
+# once), in collection order: each worker runs a subsequence of the one-process order.
+# 0 = one process, the default until forked DataLoader workers stop crashing under xdist
+# workers (issue 16); `make test TEST_WORKERS=3` runs three.
+TEST_WORKERS ?= 0
+XDIST := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+
 test: dev
-	$(BIN)/python -m pytest -m "not slow" tests/unit tests/integration
+	$(BIN)/python -m pytest -m "not slow" $(XDIST) tests/unit tests/integration
 
 test-unit: dev
-	$(BIN)/python -m pytest -m "not slow" tests/unit
+	$(BIN)/python -m pytest -m "not slow" $(XDIST) tests/unit
 
 test-all: dev
 	$(BIN)/python -m pytest tests/unit tests/integration

@@ -56,7 +56,7 @@ def env(tmp_path_factory) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("command", ["inspect", "validate"])
-@pytest.mark.parametrize("url", sorted(CASES))
+@pytest.mark.parametrize("url", sorted(CASES), ids=lambda url: url.replace(str(PORT), "PORT"))
 def test_unusable_dataset_url_is_one_line(url, command, env):
     result = subprocess.run(
         [sys.executable, "-m", "platform_lib.cli", "data", command, url],

@@ -26,7 +26,6 @@ from tests.support.datasets import write_index_rows, write_test_dataset
 #: Most the process's peak memory may grow over the whole file, in KiB (ru_maxrss). Not
 #: tracemalloc: its stop() races with pyarrow's threads on Python 3.11 (a crash).
 MAX_GROWTH_KIB = 256 << 10
-BASELINE_KIB = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 FUZZ = settings(
     max_examples=200,
     deadline=2000,
@@ -40,13 +39,20 @@ INT64 = st.one_of(
 
 
 @pytest.fixture(scope="module")
-def dataset(tmp_path_factory) -> tuple[Path, list[dict], pa.Schema, str]:
+def baseline_kib() -> int:
+    """The process's peak memory (KiB) when this file starts: a test worker runs other files
+    before it, whose peaks are not this file's."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory, baseline_kib) -> tuple[Path, list[dict], pa.Schema, str]:
     root = write_test_dataset(tmp_path_factory.mktemp("fuzz") / "data", {"loga": 3, "logb": 3})
     table = pq.read_table(root / "index.parquet")
     return root, table.to_pylist(), table.schema, (root / "manifest.json").read_text()
 
 
-def _open(root: Path, cache: Path) -> None:
+def _open(root: Path, cache: Path, baseline_kib: int) -> None:
     """Open the view; when it opens, every range must lie inside its shard (exact integers)."""
     try:
         view = load_view(str(root), cache_dir=str(cache))
@@ -54,7 +60,7 @@ def _open(root: Path, cache: Path) -> None:
         assert "\n" not in str(exc) and "index.parquet" in str(exc)
         return
     finally:
-        growth = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - BASELINE_KIB
+        growth = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - baseline_kib
         assert growth < MAX_GROWTH_KIB
     for i in range(len(view)):
         lo, size = int(view.sample_offset[i]), int(view.sample_size[i])
@@ -68,7 +74,7 @@ def _open(root: Path, cache: Path) -> None:
 
 @FUZZ
 @given(data=st.data())
-def test_random_index_rows(dataset, tmp_path, data):
+def test_random_index_rows(dataset, baseline_kib, tmp_path, data):
     root, rows, schema, manifest = dataset
     (root / "manifest.json").write_text(manifest)
     rows = copy.deepcopy(rows)
@@ -91,12 +97,12 @@ def test_random_index_rows(dataset, tmp_path, data):
         count = json.loads(manifest)["num_samples"]
         stamped = json.loads((root / "manifest.json").read_text())
         (root / "manifest.json").write_text(json.dumps({**stamped, "num_samples": count}))
-    _open(root, tmp_path / "cache")
+    _open(root, tmp_path / "cache", baseline_kib)
 
 
 @FUZZ
 @given(blob=st.binary(max_size=4096), parquet_magic=st.booleans())
-def test_random_bytes_as_the_index(dataset, tmp_path, blob, parquet_magic):
+def test_random_bytes_as_the_index(dataset, baseline_kib, tmp_path, blob, parquet_magic):
     root, _, _, manifest = dataset
     if parquet_magic:  # reach the Parquet footer parser, not just the magic check
         blob = b"PAR1" + blob + len(blob).to_bytes(4, "little") + b"PAR1"
@@ -109,6 +115,6 @@ def test_random_bytes_as_the_index(dataset, tmp_path, blob, parquet_magic):
     }
     stamped["dataset_hash"] = compute_dataset_hash(stamped["index"]["sha256"], stamped["shards"])
     (root / "manifest.json").write_text(json.dumps(stamped))  # recorded: the parser sees it
-    _open(root, tmp_path / "cache")
+    _open(root, tmp_path / "cache", baseline_kib)
     with pytest.raises(DatasetIndexError):
         read_index(pa.BufferReader(blob), where="fuzz")
