@@ -985,10 +985,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--peers",
-        nargs="+",
+        nargs="*",
         choices=("all", "webdataset", "mosaicml-streaming", "files", "spdl"),
         default=["all"],
-        help="peer readers to measure (mosaicml-streaming and spdl only where importable)",
+        help="peer readers to measure (none: this loader only; mosaicml-streaming and spdl only where importable)",
     )
     parser.add_argument(
         "--memory-rows",
