@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from platform_lib.errors import UserError, format_user_error
 from platform_lib.shards.errors import BuildError
 from platform_lib.shards.split import SPLIT_METHODS
-from platform_lib.sources.catalog import DEFAULT_SPLITS, SOURCE_NAMES
+from platform_lib.sources.catalog import DEFAULT_SPLITS, SOURCE_NAMES, check_raw_folder
 
 if TYPE_CHECKING:  # the manifest module pulls pydantic; keep the CLI import light
     from pydantic import ValidationError
@@ -136,6 +136,8 @@ def _run_build(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         return _config_error(exc, "build")
     input_path = Path(args.input)
+    if args.source != "synthetic" or input_path.exists() or input_path.is_symlink():
+        check_raw_folder(input_path, args.source)  # synthetic: a new folder is generated
     if args.source == "synthetic":
         try:
             note = ensure_synthetic_logs(
@@ -150,12 +152,6 @@ def _run_build(args: argparse.Namespace) -> int:
                 UserError(what, "--num-logs/--frames-per-log/--seed", "give positive sizes")
             )
         print(note, file=sys.stderr)
-    elif not input_path.is_dir():
-        raise UserError(
-            "raw-log folder does not exist",
-            str(input_path),
-            f"pass --input a folder of {args.source} logs",
-        )
     if args.parts == "per-log":  # the pipeline's build: one part per log, then a merge
         from platform_lib.shards.merge import build_part, merge_parts
         from platform_lib.sources.catalog import list_log_urls
