@@ -187,14 +187,24 @@ def _run_build(args: argparse.Namespace) -> int:
 
 
 def check_dataset_folder(dataset: str) -> None:
-    """Fail in one line when a local dataset folder does not exist (before "no manifest.json").
+    """Fail in one line when a local dataset is no folder (before "no manifest.json").
 
     Raises:
-        UserError: `dataset` is a local path that does not exist.
+        UserError: `dataset` is a local path that does not exist, or is not a folder (a file,
+            a FIFO, a device: never opened).
     """
-    if "://" not in dataset and not Path(dataset).exists():
+    if "://" in dataset:
+        return
+    path = Path(dataset)
+    if not path.exists():
         raise UserError(
             "dataset folder does not exist",
+            dataset,
+            "pass the --output folder of `drivetrain data build` (or a dataset URL)",
+        )
+    if not path.is_dir():
+        raise UserError(
+            "not a dataset folder (a dataset is the folder `drivetrain data build` wrote)",
             dataset,
             "pass the --output folder of `drivetrain data build` (or a dataset URL)",
         )

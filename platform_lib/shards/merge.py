@@ -18,6 +18,7 @@ import os
 import shutil
 import sys
 import tempfile
+import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -49,7 +50,7 @@ from platform_lib.sources.catalog import iter_log_frames
 from platform_lib.sources.frame import CLASS_GROUPS, Frame, FrameError
 from platform_lib.sources.hashing import hash_logs
 from platform_lib.sources.raw_files import RawFileChangedError
-from platform_lib.storage import resolve_fs
+from platform_lib.storage import explain_location_error, resolve_fs
 
 __all__ = [
     "PartResult",
@@ -91,12 +92,23 @@ def resolve_part_store(store: str | None = None) -> str:
 
     A cluster points it at object storage (e.g. `s3://bucket/drivetrain/parts`) so that every
     node sees the parts every other node built.
+
+    Raises:
+        UserError: the store URL carries credentials (`user:password@`); the line names the
+            store with the password masked.
     """
-    if store:
-        return store.rstrip("/")
-    env = os.environ.get("DRIVETRAIN_PART_STORE")
-    if env:
-        return env.rstrip("/")
+    given = store or os.environ.get("DRIVETRAIN_PART_STORE")
+    if given:
+        url = urllib.parse.urlsplit(given)
+        if "://" in given and "@" in url.netloc:
+            host = url.netloc.rsplit("@", 1)[1]
+            raise UserError(
+                "the part store URL carries credentials",
+                f"part store {urllib.parse.urlunsplit(url._replace(netloc=f'***@{host}'))}",
+                "remove them from the URL (DRIVETRAIN_PART_STORE) and give them through the "
+                "environment or a profile (AWS_ACCESS_KEY_ID, AWS_PROFILE, ...)",
+            )
+        return given.rstrip("/")
     home = Path(os.environ.get("DRIVETRAIN_HOME") or "~/.drivetrain").expanduser().resolve()
     return str(home / "parts")
 
@@ -136,6 +148,24 @@ def part_key(source: str, log_hash: str, config: BuildConfig) -> str:
         sort_keys=True,
     )
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+@contextlib.contextmanager
+def _naming_store(store: str) -> Iterator[None]:
+    """Raise a storage error of the block as the one-line error naming the part store.
+
+    Without it the command would name its main input (the raw-log folder) as the culprit of
+    an unreachable or misnamed store. Errors that are no storage errors pass unchanged.
+    """
+    try:
+        yield
+    except UserError:
+        raise
+    except Exception as exc:
+        user = explain_location_error(exc, f"part store {store}")
+        if user is None:
+            raise
+        raise user from exc
 
 
 def _then(
@@ -189,10 +219,13 @@ def build_part(
     if log_hash is None:
         [files], [entry] = hash_logs([log_dir])
         log_hash = entry["content_hash"]
-    location = f"{resolve_part_store(store)}/{source}/{part_key(source, log_hash, config)}"
-    fs, path, is_local = resolve_fs(location)
-    if fs.exists(f"{path}/{MANIFEST_NAME}"):
-        problem = part_problem(location)
+    store = resolve_part_store(store)
+    location = f"{store}/{source}/{part_key(source, log_hash, config)}"
+    with _naming_store(store):
+        fs, path, is_local = resolve_fs(location)
+        stored = fs.exists(f"{path}/{MANIFEST_NAME}")
+        problem = part_problem(location) if stored else None
+    if stored:
         if problem is None:
             return PartResult(
                 location=location, log_id=log_dir.name, log_hash=log_hash, built=False
@@ -202,7 +235,8 @@ def build_part(
             "rebuilding it",
             file=sys.stderr,
         )
-        _discard_part(fs, path, is_local)
+        with _naming_store(store):
+            _discard_part(fs, path, is_local)
     if files is None:
         [files], [entry] = hash_logs([log_dir])
         if check_source is None and entry["content_hash"] != log_hash:
@@ -234,9 +268,10 @@ def build_part(
             if not (is_local and fs.exists(f"{path}/{MANIFEST_NAME}")):
                 raise  # else a concurrent builder published the same part first: same bytes
         if not is_local:
-            fs.put(str(local / "shards") + "/", f"{path}/shards/", recursive=True)
-            fs.put_file(str(local / INDEX_NAME), f"{path}/{INDEX_NAME}")
-            fs.put_file(str(local / MANIFEST_NAME), f"{path}/{MANIFEST_NAME}")  # last
+            with _naming_store(store):
+                fs.put(str(local / "shards") + "/", f"{path}/shards/", recursive=True)
+                fs.put_file(str(local / INDEX_NAME), f"{path}/{INDEX_NAME}")
+                fs.put_file(str(local / MANIFEST_NAME), f"{path}/{MANIFEST_NAME}")  # last
     return PartResult(location=location, log_id=log_dir.name, log_hash=log_hash, built=True)
 
 
