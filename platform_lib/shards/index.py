@@ -110,6 +110,7 @@ def read_index(source: str | Path | bytes | Any, *, where: str = "") -> pa.Table
         DatasetIndexError: not Parquet, or the columns or types differ from `INDEX_SCHEMA`;
             names `where`.
     """
+    where = where or (INDEX_NAME if isinstance(source, bytes) else str(source))
     try:
         if isinstance(source, bytes) or hasattr(source, "read"):
             data = source if isinstance(source, bytes) else source.read()
@@ -117,7 +118,7 @@ def read_index(source: str | Path | bytes | Any, *, where: str = "") -> pa.Table
         table = pq.read_table(source)
     except (pa.ArrowException, OSError) as exc:
         raise DatasetIndexError(
-            f"{where or source}: not a readable Parquet index ({' '.join(str(exc).split())}); "
+            f"{where}: not a readable Parquet index ({' '.join(str(exc).split())}); "
             "rebuild the dataset"
         ) from exc
     schema = next(
@@ -129,14 +130,12 @@ def read_index(source: str | Path | bytes | Any, *, where: str = "") -> pa.Table
         actual = {f.name: str(f.type) for f in table.schema}
         diff = sorted(set(expected.items()) ^ set(actual.items()))
         raise DatasetIndexError(
-            f"{where or source}: index schema differs from docs/format.md "
+            f"{where}: index schema differs from docs/format.md "
             f"(differing columns: {diff}); rebuild the dataset"
         )
     nulls = [name for name in table.column_names if table.column(name).null_count]
     if nulls:
-        raise DatasetIndexError(
-            f"{where or source}: columns {nulls} hold nulls; rebuild the dataset"
-        )
+        raise DatasetIndexError(f"{where}: columns {nulls} hold nulls; rebuild the dataset")
     return table if table.schema.equals(schema, check_metadata=False) else table.cast(schema)
 
 

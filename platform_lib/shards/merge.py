@@ -285,7 +285,9 @@ def part_problem(location: str) -> str | None:
     fs, path, is_local = resolve_fs(location)
     try:
         manifest = load_manifest(location)
-        files = [(manifest.index.path, manifest.index.bytes, manifest.index.sha256)]
+        files: list[tuple[str, int, str]] = [
+            (manifest.index.path, manifest.index.bytes, manifest.index.sha256)
+        ]
         files += [(s.path, s.bytes, s.sha256) for s in manifest.shards]
         for name, size, sha256 in files:
             file = dataset_file(path, name, is_local=is_local)
