@@ -321,7 +321,10 @@ def _discard_part(fs: Any, path: str, is_local: bool) -> None:
         fs.rm(path, recursive=True)
         return
     aside = f"{path}.discarded-{uuid.uuid4().hex[:12]}"
-    os.rename(path, aside)
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return  # a concurrent builder discarded it first
     shutil.rmtree(aside)
 
 
