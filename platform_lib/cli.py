@@ -16,10 +16,10 @@ import functools
 import sys
 from collections.abc import Callable, Sequence
 
-from platform_lib.errors import UserError, to_user_error
+from platform_lib.errors import UserError, format_user_error, to_user_error
 from platform_lib.loading.commands import add_plan_command
 from platform_lib.logs import report_user_error, setup_logging
-from platform_lib.redact import redact, redacted_output, register_uri_secrets
+from platform_lib.redact import redacted_output, register_uri_secrets
 from platform_lib.shards.commands import add_data_commands
 from platform_lib.telemetry.commands import add_goodput_commands
 from platform_lib.triage.commands import add_triage_command
@@ -37,12 +37,16 @@ COMMAND_GROUPS: list[Callable[[argparse._SubParsersAction], None]] = [
 
 
 class _Parser(argparse.ArgumentParser):
-    """An argument parser whose usage errors are redacted (a bad value may be a URL with a password)."""
+    """An argument parser whose usage errors are one redacted line (a bad value may be a URL with a password)."""
 
     def error(self, message: str):
-        """Print the usage and the redacted `message`; exit with status 2 (argparse's hook)."""
-        self.print_usage(sys.stderr)
-        self.exit(2, redact(f"{self.prog}: error: {message}\n"))
+        """Print `message` as one line `error: ... (<command>): see <command> --help`; exit 2.
+
+        argparse's hook; the usage is left to `--help` (a bad argument is one line, as every
+        other error).
+        """
+        line = format_user_error(UserError(message, self.prog, f"see `{self.prog} --help`"))
+        self.exit(2, line + "\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -2,7 +2,7 @@
 
 `report_user_error` prints the one line `error: <what> (<culprit>): <what to do>` on stderr and
 logs the traceback to `$DRIVETRAIN_HOME/logs/errors.log` only (the `drivetrain.errors` logger's
-file handler, opened at the first report). Library modules log diagnostics with
+file handler, opened at the first report; the file is mode 0600, its folder created 0700). Library modules log diagnostics with
 `logging.getLogger(__name__)` and use `warnings.warn` only for warnings to their caller.
 """
 
@@ -46,7 +46,10 @@ def _errors_handler() -> Path | None:
         ERRORS_LOGGER.removeHandler(handler)  # DRIVETRAIN_HOME changed since
         handler.close()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600))
+        if path.stat().st_uid == os.getuid():
+            path.chmod(0o600)  # one created before this rule: tracebacks are this user's only
         handler = logging.FileHandler(path, encoding="utf-8")
     except OSError:
         return None

@@ -27,6 +27,7 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from tqdm import tqdm
 
+from platform_lib.errors import UserError
 from platform_lib.fsguard import hold_owner_lock, remove_if_orphaned
 from platform_lib.shards.build_report import BadFrames
 from platform_lib.shards.errors import BuildError
@@ -178,11 +179,22 @@ def stage_output(output: Path) -> Iterator[Path]:
     Orphaned staging folders of `output` are swept first (`sweep_staging`). The folder holds
     this process's owner lock; on leaving the block the folder (if not published by
     `publish_staging`) is removed and the lock released.
+
+    Raises:
+        UserError: this user may not create folders beside `output` (names `output`).
     """
-    output.parent.mkdir(parents=True, exist_ok=True)
-    sweep_staging(output)
     staging = output.parent / f".{output.name}.staging-{os.getpid()}-{secrets.token_hex(4)}"
-    staging.mkdir()
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        sweep_staging(output)
+        staging.mkdir()
+    except PermissionError:  # name the output, not the hidden staging folder
+        raise UserError(
+            f"permission denied: user {os.getuid()} may not create the output in its parent "
+            f"folder {output.parent}",
+            str(output),
+            "give this user write access to that folder or choose another output (--output)",
+        ) from None
     lock_fd = hold_owner_lock(staging / _OWNER_LOCK)
     try:
         yield staging

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from platform_lib.errors import UserError, format_user_error
 from platform_lib.shards.errors import BuildError
 from platform_lib.shards.split import SPLIT_METHODS
-from platform_lib.sources.catalog import DEFAULT_SPLITS, SOURCE_NAMES
+from platform_lib.sources.catalog import DEFAULT_SPLITS, SOURCE_NAMES, check_raw_folder
 
 if TYPE_CHECKING:  # the manifest module pulls pydantic; keep the CLI import light
     from pydantic import ValidationError
@@ -136,6 +136,8 @@ def _run_build(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         return _config_error(exc, "build")
     input_path = Path(args.input)
+    if args.source != "synthetic" or input_path.exists() or input_path.is_symlink():
+        check_raw_folder(input_path, args.source)  # synthetic: a new folder is generated
     if args.source == "synthetic":
         try:
             note = ensure_synthetic_logs(
@@ -150,12 +152,6 @@ def _run_build(args: argparse.Namespace) -> int:
                 UserError(what, "--num-logs/--frames-per-log/--seed", "give positive sizes")
             )
         print(note, file=sys.stderr)
-    elif not input_path.is_dir():
-        raise UserError(
-            "raw-log folder does not exist",
-            str(input_path),
-            f"pass --input a folder of {args.source} logs",
-        )
     if args.parts == "per-log":  # the pipeline's build: one part per log, then a merge
         from platform_lib.shards.merge import build_part, merge_parts
         from platform_lib.sources.catalog import list_log_urls
@@ -191,14 +187,24 @@ def _run_build(args: argparse.Namespace) -> int:
 
 
 def check_dataset_folder(dataset: str) -> None:
-    """Fail in one line when a local dataset folder does not exist (before "no manifest.json").
+    """Fail in one line when a local dataset is no folder (before "no manifest.json").
 
     Raises:
-        UserError: `dataset` is a local path that does not exist.
+        UserError: `dataset` is a local path that does not exist, or is not a folder (a file,
+            a FIFO, a device: never opened).
     """
-    if "://" not in dataset and not Path(dataset).exists():
+    if "://" in dataset:
+        return
+    path = Path(dataset)
+    if not path.exists():
         raise UserError(
             "dataset folder does not exist",
+            dataset,
+            "pass the --output folder of `drivetrain data build` (or a dataset URL)",
+        )
+    if not path.is_dir():
+        raise UserError(
+            "not a dataset folder (a dataset is the folder `drivetrain data build` wrote)",
             dataset,
             "pass the --output folder of `drivetrain data build` (or a dataset URL)",
         )

@@ -101,8 +101,8 @@ def _same_schema(a: pa.Schema, b: pa.Schema) -> bool:
     return a.names == b.names and all(_same_type(f.type, g.type) for f, g in zip(a, b, strict=True))
 
 
-def read_index(source: str | Path | Any, *, where: str = "") -> pa.Table:
-    """Read index.parquet (a path or an open binary file) and check its Arrow schema.
+def read_index(source: str | Path | bytes | Any, *, where: str = "") -> pa.Table:
+    """Read index.parquet (a path, its bytes or an open binary file) and check its Arrow schema.
 
     Indexes built before members carried `xxh3_64` (`INDEX_SCHEMA_WITHOUT_XXH3`) are accepted.
 
@@ -110,11 +110,15 @@ def read_index(source: str | Path | Any, *, where: str = "") -> pa.Table:
         DatasetIndexError: not Parquet, or the columns or types differ from `INDEX_SCHEMA`;
             names `where`.
     """
+    where = where or (INDEX_NAME if isinstance(source, bytes) else str(source))
     try:
+        if isinstance(source, bytes) or hasattr(source, "read"):
+            data = source if isinstance(source, bytes) else source.read()
+            source = pa.BufferReader(_arrow_owned(data))
         table = pq.read_table(source)
     except (pa.ArrowException, OSError) as exc:
         raise DatasetIndexError(
-            f"{where or source}: not a readable Parquet index ({' '.join(str(exc).split())}); "
+            f"{where}: not a readable Parquet index ({' '.join(str(exc).split())}); "
             "rebuild the dataset"
         ) from exc
     schema = next(
@@ -126,14 +130,12 @@ def read_index(source: str | Path | Any, *, where: str = "") -> pa.Table:
         actual = {f.name: str(f.type) for f in table.schema}
         diff = sorted(set(expected.items()) ^ set(actual.items()))
         raise DatasetIndexError(
-            f"{where or source}: index schema differs from docs/format.md "
+            f"{where}: index schema differs from docs/format.md "
             f"(differing columns: {diff}); rebuild the dataset"
         )
     nulls = [name for name in table.column_names if table.column(name).null_count]
     if nulls:
-        raise DatasetIndexError(
-            f"{where or source}: columns {nulls} hold nulls; rebuild the dataset"
-        )
+        raise DatasetIndexError(f"{where}: columns {nulls} hold nulls; rebuild the dataset")
     return table if table.schema.equals(schema, check_metadata=False) else table.cast(schema)
 
 
@@ -220,7 +222,21 @@ def load_index(
             f"{where}: sha256 differs from the manifest's index sha256 {entry.sha256} (replaced "
             "or corrupt index); rebuild the dataset or restore the manifest's index.parquet"
         )
-    return read_index(pa.BufferReader(data), where=where), hashed
+    return read_index(data, where=where), hashed
+
+
+def _arrow_owned(data: bytes) -> pa.Buffer:
+    """A copy of `data` in memory Arrow owns, for parsing on Arrow's thread pool.
+
+    `pq.read_table` scans on Arrow's threads, which may drop the last reference to their
+    source after the call returned; a source over a Python object (`bytes`) then takes the GIL
+    on that thread, and if the interpreter is exiting by then (a script whose dataset was just
+    refused) the thread is ended inside a C++ destructor: "terminate called without an active
+    exception", exit 134. Memory Arrow owns is freed without the GIL.
+    """
+    buffer = pa.allocate_buffer(len(data))
+    memoryview(buffer).cast("B")[:] = data
+    return buffer
 
 
 def check_index_table(table: pa.Table, manifest: Manifest, *, where: str) -> None:

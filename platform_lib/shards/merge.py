@@ -15,12 +15,18 @@ import hashlib
 import io
 import json
 import os
+import shutil
+import sys
 import tempfile
+import urllib.parse
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from platform_lib.errors import UserError
+from platform_lib.fsguard import iter_chunks, open_regular
 from platform_lib.shards.build import (
     BuildConfig,
     assign_row_splits,
@@ -30,22 +36,30 @@ from platform_lib.shards.build import (
     write_dataset,
     write_index_and_manifest,
 )
-from platform_lib.shards.errors import BuildError
+from platform_lib.shards.errors import BuildError, DatasetError
 from platform_lib.shards.index import INDEX_NAME, read_index
 from platform_lib.shards.manifest import (
     FORMAT_VERSION,
     MANIFEST_NAME,
     Manifest,
     builder_version,
+    dataset_file,
     load_manifest,
 )
 from platform_lib.sources.catalog import iter_log_frames
 from platform_lib.sources.frame import CLASS_GROUPS, Frame, FrameError
 from platform_lib.sources.hashing import hash_logs
 from platform_lib.sources.raw_files import RawFileChangedError
-from platform_lib.storage import resolve_fs
+from platform_lib.storage import explain_location_error, resolve_fs
 
-__all__ = ["PartResult", "build_part", "merge_parts", "part_key", "resolve_part_store"]
+__all__ = [
+    "PartResult",
+    "build_part",
+    "merge_parts",
+    "part_key",
+    "part_problem",
+    "resolve_part_store",
+]
 
 #: Settings of `BuildConfig` that do not shape a part's bytes (splits are assigned at merge).
 _MERGE_ONLY_FIELDS = (
@@ -70,7 +84,7 @@ class PartResult:
     log_hash: str
     """the raw log's content hash (`platform_lib.sources.hashing.hash_raw_log`)"""
     built: bool
-    """False when the part was already in the store (nothing was read or written)"""
+    """False when the part was already in the store and whole (read to check, nothing written)"""
 
 
 def resolve_part_store(store: str | None = None) -> str:
@@ -78,12 +92,23 @@ def resolve_part_store(store: str | None = None) -> str:
 
     A cluster points it at object storage (e.g. `s3://bucket/drivetrain/parts`) so that every
     node sees the parts every other node built.
+
+    Raises:
+        UserError: the store URL carries credentials (`user:password@`); the line names the
+            store with the password masked.
     """
-    if store:
-        return store.rstrip("/")
-    env = os.environ.get("DRIVETRAIN_PART_STORE")
-    if env:
-        return env.rstrip("/")
+    given = store or os.environ.get("DRIVETRAIN_PART_STORE")
+    if given:
+        url = urllib.parse.urlsplit(given)
+        if "://" in given and "@" in url.netloc:
+            host = url.netloc.rsplit("@", 1)[1]
+            raise UserError(
+                "the part store URL carries credentials",
+                f"part store {urllib.parse.urlunsplit(url._replace(netloc=f'***@{host}'))}",
+                "remove them from the URL (DRIVETRAIN_PART_STORE) and give them through the "
+                "environment or a profile (AWS_ACCESS_KEY_ID, AWS_PROFILE, ...)",
+            )
+        return given.rstrip("/")
     home = Path(os.environ.get("DRIVETRAIN_HOME") or "~/.drivetrain").expanduser().resolve()
     return str(home / "parts")
 
@@ -123,6 +148,24 @@ def part_key(source: str, log_hash: str, config: BuildConfig) -> str:
         sort_keys=True,
     )
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+@contextlib.contextmanager
+def _naming_store(store: str) -> Iterator[None]:
+    """Raise a storage error of the block as the one-line error naming the part store.
+
+    Without it the command would name its main input (the raw-log folder) as the culprit of
+    an unreachable or misnamed store. Errors that are no storage errors pass unchanged.
+    """
+    try:
+        yield
+    except UserError:
+        raise
+    except Exception as exc:
+        user = explain_location_error(exc, f"part store {store}")
+        if user is None:
+            raise
+        raise user from exc
 
 
 def _then(
@@ -176,10 +219,24 @@ def build_part(
     if log_hash is None:
         [files], [entry] = hash_logs([log_dir])
         log_hash = entry["content_hash"]
-    location = f"{resolve_part_store(store)}/{source}/{part_key(source, log_hash, config)}"
-    fs, path, is_local = resolve_fs(location)
-    if fs.exists(f"{path}/{MANIFEST_NAME}"):
-        return PartResult(location=location, log_id=log_dir.name, log_hash=log_hash, built=False)
+    store = resolve_part_store(store)
+    location = f"{store}/{source}/{part_key(source, log_hash, config)}"
+    with _naming_store(store):
+        fs, path, is_local = resolve_fs(location)
+        stored = fs.exists(f"{path}/{MANIFEST_NAME}")
+        problem = part_problem(location) if stored else None
+    if stored:
+        if problem is None:
+            return PartResult(
+                location=location, log_id=log_dir.name, log_hash=log_hash, built=False
+            )
+        print(
+            f"warning: stored part of log {log_dir.name} is not whole ({location}: {problem}); "
+            "rebuilding it",
+            file=sys.stderr,
+        )
+        with _naming_store(store):
+            _discard_part(fs, path, is_local)
     if files is None:
         [files], [entry] = hash_logs([log_dir])
         if check_source is None and entry["content_hash"] != log_hash:
@@ -211,20 +268,80 @@ def build_part(
             if not (is_local and fs.exists(f"{path}/{MANIFEST_NAME}")):
                 raise  # else a concurrent builder published the same part first: same bytes
         if not is_local:
-            fs.put(str(local / "shards") + "/", f"{path}/shards/", recursive=True)
-            fs.put_file(str(local / INDEX_NAME), f"{path}/{INDEX_NAME}")
-            fs.put_file(str(local / MANIFEST_NAME), f"{path}/{MANIFEST_NAME}")  # last
+            with _naming_store(store):
+                fs.put(str(local / "shards") + "/", f"{path}/shards/", recursive=True)
+                fs.put_file(str(local / INDEX_NAME), f"{path}/{INDEX_NAME}")
+                fs.put_file(str(local / MANIFEST_NAME), f"{path}/{MANIFEST_NAME}")  # last
     return PartResult(location=location, log_id=log_dir.name, log_hash=log_hash, built=True)
 
 
-def _relative_location(part: str, output: Path) -> str:
-    """`part` relative to the dataset root when it lies inside it, else `part` unchanged."""
-    if "://" in part:
-        return part
+def part_problem(location: str) -> str | None:
+    """Return what is wrong with the stored part at `location`, or None when it is whole.
+
+    A part is whole when its manifest loads, its index and every shard it lists are regular
+    files inside the part folder (no link out of it) and have the size and sha256 the part's
+    own manifest records. Every shard byte is read (a flipped byte is found).
+    """
+    fs, path, is_local = resolve_fs(location)
     try:
-        return Path(part).resolve().relative_to(output).as_posix()
+        manifest = load_manifest(location)
+        files: list[tuple[str, int, str]] = [
+            (manifest.index.path, manifest.index.bytes, manifest.index.sha256)
+        ]
+        files += [(s.path, s.bytes, s.sha256) for s in manifest.shards]
+        for name, size, sha256 in files:
+            file = dataset_file(path, name, is_local=is_local)
+            digest, got = hashlib.sha256(), 0
+            if is_local:
+                fd = open_regular(file, root=path)
+                try:
+                    for chunk in iter_chunks(fd, file):
+                        digest.update(chunk)
+                        got += len(chunk)
+                finally:
+                    os.close(fd)
+            else:
+                with fs.open(file, "rb") as stream:
+                    while chunk := stream.read(1 << 20):
+                        digest.update(chunk)
+                        got += len(chunk)
+            if got != size or digest.hexdigest() != sha256:
+                return (
+                    f"{name} is {got} bytes of sha256 {digest.hexdigest()[:12]}, "
+                    f"its manifest says {size} bytes of {sha256[:12]}"
+                )
+    except (UserError, DatasetError, FileNotFoundError) as exc:
+        return " ".join(str(exc).split())
+    return None
+
+
+def _discard_part(fs: Any, path: str, is_local: bool) -> None:
+    """Remove the stored part at `path` (a local one is first moved aside, atomically)."""
+    if not is_local:
+        fs.rm(path, recursive=True)
+        return
+    aside = f"{path}.discarded-{uuid.uuid4().hex[:12]}"
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return  # a concurrent builder discarded it first
+    shutil.rmtree(aside)
+
+
+def _relative_location(part: str, name: str, output: Path) -> str:
+    """Return where the part file `name` is, for a merged manifest's shard `location`.
+
+    Relative to the dataset root when the part lies inside it, else the part folder's absolute
+    path joined with `name`: only the folder is resolved, never the file, so a link in the part
+    is not followed into the manifest.
+    """
+    if "://" in part:
+        return f"{part}/{name}"
+    folder = Path(part).resolve()
+    try:
+        return (folder.relative_to(output) / name).as_posix()
     except ValueError:
-        return str(Path(part).resolve())
+        return str(folder / name)
 
 
 def _read_part(location: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -234,7 +351,9 @@ def _read_part(location: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
             f"part {location} holds {len(manifest.get('source_logs', []))} logs, "
             "a part holds exactly one; rebuild it with build_part"
         )
-    fs, path, _ = resolve_fs(location)
+    fs, path, is_local = resolve_fs(location)
+    for entry in manifest["shards"]:  # a link out of the part would be recorded as the part's
+        dataset_file(path, entry.get("location") or entry["path"], is_local=is_local)
     data = fs.cat_file(f"{path}/{manifest['index']['path']}")
     if hashlib.sha256(data).hexdigest() != manifest["index"]["sha256"]:
         raise BuildError(
@@ -306,7 +425,7 @@ def merge_parts(
                     **entry,
                     "path": f"shards/shard-{len(shards):06d}.tar",
                     "location": _relative_location(
-                        f"{where}/{entry.get('location') or entry['path']}", output
+                        where, entry.get("location") or entry["path"], output
                     ),
                 }
             )

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_SPLITS",
     "SOURCE_NAMES",
+    "check_raw_folder",
     "check_source",
     "find_log_folders",
     "iter_log_frames",
@@ -165,6 +166,42 @@ def read_frames(source: str, root: str | os.PathLike[str]) -> Iterator[Frame]:
             yield item
 
 
+def check_raw_folder(path: str | os.PathLike[str], source: str, *, flag: str = "--input") -> None:
+    """Fail in one line naming `path` unless it is a local folder this user can list.
+
+    Checked before any log in it is looked for, so that the error names the folder itself, not
+    a file inside it that could not be opened (or that does not exist).
+
+    Args:
+        path: the local raw-log folder.
+        source: its raw-log format, for the fix.
+        flag: how the user passed it (`--input`, `raw_logs`).
+
+    Raises:
+        UserError: the path does not exist, is not a folder, or may not be listed.
+    """
+    folder = Path(path)
+    if not folder.exists():
+        raise UserError(
+            "raw-log folder does not exist", str(path), f"pass {flag} a folder of {source} logs"
+        )
+    if not folder.is_dir():
+        raise UserError(
+            f"{flag} is not a folder",
+            str(path),
+            f"pass {flag} the folder that holds the {source} logs",
+        )
+    try:
+        with os.scandir(folder) as entries:
+            next(entries, None)
+    except PermissionError:
+        raise UserError(
+            f"permission denied: user {os.getuid()} may not list this raw-log folder",
+            str(path),
+            "give this user read and search access to it (chmod, chown, ACLs) or use another path",
+        ) from None
+
+
 def list_log_urls(source: str, location: str) -> list[str]:
     """Return one folder path or URL per raw log of `source` at `location`, sorted by log id.
 
@@ -172,8 +209,8 @@ def list_log_urls(source: str, location: str) -> list[str]:
     or one log folder). On object storage every non-hidden sub-folder is a log.
 
     Raises:
-        UserError: unknown source, or the location is not a folder or holds no logs (culprit:
-            the location).
+        UserError: unknown source, or the location is not a folder, may not be listed or holds
+            no logs (culprit: the location).
         StorageAccessError / StorageUnreachableError: from `platform_lib.storage`.
     """
     from platform_lib.sources.hashing import resolve_raw_folder
@@ -182,6 +219,7 @@ def list_log_urls(source: str, location: str) -> list[str]:
     check_source(source)
     fs, root, local = resolve_raw_folder(location)
     if local:
+        check_raw_folder(root, source, flag="raw_logs")
         try:
             return [str(p) for p in list_logs(source, root)]
         except (FileNotFoundError, NotADirectoryError) as exc:
