@@ -48,3 +48,29 @@ def test_corrupt_val_shard_is_one_line(
     assert "\n" not in message, message[-3000:]
     assert key in message and f"({registered})" in message, message
     assert counted["evaluate_version"] == 1, counted
+
+
+def test_pipeline_evaluation_of_a_corrupt_val_shard_is_one_line(local_flyte: Path) -> None:
+    from flytekit.types.directory import FlyteDirectory
+    from safetensors.torch import save_file
+
+    from platform_lib.models.catalog import build_model
+    from platform_lib.training.presets import get_preset
+    from platform_lib.zoo.dataset import build_golden_dataset
+    from tasks.evaluate import evaluate_model
+
+    dataset = build_golden_dataset(local_flyte / "golden")
+    run = local_flyte / "run"
+    run.mkdir()
+    state = build_model("bev_fusion_small").state_dict()
+    save_file({k: v.contiguous() for k, v in state.items()}, str(run / "model.safetensors"))
+    key = _flip_a_val_byte(dataset)
+    with pytest.raises(Exception) as caught:  # noqa: PT011 - flytekit's wrapper; text checked
+        evaluate_model(
+            dataset=FlyteDirectory(str(dataset)),
+            run=FlyteDirectory(str(run)),
+            config=get_preset("small"),
+        )
+    message = str(caught.value).strip()
+    assert message.startswith("error: ") and "\n" not in message, message[-3000:]
+    assert key in message and f"({dataset})" in message, message
