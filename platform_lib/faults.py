@@ -5,9 +5,12 @@
 A JSON list of faults (crash, kill, hang, nan, sigterm, kill_in_save, storage_error, disk_full,
 batch_delay; what each does and its fields: docs/faults.md), each firing once on rank `rank`
 at optimizer step `step` of elastic attempt `attempt`. `train()` installs its rank's
-`FaultPlan` (`FaultPlan.from_env`: read once per process; unknown kinds or fields raise
-ValueError naming the variable) in the loop's injection seam (`platform_lib.training.hooks`);
-a test may pass one to `train(..., hooks=[...])`. For tests and game days only.
+`FaultPlan` (`FaultPlan.from_env`: read once per process) in the loop's injection seam
+(`platform_lib.training.hooks`); a test may pass one to `train(..., hooks=[...])`. A bad value
+(not a JSON list of objects, an unknown kind or field, a value out of range, a rank beyond the
+world size) raises `FaultSpecError`, one line naming the variable; the training pipeline checks
+the variable in its first task (`check_faults`), before anything is built or trained. For tests
+and game days only.
 """
 
 from __future__ import annotations
@@ -26,16 +29,46 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 from pydantic_core import ErrorDetails
 
-__all__ = ["ENV_VAR", "KINDS", "FaultPlan", "FaultSpec", "InjectedFault"]
+from platform_lib.errors import UserError
+
+__all__ = [
+    "ENV_VAR",
+    "KINDS",
+    "FaultPlan",
+    "FaultSpec",
+    "FaultSpecError",
+    "InjectedFault",
+    "check_faults",
+    "record_faults",
+    "skipped_faults_warning",
+]
 
 ENV_VAR = "DRIVETRAIN_FAULTS"
+#: In a run folder: the value of the variable the run trained with, and when it started.
+RECORD = "faults.json"
 STEP_KINDS = ("crash", "kill", "hang", "nan", "sigterm")
 SAVE_KINDS = ("kill_in_save", "storage_error", "disk_full")
 KINDS = (*STEP_KINDS, *SAVE_KINDS, "batch_delay")
 
 
+#: How a valid value looks (in every error about the variable).
+EXAMPLE = '[{"kind": "kill", "rank": 1, "step": 7}]'
+
+
 class InjectedFault(RuntimeError):
     """The `crash` fault: an exception raised on purpose."""
+
+
+class FaultSpecError(UserError):
+    """`DRIVETRAIN_FAULTS` is not a valid fault list; `str()` is one line naming the variable."""
+
+    def __init__(self, what: str) -> None:
+        """Name the variable as the culprit and say how to fix it."""
+        super().__init__(
+            what,
+            ENV_VAR,
+            f"fix or unset the variable: a JSON list like {EXAMPLE} (kinds, fields: docs/faults.md)",
+        )
 
 
 class FaultSpec(BaseModel):
@@ -45,8 +78,9 @@ class FaultSpec(BaseModel):
 
     kind: str
     """one of KINDS (see the module docstring)"""
-    step: int = Field(ge=1)
-    """optimizer step (1-based) at whose start, or at whose checkpoint save, it fires"""
+    step: int = Field(None, ge=1)  # type: ignore[assignment]  # required but for batch_delay
+    """optimizer step (1-based) at whose start, or at whose checkpoint save, it fires;
+    batch_delay: 1 (its default: it holds every batch from the first)"""
     rank: int = Field(0, ge=0)
     """global rank it fires on"""
     attempt: int = Field(0, ge=0)
@@ -64,10 +98,15 @@ class FaultSpec(BaseModel):
     def _check_kind(self) -> FaultSpec:
         if self.kind not in KINDS:
             raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
-        if self.kind == "batch_delay" and not (self.seconds > 0 and self.step == 1):
-            raise ValueError(
-                f"batch_delay needs seconds > 0 and step 1, got {self.seconds}, {self.step}"
-            )
+        if self.kind == "batch_delay":
+            if self.step is None:
+                object.__setattr__(self, "step", 1)  # frozen; pydantic's own validation is done
+            if not (self.seconds > 0 and self.step == 1):
+                raise ValueError(
+                    f"batch_delay needs seconds > 0 and step 1, got {self.seconds}, {self.step}"
+                )
+        elif self.step is None:
+            raise ValueError(f"{self.kind} needs step (the 1-based optimizer step it fires at)")
         return self
 
 
@@ -82,6 +121,91 @@ def _describe(error: ErrorDetails) -> str:
 
 
 _FAULT_LIST = TypeAdapter(list[FaultSpec])
+
+
+def check_faults(
+    environ: dict[str, str] | None = None, *, world_size: int | None = None
+) -> list[FaultSpec]:
+    """Return the faults `DRIVETRAIN_FAULTS` asks for (unset or empty: none).
+
+    Args:
+        environ: the environment to read; default `os.environ`.
+        world_size: the run's number of ranks, once known: a fault on a rank beyond it is
+            refused (it would never fire).
+
+    Raises:
+        FaultSpecError: the value is not JSON, not a list of objects, names an unknown kind
+            or field, has a value of the wrong type or out of range, or a rank >= world_size.
+    """
+    text = (os.environ if environ is None else environ).get(ENV_VAR, "").strip()
+    if not text:
+        return []
+    try:
+        items = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise FaultSpecError(f"value is not JSON ({error.msg} at character {error.pos})") from None
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise FaultSpecError(f"value must be a JSON list of objects, got {text[:80]!r}")
+    try:
+        faults = _FAULT_LIST.validate_python(items)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"fault {e['loc'][0]}: {_describe(e)}" for e in error.errors(include_url=False)
+        )
+        raise FaultSpecError(f"invalid fault list: {problems}") from None
+    for index, fault in enumerate(faults):
+        if world_size is not None and fault.rank >= world_size:
+            raise FaultSpecError(
+                f"fault {index} ({fault.kind}) is on rank {fault.rank}, but the run has "
+                f"{world_size} rank(s) (0..{world_size - 1}): it would never fire"
+            )
+    return faults
+
+
+def record_faults(run_dir: str | os.PathLike[str], environ: dict[str, str] | None = None) -> None:
+    """Write `RECORD` in `run_dir`: the variable's value this training saw and when (s since epoch).
+
+    A cached training output was trained by an earlier run; `skipped_faults_warning` compares
+    this record with the time the pipeline checked the variable.
+    """
+    text = (os.environ if environ is None else environ).get(ENV_VAR, "").strip()
+    record = {"faults": text, "started_at": time.time()}
+    path = os.path.join(run_dir, RECORD)
+    with open(f"{path}.tmp", "w", encoding="utf-8") as out:
+        json.dump(record, out)
+    os.replace(f"{path}.tmp", path)
+
+
+def skipped_faults_warning(
+    run: str, checked_at: float, environ: dict[str, str] | None = None
+) -> str | None:
+    """Return a warning line when `DRIVETRAIN_FAULTS` is set but the run did not train with it.
+
+    Args:
+        run: the training task's run folder (local path or fsspec URL).
+        checked_at: when this pipeline checked the variable (`time.time()`), before training:
+            a run that started earlier (or has no `RECORD`) is a cached output of an earlier run.
+        environ: the environment to read; default `os.environ`.
+
+    Returns:
+        The warning line, or None when the variable is unset or the run trained with it.
+    """
+    if not (os.environ if environ is None else environ).get(ENV_VAR, "").strip():
+        return None
+    import fsspec  # a run folder may be on object storage
+
+    try:
+        with fsspec.open(f"{run.rstrip('/')}/{RECORD}", "rb") as file:
+            started = float(json.loads(file.read())["started_at"])
+    except (OSError, ValueError, KeyError, TypeError):
+        started = None  # trained before runs recorded it
+    if started is not None and started >= checked_at:
+        return None
+    return (
+        f"warning: {ENV_VAR} is set but no fault was injected: train_model was a cache hit (its "
+        "output was trained by an earlier run); to inject faults, change the seed or the "
+        "overrides, or run with --overwrite-cache"
+    )
 
 
 class _FaultyStream:
@@ -156,31 +280,19 @@ class FaultPlan:
         self._left = {id(f): f.times for f in self.faults}
 
     @classmethod
-    def from_env(cls, *, rank: int, environ: dict[str, str] | None = None) -> FaultPlan:
-        """Parse `DRIVETRAIN_FAULTS` (empty or unset: no faults).
+    def from_env(
+        cls,
+        *,
+        rank: int,
+        environ: dict[str, str] | None = None,
+        world_size: int | None = None,
+    ) -> FaultPlan:
+        """Parse `DRIVETRAIN_FAULTS` (empty or unset: no faults); see `check_faults`.
 
         Raises:
-            ValueError: the value is not a JSON list of fault objects, or names an unknown
-                kind or field.
+            FaultSpecError: a bad value (a `ValueError`), in one line naming the variable.
         """
-        text = (os.environ if environ is None else environ).get(ENV_VAR, "").strip()
-        if not text:
-            return cls([], rank=rank)
-        try:
-            items = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise ValueError(
-                f"{ENV_VAR} is not JSON ({error}); expected e.g. "
-                '[{"kind": "kill", "rank": 1, "step": 7}]'
-            ) from error
-        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
-            raise ValueError(f"{ENV_VAR} must be a JSON list of objects, got {text!r}")
-        try:
-            faults = _FAULT_LIST.validate_python(items)
-        except ValidationError as error:
-            problems = "; ".join(_describe(e) for e in error.errors())
-            raise ValueError(f"invalid fault in {ENV_VAR}: {problems}") from None
-        return cls(faults, rank=rank)
+        return cls(check_faults(environ, world_size=world_size), rank=rank)
 
     def __bool__(self) -> bool:
         return bool(self.faults)

@@ -21,6 +21,8 @@ from platform_lib.registry.model_eval import (
     resolve_model_version,
     summarize,
 )
+from platform_lib.shards.check import explain_dataset_error
+from platform_lib.shards.errors import DatasetError
 from platform_lib.storage import fetch_folder
 from tasks.errors import task_errors
 from tasks.image import TASK_IMAGE
@@ -100,6 +102,9 @@ def evaluate_version(
                 dataset,
                 "publish datasets to new folders, then run the evaluation again",
             )
-        result = evaluate_model_version(model_version, local, spec, split=split)
+        try:
+            result = evaluate_model_version(model_version, local, spec, split=split)
+        except DatasetError as exc:  # e.g. a shard whose bytes differ from its index
+            raise explain_dataset_error(exc, dataset) from exc
         attach_evaluation(result)
         return summarize(result)

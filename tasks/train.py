@@ -12,6 +12,8 @@ docs/goodput.md.
 from __future__ import annotations
 
 import os
+import sys
+import time
 from pathlib import Path
 
 from flytekit import Cache, PodTemplate, Resources, task
@@ -21,6 +23,7 @@ from flytekit.types.directory import FlyteDirectory
 from flytekitplugins.kfpytorch import Elastic
 from kubernetes.client import V1PodSpec, V1Toleration
 
+from platform_lib.faults import check_faults, skipped_faults_warning
 from platform_lib.shards.manifest import load_manifest
 from platform_lib.training.checkpoint import make_run_dir
 from platform_lib.training.config import TrainConfig, hash_config
@@ -35,6 +38,8 @@ from tasks.triage import explain_failures
 
 __all__ = [
     "build_train_task",
+    "check_fault_switch",
+    "warn_skipped_faults",
     "resolve_config",
     "resolve_run_dir",
     "train_model",
@@ -60,6 +65,33 @@ def resolve_config(preset: str, overrides: str, seed: int) -> TrainConfig:
     """
     with task_errors("resolving the training config"):
         return resolve_train_config(preset, overrides, seed)
+
+
+@task(container_image=TASK_IMAGE, retries=1)
+def check_fault_switch() -> float:
+    """Refuse a bad DRIVETRAIN_FAULTS before anything is built; return when it ran (s since epoch).
+
+    The training pipeline's first task: an invalid value (not a fault list, an unknown kind or
+    field, a value out of range, a rank beyond the placement's world size) fails here in one
+    line (`platform_lib.faults.check_faults`), not in every rank after an elastic restart. Not
+    cached: it reads the environment of each run.
+    """
+    with task_errors("checking the fault switch"):
+        check_faults(world_size=PLACEMENT.accelerator_count)
+    return time.time()
+
+
+@task(container_image=TASK_IMAGE, retries=1)
+def warn_skipped_faults(run: FlyteDirectory, checked_at: float) -> None:
+    """Warn in one line when DRIVETRAIN_FAULTS is set but `run` is a cached training output.
+
+    `checked_at` is `check_fault_switch`'s output: a run folder trained before it (its
+    `faults.json`) came from the cache, so no fault was injected (docs/faults.md).
+    """
+    with task_errors("checking whether faults were injected"):
+        warning = skipped_faults_warning(str(run.remote_source or run.path), checked_at)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
 
 
 def resolve_run_dir(dataset_hash: str, config_hash: str, agent_pid: int | None = None) -> Path:

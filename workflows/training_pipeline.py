@@ -24,7 +24,7 @@ from tasks.data import (
 )
 from tasks.evaluate import evaluate_model
 from tasks.register import check_model_name, check_promotion, register_model
-from tasks.train import resolve_config, train_model
+from tasks.train import check_fault_switch, resolve_config, train_model, warn_skipped_faults
 from tasks.triage import record_pipeline_failure
 from tasks.view import build_training_view, choose_training_view
 
@@ -75,12 +75,15 @@ def training_pipeline(
         promotion: the champion gate's rule, a JSON object of `PromotionConfig` fields, e.g.
             '{"margin": 0.05, "gated_slices": ["all", "moving"]}'; "" the default rule.
     """
+    checked_at = check_fault_switch()  # a bad DRIVETRAIN_FAULTS fails before anything runs
     name = check_model_name(model_name=model_name, source=source)
+    checked_at >> name
     rule = check_promotion(promotion=promotion)
     config = resolve_config(preset=preset, overrides=overrides, seed=seed)
     name >> config  # training waits for the name check on a cluster too (nodes run in parallel)
     rule >> config
     logs = materialize_raw_logs(source=source, raw_logs=raw_logs, synthetic=synthetic)
+    checked_at >> logs
     logs_hash = hash_raw_logs(source=source, raw_logs=logs, requested=raw_logs)
     build_config = dataset_config(source=source, split=split, quarantine=quarantine)
     present = list_raw_logs(source=source, raw_logs=logs)
@@ -91,6 +94,7 @@ def training_pipeline(
     view = choose_training_view(dataset=dataset, config=config)
     train_data = build_training_view(dataset=dataset, view=view)
     run = train_model(dataset=train_data, config=config)
+    warn_skipped_faults(run=run, checked_at=checked_at)  # a cache hit injects no fault
     table = evaluate_model(dataset=dataset, run=run, config=config)
     return register_model(
         model_name=name,

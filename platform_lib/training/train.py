@@ -400,7 +400,7 @@ def train(
     threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
     torch.set_num_threads(cfg.parallel.num_threads)
     torch.use_deterministic_algorithms(True, warn_only=True)
-    faults = FaultPlan.from_env(rank=ctx.rank)
+    faults = FaultPlan.from_env(rank=ctx.rank, world_size=ctx.world_size)
     step_hooks = HookChain([*hooks, faults])
     watchdog = HangWatchdog(
         out, rank=ctx.rank, world_size=ctx.world_size, timeout_s=cfg.parallel.collective_timeout_s

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from platform_lib.faults import check_faults, record_faults
 from platform_lib.telemetry.mlflow_goodput import MlflowMetricsStream, record_streamed_run
 from platform_lib.training.config import TrainConfig, hash_config
 from platform_lib.training.train import train
@@ -29,13 +30,19 @@ def train_and_publish(
     dataset's manifest names) tags the MLflow run and keys the baseline's workload.
 
     Returns:
-        The run folder. Rank 0 adds `trained_on.json` (the dataset's hash, its view lineage)
+        The run folder. Rank 0 adds `trained_on.json` (the dataset's hash, its view lineage),
+        `faults.json` (the DRIVETRAIN_FAULTS it trained with, `platform_lib.faults.RECORD`)
         and `mlflow_run.json` (the MLflow run it streamed to, the dataset's hash).
+
+    Raises:
+        FaultSpecError: DRIVETRAIN_FAULTS is invalid or names a rank beyond the world size.
     """
     run_dir = Path(run_dir)
-    main = int(os.environ.get("RANK", "0")) == 0  # set by torch elastic
+    check_faults(world_size=int(os.environ.get("WORLD_SIZE", "1")))  # set by torch elastic
+    main = int(os.environ.get("RANK", "0")) == 0
     stream = None
     if main:
+        record_faults(run_dir)  # a later cached run warns that its faults were not injected
         record_trained_on(run_dir, dataset_dir)  # registration names the view and its parent
         if config.metrics.mlflow_interval:
             stream = MlflowMetricsStream(

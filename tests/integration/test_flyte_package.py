@@ -27,6 +27,8 @@ PROBES = {
     "hash_raw_logs",
     "list_raw_logs",
     "record_pipeline_failure",
+    "check_fault_switch",  # the fault switch: read from each run's environment
+    "warn_skipped_faults",
     "resolve_model",  # the evaluation workflow's probes: an alias, a dataset, a spec file
     "hash_dataset",
     "resolve_slice_spec",
@@ -99,8 +101,8 @@ def test_pyflyte_package_serialises_every_entity(packaged: dict) -> None:
     with tarfile.open(tmp_path / "flyte-package.tgz") as tar:
         names = sorted(tar.getnames())
         task_files = [n for n in names if "_tasks." in n]
-        # 15 steps and the failure node; the evaluation workflows: 6 tasks and their own map task
-        assert len(task_files) == 23
+        # 17 steps and the failure node; the evaluation workflows: 6 tasks and their own map task
+        assert len(task_files) == 25
         assert sum("workflows.training_pipeline.training_pipeline" in n for n in names) == 2
         for name in task_files:
             spec = TaskSpec()

@@ -22,7 +22,12 @@ pytestmark = (
 
 TINY = tiny_synthetic(num_logs=3)
 DOWNSTREAM = ("merge_dataset", "train_model", "evaluate_model", "register_model")
-PROBES = {"hash_raw_logs": 1, "list_raw_logs": 1}
+PROBES = {
+    "hash_raw_logs": 1,
+    "list_raw_logs": 1,
+    "check_fault_switch": 1,  # reads each run's DRIVETRAIN_FAULTS
+    "warn_skipped_faults": 1,
+}
 
 
 def _run(raw_logs: str) -> str:
