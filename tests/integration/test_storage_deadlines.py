@@ -1,0 +1,123 @@
+"""Every store access has a deadline: an S3 endpoint that accepts connections and never
+answers (a real TCP listener on 127.0.0.1), and an endpoint URL holding credentials, each end
+in one line that names the store, in bounded time.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from platform_lib.errors import UserError
+from platform_lib.storage import StorageUnreachableError, fetch_folder
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def silent_endpoint() -> Iterator[str]:
+    """Yield the URL of a TCP listener that accepts every connection and never sends a byte."""
+    server = socket.create_server(("127.0.0.1", 0), backlog=64)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except (TimeoutError, OSError):
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        for conn in held:
+            conn.close()
+        server.close()
+
+
+def _cli(args: list[str], env: dict[str, str], timeout_s: float) -> subprocess.CompletedProcess:
+    full = {**os.environ, "PYTHONPATH": str(REPO), **env}
+    return subprocess.run(
+        [sys.executable, "-m", "platform_lib.cli", *args],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        cwd=REPO,
+        check=False,
+    )
+
+
+@pytest.mark.timeout(120)
+def test_inspect_on_a_silent_store_ends_in_one_line(s3_env, silent_endpoint: str):
+    s3_env(silent_endpoint)
+    start = time.monotonic()
+    result = _cli(
+        ["data", "inspect", "s3://bucket/ds"],
+        {"DRIVETRAIN_STORAGE_TIMEOUT_S": "1", "HOME": os.environ.get("HOME", "/tmp")},
+        timeout_s=60,  # old main: 60 s read timeout x 3 botocore x 5 s3fs attempts
+    )
+    elapsed = time.monotonic() - start
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 1 and len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: cannot reach storage (ReadTimeoutError")
+    assert "(s3://bucket/ds): check the endpoint" in lines[0] and lines[0].endswith("then retry")
+    assert elapsed < 30  # 2 attempts x 1 s, plus interpreter start
+
+
+@pytest.mark.timeout(60)
+def test_retries_stop_at_the_deadline(s3_env, silent_endpoint: str, monkeypatch, tmp_path):
+    s3_env(silent_endpoint)
+    monkeypatch.setenv("DRIVETRAIN_STORAGE_TIMEOUT_S", "1")
+    monkeypatch.setenv("DRIVETRAIN_STORAGE_DEADLINE_S", "3")
+    start = time.monotonic()
+    # each attempt ends after 2 x 1 s; no attempt starts 3 s after the first began
+    with pytest.raises(StorageUnreachableError, match="check the endpoint") as info:
+        fetch_folder("s3://bucket/logs", tmp_path, max_retries=50)
+    assert "listing s3://bucket/logs failed after 2 attempts" in str(info.value)
+    assert time.monotonic() - start < 15
+
+
+@pytest.mark.timeout(60)
+def test_evaluation_dataset_on_a_silent_store_is_one_line(s3_env, silent_endpoint, monkeypatch):
+    from platform_lib.registry.model_eval import resolve_dataset_hash
+
+    s3_env(silent_endpoint)
+    monkeypatch.setenv("DRIVETRAIN_STORAGE_TIMEOUT_S", "1")
+    monkeypatch.setenv("DRIVETRAIN_STORAGE_DEADLINE_S", "3")
+    start = time.monotonic()
+    with pytest.raises(UserError) as info:
+        resolve_dataset_hash("s3://bucket/ds")
+    line = str(info.value)
+    assert "\n" not in line and "s3://bucket/ds" in line and "check the endpoint" in line
+    assert time.monotonic() - start < 20
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("variable", ["AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"])
+def test_endpoint_url_with_credentials_is_one_line_without_the_password(s3_env, variable):
+    s3_env("http://127.0.0.1:9")
+    result = _cli(
+        ["data", "inspect", "s3://bucket/ds"],
+        {variable: "http://u:hunter2pw@127.0.0.1:9"},
+        timeout_s=50,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 1 and len(output.strip().splitlines()) == 1, output
+    assert "hunter2pw" not in output
+    assert f"holds credentials (user:password@) ({variable}=http://***@127.0.0.1:9)" in output
+    assert "AWS_ACCESS_KEY_ID" in output
