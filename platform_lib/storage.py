@@ -405,8 +405,9 @@ fsspec.config.conf.setdefault("s3", {}).setdefault("config_kwargs", _s3_config(S
 def check_endpoint_url(storage_options: dict[str, Any]) -> None:
     """Refuse an s3 endpoint URL that holds credentials (`http://user:password@host`).
 
-    Looks at `storage_options` (`endpoint_url`, `client_kwargs.endpoint_url`) and at
-    `$AWS_ENDPOINT_URL` / `$AWS_ENDPOINT_URL_S3`, which botocore reads.
+    Looks at `storage_options` (`endpoint_url`, `client_kwargs.endpoint_url`), at fsspec's
+    s3 defaults (`$FSSPEC_S3_ENDPOINT_URL`) and at `$AWS_ENDPOINT_URL` /
+    `$AWS_ENDPOINT_URL_S3`, which botocore reads.
 
     Raises:
         UserError: an endpoint URL with userinfo (named with the userinfo masked).
@@ -414,6 +415,7 @@ def check_endpoint_url(storage_options: dict[str, Any]) -> None:
     client = storage_options.get("client_kwargs")
     endpoints = {
         "endpoint_url": storage_options.get("endpoint_url"),
+        "FSSPEC_S3_ENDPOINT_URL": fsspec.config.conf.get("s3", {}).get("endpoint_url"),
         "client_kwargs.endpoint_url": client.get("endpoint_url")
         if isinstance(client, dict)
         else None,

@@ -51,6 +51,7 @@ def silent_endpoint() -> Iterator[str]:
 
 def _cli(args: list[str], env: dict[str, str], timeout_s: float) -> subprocess.CompletedProcess:
     full = {**os.environ, "PYTHONPATH": str(REPO), **env}
+    full = {name: value for name, value in full.items() if value}  # "" unsets
     return subprocess.run(
         [sys.executable, "-m", "platform_lib.cli", *args],
         env=full,
@@ -108,16 +109,24 @@ def test_evaluation_dataset_on_a_silent_store_is_one_line(s3_env, silent_endpoin
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("variable", ["AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"])
-def test_endpoint_url_with_credentials_is_one_line_without_the_password(s3_env, variable):
+@pytest.mark.parametrize(
+    "variable", ["AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "FSSPEC_S3_ENDPOINT_URL"]
+)
+def test_endpoint_url_with_credentials_is_one_line_without_the_password(
+    s3_env, silent_endpoint: str, variable: str
+):
+    # a reachable endpoint: old main sent the request and aiohttp refused it in a traceback
     s3_env("http://127.0.0.1:9")
+    port = silent_endpoint.rsplit(":", 1)[1]
+    endpoints = dict.fromkeys(["AWS_ENDPOINT_URL", "FSSPEC_S3_ENDPOINT_URL"], "")  # only ours
+    endpoints[variable] = f"http://u:hunter2pw@127.0.0.1:{port}"
     result = _cli(
         ["data", "inspect", "s3://bucket/ds"],
-        {variable: "http://u:hunter2pw@127.0.0.1:9"},
+        {**endpoints, "DRIVETRAIN_STORAGE_TIMEOUT_S": "1"},
         timeout_s=50,
     )
     output = result.stdout + result.stderr
     assert result.returncode == 1 and len(output.strip().splitlines()) == 1, output
-    assert "hunter2pw" not in output
-    assert f"holds credentials (user:password@) ({variable}=http://***@127.0.0.1:9)" in output
+    assert "hunter2pw" not in output and "Traceback" not in output
+    assert f"holds credentials (user:password@) ({variable}=http://***@127.0.0.1:{port})" in output
     assert "AWS_ACCESS_KEY_ID" in output
