@@ -6,6 +6,7 @@ in one line that names the store, in bounded time.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -89,7 +90,8 @@ def test_retries_stop_at_the_deadline(s3_env, silent_endpoint: str, monkeypatch,
     # each attempt ends after 2 x 1 s; no attempt starts 3 s after the first began
     with pytest.raises(StorageUnreachableError, match="check the endpoint") as info:
         fetch_folder("s3://bucket/logs", tmp_path, max_retries=50)
-    assert "listing s3://bucket/logs failed after 2 attempts" in str(info.value)
+    message = str(info.value)  # as many as fit in 3 s (about 2), never the 51 allowed
+    assert re.search(r"listing s3://bucket/logs failed after [1-4] attempts", message), message
     assert time.monotonic() - start < 15
 
 
