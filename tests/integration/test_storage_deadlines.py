@@ -132,3 +132,31 @@ def test_endpoint_url_with_credentials_is_one_line_without_the_password(
     assert "hunter2pw" not in output and "Traceback" not in output
     assert f"holds credentials (user:password@) ({variable}=http://***@127.0.0.1:{port})" in output
     assert "AWS_ACCESS_KEY_ID" in output
+
+
+@pytest.mark.timeout(180)
+def test_pipeline_refuses_a_checkpoint_folder_with_credentials_before_training(
+    isolated_env: dict[str, str], tmp_path: Path
+):
+    overrides = '{"checkpoint.folder": "s3://u:hunter2pw@127.0.0.1:9/x"}'
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "pyflyte"), "run", "workflows/training_pipeline.py"]
+        + ["training_pipeline", "--overrides", overrides],
+        capture_output=True,
+        text=True,
+        timeout=120,  # old main accepted it and trained (755 lines, an elastic restart)
+        cwd=REPO,
+        env={**isolated_env, "PYTHONPATH": str(REPO)},
+        check=False,
+    )
+    output = result.stdout + result.stderr
+    errors = [line for line in output.splitlines() if line.startswith("error")]
+    assert result.returncode == 2 and "Traceback" not in output, output[-4000:]
+    assert errors == [
+        "error: checkpoint.folder='s3://***@127.0.0.1:9/x' is invalid (overrides): credentials "
+        "in a URL are refused: they go in the environment or a profile (AWS_ACCESS_KEY_ID and "
+        "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE), never in user:password@"
+    ], output[-4000:]
+    assert "hunter2pw" not in output
+    leaked = [p for p in tmp_path.rglob("*") if p.is_file() and b"hunter2pw" in p.read_bytes()]
+    assert leaked == []  # errors.log, flytekit's local outputs
