@@ -160,3 +160,26 @@ def test_pipeline_refuses_a_checkpoint_folder_with_credentials_before_training(
     assert "hunter2pw" not in output
     leaked = [p for p in tmp_path.rglob("*") if p.is_file() and b"hunter2pw" in p.read_bytes()]
     assert leaked == []  # errors.log, flytekit's local outputs
+
+
+@pytest.mark.timeout(150)
+def test_evaluation_task_on_a_silent_store_is_one_line(
+    s3_env, silent_endpoint: str, isolated_env: dict[str, str]
+):
+    s3_env(silent_endpoint)
+    timeouts = {"DRIVETRAIN_STORAGE_TIMEOUT_S": "1", "DRIVETRAIN_STORAGE_DEADLINE_S": "3"}
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "pyflyte"), "run", "tasks/evaluation.py"]
+        + ["hash_dataset", "--dataset", "s3://bucket/ds"],
+        capture_output=True,
+        text=True,
+        timeout=90,  # old main: nothing for 590 s (the first task of evaluate_model)
+        cwd=REPO,
+        env={**os.environ, **isolated_env, **timeouts, "PYTHONPATH": str(REPO)},
+        check=False,
+    )
+    output = result.stdout + result.stderr
+    errors = [line for line in output.splitlines() if line.startswith("error")]
+    assert result.returncode == 2 and "Traceback" not in output, output[-4000:]
+    assert len(errors) == 1 and "(s3://bucket/ds): check the endpoint" in errors[0], output
+    assert errors[0].startswith("error: reading the manifest of s3://bucket/ds failed after")
