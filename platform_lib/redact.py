@@ -24,8 +24,10 @@ __all__ = [
     "MASK",
     "MIN_SECRET_CHARS",
     "RedactingFilter",
+    "has_userinfo",
     "install_redaction",
     "is_secret_variable",
+    "mask_userinfo",
     "redact",
     "redacted_output",
     "register_secret",
@@ -97,6 +99,23 @@ _KEY_SHAPES = re.compile(
     r"|\b(?:ghp|gho|ghu|ghs|ghr|github_pat)_[A-Za-z0-9_]{20,}\b"  # GitHub tokens
     r"|\bdapi[0-9a-f]{32}(?:-\d+)?\b"  # Databricks personal access tokens
 )
+
+
+def has_userinfo(url: str) -> bool:
+    """Return True when `url` holds URI userinfo (`scheme://user[:password]@host`)."""
+    if "://" not in url:
+        return False
+    netloc = url.split("://", 1)[1].split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
+    return "@" in netloc
+
+
+def mask_userinfo(url: str) -> str:
+    """Return `url` with its userinfo, if any, replaced by `MASK` (`s3://***@host/path`)."""
+    if not has_userinfo(url):
+        return url
+    scheme, rest = url.split("://", 1)
+    netloc, sep, path = rest.partition("/")
+    return f"{scheme}://{MASK}@{netloc.rsplit('@', 1)[1]}{sep}{path}"
 
 
 def is_secret_variable(name: str) -> bool:

@@ -24,6 +24,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from platform_lib.errors import UserError
 from platform_lib.fsguard import open_regular, read_regular
+from platform_lib.redact import has_userinfo, mask_userinfo
 
 __all__ = [
     "LOCAL_PROTOCOLS",
@@ -31,6 +32,7 @@ __all__ = [
     "StorageURLError",
     "StorageUnreachableError",
     "call_with_retries",
+    "check_endpoint_url",
     "default_retries",
     "explain_location_error",
     "explain_storage_error",
@@ -42,6 +44,8 @@ __all__ = [
     "read_input",
     "resolve_fs",
     "retry_delay_s",
+    "s3_config_kwargs",
+    "storage_deadline_s",
 ]
 
 T = TypeVar("T")
@@ -158,10 +162,17 @@ _ACCESS_CODES = frozenset(
         "403",
     }
 )
-#: Bounded timeouts and botocore-level retries for s3 unless the caller overrides them.
-_S3_DEFAULTS: dict[str, Any] = {
-    "config_kwargs": {"connect_timeout": 5, "read_timeout": 60, "retries": {"max_attempts": 2}},
-}
+#: Seconds to wait for a TCP connection to an s3 store.
+S3_CONNECT_TIMEOUT_S = 5.0
+#: Seconds to wait for each read of an s3 store's answer (`$DRIVETRAIN_STORAGE_TIMEOUT_S`).
+S3_READ_TIMEOUT_S = 15.0
+#: botocore retries of one s3 request (2 attempts). s3fs's own retry loop makes 1 try of them
+#: (botocore and `call_with_retries` retry), so a silent store fails a request in 2 x timeout.
+S3_BOTOCORE_RETRIES = 1
+S3FS_TRIES = 1
+#: Seconds after the first attempt of `call_with_retries` after which no attempt starts
+#: (`$DRIVETRAIN_STORAGE_DEADLINE_S`).
+STORAGE_DEADLINE_S = 60.0
 
 
 class StorageUnreachableError(ConnectionError):
@@ -312,8 +323,8 @@ def explain_location_error(exc: BaseException, url: str) -> UserError | None:
         return UserError(
             f"cannot reach storage ({type(exc).__name__}: {_first_words(exc)})",
             url,
-            "check the address, the network and that the server is up (and its credentials), "
-            "then retry",
+            "check the endpoint (its address, AWS_ENDPOINT_URL for s3), the network and that "
+            "the server is up and answers, then retry",
         )
     return None
 
@@ -338,30 +349,121 @@ def is_local_url(url: str | os.PathLike[str]) -> bool:
     return "://" not in text or text.split("://", 1)[0] in LOCAL_PROTOCOLS
 
 
+def _env_seconds(name: str, default: float) -> float:
+    """Return the seconds `$name` gives (default `default`), refusing a bad value in one line."""
+    text = os.environ.get(name, "")
+    try:
+        value = float(text) if text.strip() else default
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 3600:
+        raise UserError(
+            "not a number of seconds in (0, 3600]",
+            f"{name}={text}",
+            f"unset it or set it to e.g. {default:g}",
+        )
+    return value
+
+
+def _s3_config(read_s: float) -> dict[str, Any]:
+    return {
+        "connect_timeout": min(S3_CONNECT_TIMEOUT_S, read_s),
+        "read_timeout": read_s,
+        "retries": {"max_attempts": S3_BOTOCORE_RETRIES},
+    }
+
+
+def s3_config_kwargs() -> dict[str, Any]:
+    """Return the botocore `Config` arguments of an s3 filesystem: timeouts in s, retries.
+
+    Connect timeout `S3_CONNECT_TIMEOUT_S`, read timeout `$DRIVETRAIN_STORAGE_TIMEOUT_S`
+    (default `S3_READ_TIMEOUT_S`), `S3_BOTOCORE_RETRIES` retries.
+
+    Raises:
+        UserError: `$DRIVETRAIN_STORAGE_TIMEOUT_S` is not a number of seconds in (0, 3600].
+    """
+    return _s3_config(_env_seconds("DRIVETRAIN_STORAGE_TIMEOUT_S", S3_READ_TIMEOUT_S))
+
+
+def storage_deadline_s() -> float:
+    """Return the seconds after which `call_with_retries` starts no new attempt.
+
+    `$DRIVETRAIN_STORAGE_DEADLINE_S`, default `STORAGE_DEADLINE_S`.
+
+    Raises:
+        UserError: the variable is not a number of seconds in (0, 3600].
+    """
+    return _env_seconds("DRIVETRAIN_STORAGE_DEADLINE_S", STORAGE_DEADLINE_S)
+
+
+# Every s3 filesystem of the process, also those made outside `resolve_fs` (checkpoints,
+# torch's fsspec writer), gets bounded timeouts by default (fsspec's per-protocol config);
+# explicit `config_kwargs` win.
+fsspec.config.conf.setdefault("s3", {}).setdefault("config_kwargs", _s3_config(S3_READ_TIMEOUT_S))
+
+
+def check_endpoint_url(storage_options: dict[str, Any]) -> None:
+    """Refuse an s3 endpoint URL that holds credentials (`http://user:password@host`).
+
+    Looks at `storage_options` (`endpoint_url`, `client_kwargs.endpoint_url`), at fsspec's
+    s3 defaults (`$FSSPEC_S3_ENDPOINT_URL`) and at `$AWS_ENDPOINT_URL` /
+    `$AWS_ENDPOINT_URL_S3`, which botocore reads.
+
+    Raises:
+        UserError: an endpoint URL with userinfo (named with the userinfo masked).
+    """
+    client = storage_options.get("client_kwargs")
+    endpoints = {
+        "endpoint_url": storage_options.get("endpoint_url"),
+        "FSSPEC_S3_ENDPOINT_URL": fsspec.config.conf.get("s3", {}).get("endpoint_url"),
+        "client_kwargs.endpoint_url": client.get("endpoint_url")
+        if isinstance(client, dict)
+        else None,
+        "AWS_ENDPOINT_URL": os.environ.get("AWS_ENDPOINT_URL"),
+        "AWS_ENDPOINT_URL_S3": os.environ.get("AWS_ENDPOINT_URL_S3"),
+    }
+    for name, endpoint in endpoints.items():
+        if endpoint and has_userinfo(str(endpoint)):
+            raise UserError(
+                "the S3 endpoint URL holds credentials (user:password@)",
+                f"{name}={mask_userinfo(str(endpoint))}",
+                "remove them from the URL; give credentials as AWS_ACCESS_KEY_ID and "
+                "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, an instance role)",
+            )
+
+
 def resolve_fs(
     url: str | os.PathLike[str], storage_options: dict[str, Any] | None = None
 ) -> tuple[fsspec.AbstractFileSystem, str, bool]:
     """Return (filesystem, root path inside it without trailing "/", is_local) of a path or URL.
 
-    s3 URLs get bounded timeouts (connect 5 s, read 60 s) unless `storage_options` sets
-    `config_kwargs`.
+    s3 URLs get bounded timeouts and attempts (`s3_config_kwargs`) unless `storage_options`
+    sets `config_kwargs`, and s3fs's own retry loop makes `S3FS_TRIES` tries (or
+    `storage_options["retries"]`): a store that accepts connections and never answers fails
+    one request after at most 2 x the read timeout.
 
     Raises:
         StorageURLError: an unknown scheme, a malformed URL (`http://[::1`) or a scheme whose
             backend is not installed.
+        UserError: credentials in an s3 endpoint URL (`check_endpoint_url`), or
+            `$DRIVETRAIN_STORAGE_TIMEOUT_S` is not a number of seconds.
         OSError: a backend that connects at once (ftp, sftp) could not.
     """
     text = os.fspath(url)
     options = dict(storage_options or {})
-    if text.split("://", 1)[0] in ("s3", "s3a") and "://" in text:
-        for key, value in _S3_DEFAULTS.items():
-            options.setdefault(key, value)
+    is_s3 = "://" in text and text.split("://", 1)[0] in ("s3", "s3a")
+    tries = int(options.pop("retries", S3FS_TRIES)) if is_s3 else 0
+    if is_s3:
+        options.setdefault("config_kwargs", s3_config_kwargs())
+        check_endpoint_url(options)
     try:
         if "://" in text:
             urllib.parse.urlsplit(text)  # a malformed host fails here, not at the first read
         fs, root = fsspec.core.url_to_fs(text, **options)
     except (ValueError, ImportError) as exc:  # unknown protocol, bad URL, backend missing
         raise StorageURLError(text, _first_words(exc)) from exc
+    if is_s3 and hasattr(fs, "retries"):
+        fs.retries = max(tries, 1)  # s3fs's retry loop: a class attribute, not an option
     return fs, root.rstrip("/") or root, is_local_url(text)
 
 
@@ -434,6 +536,7 @@ def call_with_retries(
     url: str,
     max_retries: int | None = None,
     backoff_s: float = 0.5,
+    deadline_s: float | None = None,
 ) -> T:
     """Run `fn`, retrying transient errors (`is_transient`) with exponential backoff.
 
@@ -443,15 +546,19 @@ def call_with_retries(
         url: the location operated on, named in messages.
         max_retries: retries after the first attempt (0: no retry); None: `default_retries()`.
         backoff_s: first delay, doubled per retry, capped at 8 s.
+        deadline_s: no retry starts this many seconds after the first attempt began (a silent
+            store times out each attempt); None: `storage_deadline_s()`.
 
     Raises:
-        StorageUnreachableError: a transient error persisted through `max_retries` retries.
+        StorageUnreachableError: a transient error persisted through `max_retries` retries or
+            past `deadline_s`.
         StorageAccessError: missing/bad credentials or access denied (never retried).
         Exception: any other error of `fn`, unchanged, on its first occurrence.
     """
     max_retries = default_retries() if max_retries is None else max_retries
+    deadline_s = storage_deadline_s() if deadline_s is None else deadline_s
     retrying = tenacity.Retrying(
-        stop=tenacity.stop_after_attempt(max_retries + 1),
+        stop=tenacity.stop_after_attempt(max_retries + 1) | tenacity.stop_after_delay(deadline_s),
         wait=lambda state: retry_delay_s(state.attempt_number, backoff_s),
         retry=tenacity.retry_if_exception(is_transient),
         reraise=True,
@@ -464,9 +571,10 @@ def call_with_retries(
             raise access from exc
         if not is_transient(exc) or isinstance(exc, StorageUnreachableError):
             raise
+        attempts = retrying.statistics.get("attempt_number", max_retries + 1)
         raise StorageUnreachableError(
-            f"{what} {url} failed after {max_retries + 1} attempts ({type(exc).__name__}: "
-            f"{str(exc).strip()[:300]}); check the endpoint and the network, then retry"
+            f"{what} {url} failed after {attempts} attempts ({type(exc).__name__}: "
+            f"{_first_words(exc)}); check the endpoint and the network, then retry"
         ) from exc
 
 

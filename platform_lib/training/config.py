@@ -36,6 +36,7 @@ from pydantic.fields import FieldInfo
 
 from platform_lib.errors import UserError
 from platform_lib.models.presets import MODEL_PRESETS, get_model_config
+from platform_lib.redact import has_userinfo, mask_userinfo
 
 __all__ = [
     "INT64_MAX",
@@ -228,8 +229,31 @@ def _check_dataset(url: str) -> str:
     scheme, sep, rest = url.partition("://")
     if sep and not re.fullmatch(r"[a-z][a-z0-9+.-]*", scheme):
         raise ValueError(f"{scheme!r} is not a URL scheme (s3, gs, file, ...)")
-    if sep and "@" in rest.split("/", 1)[0]:
-        raise ValueError("credentials in a URL are refused: they go in the environment")
+    _refuse_userinfo(url)
+    return url
+
+
+def _refuse_userinfo(url: str) -> None:
+    """Refuse a URL holding credentials (`s3://user:password@host/...`); the message masks them.
+
+    Raises:
+        ValueError: `url` holds URI userinfo.
+    """
+    if has_userinfo(url):
+        raise ValueError(
+            "credentials in a URL are refused: they go in the environment or a profile "
+            "(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE), never in "
+            "user:password@"
+        )
+
+
+def _check_folder(url: str) -> str:
+    """Return `url`, a folder path or URL to write to, when it holds no credentials.
+
+    Raises:
+        ValueError: naming what is wrong (pydantic reports it under the field's path).
+    """
+    _refuse_userinfo(url)
     return url
 
 
@@ -321,7 +345,7 @@ class CheckpointConfig(_Section):
     """distributed checkpoint every this many steps (and at the last step), in steps"""
     keep: Int = Field(default=2, ge=1)
     """most recent complete checkpoints kept on disk, in checkpoints"""
-    folder: str = ""
+    folder: Annotated[str, AfterValidator(_check_folder)] = ""
     """checkpoint folder: a local path or fsspec URL (s3://bucket/run/checkpoints); "" = <run>/checkpoints"""
     async_save: bool = False
     """stage the state in host memory and write it in a background thread (DCP async_save)"""
@@ -495,7 +519,12 @@ def _has_kind(f: FieldInfo, value: Any) -> bool:
 
 
 def show_value(value: Any, limit: int = 200) -> str:
-    """Return `repr(value)`, cut to `limit` characters (a huge value stays a short line)."""
+    """Return `repr(value)`, cut to `limit` characters (a huge value stays a short line).
+
+    A URL's credentials (`s3://user:password@host`) are masked (`s3://***@host`).
+    """
+    if isinstance(value, str):
+        value = mask_userinfo(value)
     try:
         text = repr(value)
     except (ValueError, RecursionError):  # an int past str()'s digit limit, a deep nest
@@ -574,6 +603,11 @@ def config_error(
     for path, e in errors:
         if path in fields:
             f, value = fields[path], e["input"]
+            if e["type"] == "value_error":  # the field's own validator says why and what to do
+                reason = e["msg"].removeprefix("Value error, ")
+                return ConfigError(
+                    f"{path}={show_value(value)} is invalid", culprit, reason, fields=(path,)
+                )
             off = "not one of the allowed values" if _choices(f) else "out of range"
             return ConfigError(
                 f"{path}={show_value(value)} is {off if _has_kind(f, value) else 'of the wrong type'}",
