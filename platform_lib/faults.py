@@ -2,15 +2,11 @@
 
     DRIVETRAIN_FAULTS='[{"kind": "kill", "rank": 1, "step": 7}]'
 
-A JSON list of faults (crash, kill, hang, nan, sigterm, kill_in_save, storage_error, disk_full,
-batch_delay; what each does and its fields: docs/faults.md), each firing once on rank `rank`
-at optimizer step `step` of elastic attempt `attempt`. `train()` installs its rank's
-`FaultPlan` (`FaultPlan.from_env`: read once per process) in the loop's injection seam
-(`platform_lib.training.hooks`); a test may pass one to `train(..., hooks=[...])`. A bad value
-(not a JSON list of objects, an unknown kind or field, a value out of range, a rank beyond the
-world size) raises `FaultSpecError`, one line naming the variable; the training pipeline checks
-the variable in its first task (`check_faults`), before anything is built or trained. For tests
-and game days only.
+A JSON list of faults (kinds and fields: docs/faults.md), each firing once on rank `rank` at
+optimizer step `step` of elastic attempt `attempt`, installed by `train()` in the loop's
+injection seam (`platform_lib.training.hooks`). A bad value raises `FaultSpecError`, one line
+naming the variable; the pipeline checks it in its first task (`check_faults`). For tests and
+game days only.
 """
 
 from __future__ import annotations
