@@ -190,7 +190,13 @@ DATASET_LINE = (
             0,
         ),
         ({"dataset": "{tmp}/empty"}, None, rf"^error: .*empty {DATASET_LINE}", 0),
-        ({"dataset": "{tmp}/fifo"}, None, rf"^error: .*fifo {DATASET_LINE}", 0),
+        (
+            {"dataset": "{tmp}/fifo"},
+            None,
+            r"^error: not a dataset folder \(a dataset is the folder `drivetrain data build` "
+            r"wrote\) \(.*/fifo\): pass the --output folder",
+            0,
+        ),
         ({"dataset": "/etc"}, None, rf"^error: /etc {DATASET_LINE}", 0),
         (
             {"dataset": "https://user:hunter2@127.0.0.1:9/ds"},
