@@ -35,7 +35,7 @@ from platform_lib.training.config import (
     replace,
 )
 from platform_lib.training.distributed import destroy_distributed, init_distributed
-from platform_lib.training.launch import launch_local
+from platform_lib.training.launch import DISABLE_SHARED_STORE, launch_local
 from platform_lib.training.layout import resolve_layout
 from platform_lib.training.loop import (
     build_optimizer,
@@ -111,9 +111,15 @@ def run_layout(out: Path, nproc: int, overrides: dict[str, Any], timeout_s: floa
     """Run `main` on `nproc` local ranks (torchrun, gloo, CPU); return rank 0's record.
 
     Raises:
-        subprocess.CalledProcessError / TimeoutExpired: a rank failed or the run hung.
+        AssertionError: a rank failed (the message ends with the last 40 lines of stderr).
+        subprocess.TimeoutExpired: the run hung.
     """
+    # torchrun here never restarts in place, so its ranks share the agent's rendezvous store,
+    # bound on an OS-chosen port; with sharing disabled (the Makefile's default for local
+    # pyflyte runs) the agent picks a "free" port for the ranks to bind seconds later, which
+    # a concurrent launch's ephemeral port can take first.
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    env.pop(DISABLE_SHARED_STORE, None)
     command = [
         sys.executable,
         "-m",
@@ -125,7 +131,12 @@ def run_layout(out: Path, nproc: int, overrides: dict[str, Any], timeout_s: floa
         str(out),
         json.dumps(overrides),
     ]
-    subprocess.run(command, env=env, cwd=REPO, check=True, timeout=timeout_s, capture_output=True)
+    done = subprocess.run(command, env=env, cwd=REPO, timeout=timeout_s, capture_output=True)
+    if done.returncode != 0:
+        tail = done.stderr.decode(errors="replace").splitlines()[-40:]
+        raise AssertionError(
+            f"{nproc}-rank layout {overrides} exited {done.returncode}:\n" + "\n".join(tail)
+        )
     return json.loads(out.read_text())
 
 
