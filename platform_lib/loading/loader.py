@@ -736,9 +736,8 @@ class StreamingLoader:
             stream.start(epoch=epoch, start_step=self._step)
         generation = stream.ring.generation if stream.ring is not None else 0
 
-        def receive() -> Iterator[dict[str, Any]]:
+        def receive(source: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
             try:
-                source = self._data_iter if started else self._batches_of(stream)
                 for batch in self._within_deadline(source, epoch=epoch, first_step=start):
                     if isinstance(batch, WorkerFailure):
                         raise batch.error
@@ -768,10 +767,22 @@ class StreamingLoader:
 
         self._begin_epoch_stats(epoch)
         depth = self.config.prefetch_depth
-        batches: Any = (
-            iterate_in_background(receive, depth=depth) if self.num_workers > 0 else receive()
-        )
+        batches: Any = None
         try:
+            # Workers are started (forked) here, on the thread that iterates the loader. A fork
+            # from the receive thread would delete this thread's state in every worker, running
+            # the finalisers of its thread-locals there: torch's DTensor sharding cache holds
+            # process groups, whose destructor joins threads the worker does not have (SIGSEGV).
+            try:
+                source = self._data_iter if started else self._batches_of(stream)
+            except Exception:
+                self._shutdown_workers()
+                raise
+            batches = (
+                iterate_in_background(lambda: receive(source), depth=depth)
+                if self.num_workers > 0
+                else receive(source)
+            )
             for batch in batches:
                 self._absorb(batch.pop(STATS_KEY))
                 if self.decode == "gpu":
@@ -781,7 +792,8 @@ class StreamingLoader:
         finally:
             if stream.ring is not None:  # workers stop making batches nobody will receive
                 stream.ring.abandon(generation)
-            batches.close()
+            if batches is not None:
+                batches.close()
         if self._step >= self._plan.steps and self._epoch == epoch:
             self._epoch, self._step = epoch + 1, 0
 

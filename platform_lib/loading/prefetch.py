@@ -26,7 +26,8 @@ class _Failure:
 def iterate_in_background(make: Callable[[], Iterable[Any]], *, depth: int) -> Iterator[Any]:
     """Yield the items of `make()`, produced by a daemon thread up to `depth` items ahead.
 
-    `make` runs in the thread (so DataLoader workers are started there). An exception in the
+    `make` runs in the thread: start DataLoader workers before, on the caller's thread (a
+    fork from this thread deletes the caller's thread state in the child). An exception in the
     thread is re-raised here; closing this generator stops the thread and drops the iterable.
     """
     items: queue.Queue = queue.Queue(maxsize=depth)

@@ -1,10 +1,14 @@
-"""Forked loader workers never collect the training process's garbage (a gloo process group
-left in a reference cycle segfaulted a worker that collected it: its threads are not there)."""
+"""Forked loader workers never finalise the training process's objects: neither its garbage (a
+gloo process group left in a reference cycle segfaulted a worker that collected it: its threads
+are not there) nor the thread-locals of the thread that iterates the loader (torch's DTensor
+sharding cache holds process groups; a fork from another thread deletes that thread's state in
+the child, and a destroyed group's destructor segfaulted workers under pytest-xdist)."""
 
 from __future__ import annotations
 
 import gc
 import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -49,4 +53,33 @@ def test_workers_leave_the_parents_garbage_to_the_parent(tmp_path):
     finally:
         gc.enable()
     gc.collect()
+    assert finalized.read_text(encoding="utf-8").split() == [str(os.getpid())]
+
+
+class _Local:
+    """A thread-local value whose finalizer appends the pid of the process finalising it.
+
+    Everything it calls is bound at definition: a child deleting a thread's state after fork
+    may run it without builtins (no `open`, no `str`).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+
+    def __del__(self, _open=os.open, _write=os.write, _close=os.close, _pid=os.getpid) -> None:
+        fd = _open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        _write(fd, b"%d\n" % _pid())
+        _close(fd)
+
+
+def test_workers_leave_the_iterating_threads_locals_to_the_parent(tmp_path):
+    dataset = write_test_dataset(tmp_path / "data", {"loga": 6})
+    finalized = tmp_path / "finalized.txt"
+    local = threading.local()
+    local.value = _Local(finalized)
+    loader = build_loader(str(dataset), rank=0, world_size=1, batch_size=2, num_workers=2, seed=0)
+    with loader:
+        assert sum(len(batch["__key__"]) for _ in range(2) for batch in loader) == 12
+    assert not finalized.exists(), "a forked worker finalised the iterating thread's locals"
+    del local
     assert finalized.read_text(encoding="utf-8").split() == [str(os.getpid())]
