@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,16 @@ def node_cache_dir(tmp_path_factory) -> Path:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("DRIVETRAIN_CACHE", str(path))
         yield path
+
+
+@pytest.fixture(autouse=True)
+def fresh_s3_filesystems():
+    """No s3 filesystem outlives its test: fsspec caches instances by their arguments, not by
+    the endpoint and credentials they read from the environment the test set."""
+    yield
+    s3fs = sys.modules.get("s3fs")
+    if s3fs is not None:
+        s3fs.S3FileSystem.clear_instance_cache()
 
 
 @pytest.fixture(scope="session")
@@ -110,7 +121,6 @@ def s3_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
         fsspec.filesystem("s3").clear_instance_cache()
 
     yield use
-    fsspec.filesystem("s3").clear_instance_cache()  # no instance bound to a dead endpoint lives on
 
 
 @pytest.fixture(scope="session")
