@@ -31,7 +31,7 @@ from platform_lib.loading.mixing import EpochOrders
 from platform_lib.loading.partition import plan_epoch, positions_for_batch, steps_for_worker
 from platform_lib.loading.windows import build_units
 from platform_lib.shards.view import DatasetView
-from platform_lib.storage import retry_delay_s
+from platform_lib.storage import S3_BOTOCORE_RETRIES, S3FS_TRIES, retry_delay_s
 
 __all__ = [
     "S3_PREFIX_GETS_PER_S",
@@ -47,12 +47,8 @@ __all__ = [
 S3_PREFIX_GETS_PER_S = 5500.0
 #: Shard files a loader worker keeps open (`files.ShardFiles` default).
 _OPEN_SHARDS = 8
-#: s3fs's default tries per request (`S3FileSystem.retries`).
-_S3FS_RETRIES = 5
 #: botocore's legacy-mode total attempts when no `retries` config is given (`_retry.json`).
 _BOTOCORE_DEFAULT_ATTEMPTS = 5
-#: resolve_fs's s3 defaults: the botocore retries the loader's downloads run with.
-_S3_RETRIES_DEFAULT = {"max_attempts": 2}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -611,14 +607,14 @@ def _retry_layers(cfg: LoaderConfig) -> tuple[int, int, float]:
 
     The options are those `storage.resolve_fs` builds an s3 filesystem from: `retries` (s3fs),
     `config_kwargs.retries` (botocore; `max_attempts` counts retries, `total_max_attempts`
-    attempts), else resolve_fs's default of 2 botocore retries.
+    attempts), else resolve_fs's defaults (`S3FS_TRIES`, `S3_BOTOCORE_RETRIES`).
     """
     options = cfg.storage_options
-    tries = int(options.get("retries", _S3FS_RETRIES))
+    tries = int(options.get("retries", S3FS_TRIES))
     if "config_kwargs" in options:
         retries = options["config_kwargs"].get("retries") or {}
     else:
-        retries = _S3_RETRIES_DEFAULT
+        retries = {"max_attempts": S3_BOTOCORE_RETRIES}
     if "total_max_attempts" in retries:
         boto = int(retries["total_max_attempts"])
     elif "max_attempts" in retries:
