@@ -45,8 +45,8 @@ run-pandaset: install
 # loop); tests/integration starts processes, servers, browsers and network namespaces.
 # pytest-xdist runs whole files on TEST_WORKERS processes (a file's module fixtures are built
 # once), in collection order: each worker runs a subsequence of the one-process order.
-# 0 = one process, the default until forked DataLoader workers stop crashing under xdist
-# workers (issue 16); `make test TEST_WORKERS=3` runs three.
+# 0 = one process (CI's default: no test competes with another for the 2 cores and their
+# deadlines); `make test TEST_WORKERS=3` runs three (about 10 min instead of 14 here).
 TEST_WORKERS ?= 0
 XDIST := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
