@@ -49,7 +49,7 @@ from torch.distributed.checkpoint.state_dict import (
 
 from platform_lib.errors import UserError
 from platform_lib.fsguard import open_regular, read_regular
-from platform_lib.storage import is_transient, resolve_fs
+from platform_lib.storage import is_transient
 
 __all__ = [
     "METADATA_FILE",
@@ -177,23 +177,13 @@ def _step_name(path: str) -> str:
     return path.rstrip("/").rsplit("/", 1)[-1]
 
 
-def _url_to_fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
-    """Return (filesystem, path inside it) of a checkpoint path or URL.
-
-    s3 gets `storage.resolve_fs`'s bounded timeouts and single s3fs try: `Checkpointer` retries
-    whole saves itself.
-    """
-    fs, root, _ = resolve_fs(url)
-    return fs, root
-
-
 def list_checkpoints(folder: str | os.PathLike[str]) -> list[tuple[int, str, bool]]:
     """Return (step, step folder, complete) for every `step-NNNNNN` under `folder`, by step.
 
     Complete means DCP's `.metadata` exists. A missing `folder` has no checkpoints.
     """
     folder = os.fspath(folder)
-    fs, root = _url_to_fs(folder)
+    fs, root = fsspec.core.url_to_fs(folder)
     try:
         names = [p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(root, detail=False)]
     except FileNotFoundError:
@@ -229,10 +219,10 @@ def _read_ledger(folder: str) -> dict[str, dict[str, str]]:
     path = _ledger_path(folder)
     try:
         if _is_remote(folder):
-            fs, root = _url_to_fs(path)
+            fs, root = fsspec.core.url_to_fs(path)
             data = fs.cat_file(root)
         else:
-            local = _url_to_fs(path)[1]
+            local = fsspec.core.url_to_fs(path)[1]
             info = os.lstat(local)
             if info.st_uid != os.geteuid() or info.st_mode & 0o022:
                 raise UntrustedCheckpointError(
@@ -265,7 +255,7 @@ def _write_ledger(folder: str, steps: dict[str, dict[str, str]]) -> None:
     """Write the ledger of `folder` atomically (local: temp file + rename; remote: one PUT)."""
     data = json.dumps({"format": 1, "checkpoints": steps}, indent=1, sort_keys=True).encode()
     path = _ledger_path(folder)
-    fs, root = _url_to_fs(path)
+    fs, root = fsspec.core.url_to_fs(path)
     if _is_remote(folder):
         fs.pipe_file(root, data)
         return
@@ -288,7 +278,7 @@ def _hash_step(path: str) -> dict[str, str]:
     A local entry that is not a regular file (a FIFO, device, folder) is recorded as such
     without reading a byte, so it can never match a digest.
     """
-    fs, root = _url_to_fs(path)
+    fs, root = fsspec.core.url_to_fs(path)
     digests = {}
     for entry in fs.ls(root, detail=True):
         name = entry["name"].rstrip("/").rsplit("/", 1)[-1]
@@ -429,7 +419,7 @@ class Checkpointer:
         self.retry_backoff_s, self.storage_hook = retry_backoff_s, storage_hook
         self.wait_timeout_s = wait_timeout_s
         if not _is_remote(self.folder):
-            ensure_private_dir(_url_to_fs(self.folder)[1])
+            ensure_private_dir(fsspec.core.url_to_fs(self.folder)[1])
         self.rank = dist.get_rank()
         self.saves: list[SaveResult] = []
         """every save of this process, in order"""
@@ -516,7 +506,7 @@ class Checkpointer:
             ledger = _read_ledger(self.folder)
             if ledger.pop(_step_name(path), None) is not None:
                 _write_ledger(self.folder, ledger)
-            fs, root = _url_to_fs(path)
+            fs, root = fsspec.core.url_to_fs(path)
             if fs.exists(root):
                 fs.rm(root, recursive=True)
         dist.barrier(group=group)
@@ -566,7 +556,7 @@ class Checkpointer:
 
     def _remove_partial(self, path: str) -> None:
         if self.rank == 0:
-            fs, root = _url_to_fs(path)
+            fs, root = fsspec.core.url_to_fs(path)
             if fs.exists(root) and not fs.exists(f"{root}/{METADATA_FILE}"):
                 fs.rm(root, recursive=True)
 
@@ -627,7 +617,7 @@ class Checkpointer:
             p for s, p, done in found if not done and s < newest
         ]
         for path in doomed:
-            fs, root = _url_to_fs(path)
+            fs, root = fsspec.core.url_to_fs(path)
             fs.rm(root, recursive=True)
         kept = {_step_name(p) for _, p in complete[-self.keep :]}
         if set(ledger) - kept:
@@ -645,7 +635,7 @@ class Checkpointer:
             UntrustedCheckpointError: `path` is not in the ledger, or a file differs from the
                 sha256 recorded at commit (checked by rank 0 before DCP reads anything).
         """
-        fs, root = _url_to_fs(path)
+        fs, root = fsspec.core.url_to_fs(path)
         if not fs.exists(f"{root}/{METADATA_FILE}"):
             raise FileNotFoundError(
                 f"{path} is not a complete checkpoint (no {METADATA_FILE} from DCP)"
