@@ -13,7 +13,9 @@ import itertools
 import multiprocessing as mp
 import os
 import reprlib
+import signal
 import sys
+import threading
 import time
 import weakref
 from collections.abc import Generator, Iterator
@@ -151,6 +153,23 @@ def _children_leave_parents_garbage() -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
+
+
+@contextlib.contextmanager
+def _sigchld_handler_kept() -> Iterator[None]:
+    """Keep the process's SIGCHLD handler while DataLoader workers start on the main thread.
+
+    torch installs one there (once per process) that raises a dead worker's error in whatever
+    the main thread runs at that moment: another loader's decode, `close()`, a sleep. This
+    loader notices dead workers in its own receive rounds and raises there.
+    """
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGCHLD) if main else None
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGCHLD, previous)
 
 
 def _measure_outputs(stream: BatchStream, start_method: str) -> tuple[int, dict[str, int]]:
@@ -626,7 +645,7 @@ class StreamingLoader:
                 prefetch_factor=cfg.prefetch_depth,
                 multiprocessing_context=_start_method(cfg),
             )
-        with _children_leave_parents_garbage():
+        with _children_leave_parents_garbage(), _sigchld_handler_kept():
             self._data_iter = iter(self._data_loader)  # first: start workers; then: reset them
         return self._data_iter
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import gc
 import os
+import signal
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -83,3 +85,17 @@ def test_workers_leave_the_iterating_threads_locals_to_the_parent(tmp_path):
     assert not finalized.exists(), "a forked worker finalised the iterating thread's locals"
     del local
     assert finalized.read_text(encoding="utf-8").split() == [str(os.getpid())]
+
+
+def test_a_dead_worker_is_raised_by_its_loader_not_in_unrelated_code(tmp_path):
+    dataset = write_test_dataset(tmp_path / "data", {"loga": 6})
+    with build_loader(
+        str(dataset), rank=0, world_size=1, batch_size=2, num_workers=1, seed=0
+    ) as loader:
+        assert sum(len(batch["__key__"]) for batch in loader) == 6  # the worker persists
+        (worker,) = loader._data_iter._workers
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.join(timeout=10)
+        time.sleep(0.5)  # torch's SIGCHLD handler would raise here, in code unrelated to it
+        with pytest.raises(RuntimeError, match=r"exited unexpectedly|killed by signal"):
+            list(loader)
